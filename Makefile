@@ -1,0 +1,40 @@
+# epctx: set-up, checks and the end-to-end demo.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# pytest workers; CI machines have 2 cores.
+JOBS ?= 2
+
+.PHONY: install test lint typecheck pytest demo bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev,openvino,iree]"
+	# silero-vad ships its ONNX models; its torch dependency is for its own helpers, which we never import.
+	$(BIN)/python -m pip install -q --no-deps silero-vad
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest -n $(JOBS) -q
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	$(BIN)/python -m epctx.demo
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_cpu.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

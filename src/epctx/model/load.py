@@ -1,0 +1,107 @@
+"""Load a model from a path or from bytes into onnx-ir, validated, with external data memory-mapped."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
+
+__all__ = ["LoadedModel", "load_model"]
+
+logger = logging.getLogger("epctx")
+
+# onnx.checker refuses protos over 2 GiB; such models are checked structurally by onnx-ir instead.
+_CHECKER_LIMIT = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A model in memory. ``path`` is the source file (None for bytes); ``base_dir`` resolves external data."""
+
+    model: ir.Model
+    path: Path | None
+    base_dir: Path | None
+
+
+def load_model(source: str | os.PathLike[str] | bytes, *, external_data_folder: str | None = None) -> LoadedModel:
+    """Parse, check and convert a model. External tensors stay on disk (onnx-ir memory-maps them on use)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        if not data:
+            raise InvalidArgument("model bytes are empty")
+        path = None
+        base_dir = Path(external_data_folder) if external_data_folder else None
+        what = "model bytes"
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            if path.is_dir():
+                raise InvalidArgument(f"model path {str(path)!r} is a folder, expected an ONNX file")
+            raise NoSuchFile(f"model file not found: {str(path)!r}")
+        data = path.read_bytes()
+        base_dir = path.resolve().parent
+        what = f"model file {str(path)!r}"
+    else:
+        raise InvalidArgument(f"expected a model path or bytes, got {type(source).__name__}")
+
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError as exc:
+        raise InvalidGraph(f"{what} is not a valid ONNX protobuf: {exc}") from exc
+    if not proto.HasField("graph"):
+        raise InvalidGraph(f"{what} has no graph (not an ONNX model?)")
+    if len(data) < _CHECKER_LIMIT:
+        try:
+            onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as exc:
+            raise InvalidGraph(f"{what} is not a valid ONNX model: {str(exc).strip()}") from exc
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as exc:
+        raise InvalidGraph(f"{what} could not be read: {exc}") from exc
+    if model.functions:
+        # Model-local functions are inlined so every node left is a plain operator.
+        ir.passes.common.InlinePass()(model)
+    _check_external_data(model, base_dir, what)
+    return LoadedModel(model=model, path=path, base_dir=base_dir)
+
+
+def _check_external_data(model: ir.Model, base_dir: Path | None, what: str) -> None:
+    """Point external tensors at ``base_dir`` and fail early (naming the file) if one is missing."""
+    external = [
+        v.const_value
+        for g in (model.graph, *model.graph.subgraphs())
+        for v in g.initializers.values()
+        if isinstance(v.const_value, ir.ExternalTensor)
+    ]
+    if not external:
+        return
+    if base_dir is None:
+        raise InvalidArgument(
+            f"{what} has external initializers (e.g. {external[0].name!r} in {str(external[0].location)!r}); "
+            "set session.model_external_initializers_file_folder_path to their folder"
+        )
+    ir.external_data.set_base_dir(model.graph, base_dir)
+    for tensor in external:
+        location = Path(str(tensor.location))
+        if location.is_absolute() or ".." in location.parts:
+            raise InvalidGraph(
+                f"{what}: initializer {tensor.name!r} points outside the model folder: {str(location)!r}"
+            )
+        file = base_dir / location
+        if not file.is_file():
+            raise NoSuchFile(f"external data file of initializer {tensor.name!r} not found: {str(file)!r}")
+        end = (tensor.offset or 0) + (tensor.length or 0)
+        if end > file.stat().st_size:
+            raise InvalidGraph(
+                f"{what}: initializer {tensor.name!r} needs bytes up to {end} of {str(file)!r}, "
+                f"which has {file.stat().st_size}"
+            )

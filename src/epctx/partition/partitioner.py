@@ -1,0 +1,202 @@
+"""GraphPartitioner: EPs asked in precedence order, first come first served (as onnxruntime does)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import onnx_ir as ir
+
+from epctx.errors import InvalidGraph, NotImplemented
+from epctx.model.scopes import outer_scope_values
+from epctx.partition.grouping import group_units
+from epctx.providers.base import ExecutionProvider, Partition
+
+__all__ = ["GraphPartitioner", "Unit"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unit:
+    """One step of the partitioned graph: a fused partition of a compiling EP, or one node of a kernel EP."""
+
+    ep: ExecutionProvider
+    nodes: tuple[ir.Node, ...]
+    partition: Partition | None = None  # set for compiling EPs
+
+
+class GraphPartitioner:
+    def __init__(self, providers: Sequence[ExecutionProvider], *, cpu_fallback: bool) -> None:
+        self.providers = list(providers)
+        self.cpu_fallback = cpu_fallback
+
+    def partition(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> list[Unit]:
+        """Assign every node of ``graph``; return the units in a valid execution order."""
+        nodes = list(graph)
+        index = {node: i for i, node in enumerate(nodes)}
+        owner: list[ExecutionProvider | None] = [None] * len(nodes)
+        node_succ = _node_successors(nodes, index)
+        # unit_of[i]: the unit node i belongs to; units start as single nodes and merge as EPs fuse.
+        unit_of = list(range(len(nodes)))
+        fused: dict[int, tuple[ExecutionProvider, list[int]]] = {}
+        key = _graph_key(nodes)
+        for ep in self.providers:
+            mine: list[int] = []
+            for node in ep.get_capability(graph, opset_imports):
+                i = index.get(node)
+                if i is None:
+                    raise InvalidGraph(f"{ep.name}.get_capability returned a node that is not in the graph")
+                if owner[i] is None:
+                    owner[i] = ep
+                    mine.append(i)
+            if ep.compiles and mine:
+                for members in self._group(node_succ, unit_of, set(mine)):
+                    head = members[0]
+                    for i in members:
+                        unit_of[i] = head
+                    fused[head] = (ep, members)
+        missing = [nodes[i] for i, ep in enumerate(owner) if ep is None]
+        if missing:
+            raise self._unassigned_error(missing, opset_imports)
+        return self._ordered_units(graph, nodes, node_succ, unit_of, owner, fused, opset_imports, key)
+
+    @staticmethod
+    def _group(node_succ: list[set[int]], unit_of: list[int], owned_nodes: set[int]) -> list[list[int]]:
+        """Group the EP's nodes on the current unit DAG (earlier EPs' partitions already contracted)."""
+        heads = sorted(set(unit_of))
+        uid = {h: k for k, h in enumerate(heads)}
+        succ: list[set[int]] = [set() for _ in heads]
+        for i, targets in enumerate(node_succ):
+            for j in targets:
+                a, b = uid[unit_of[i]], uid[unit_of[j]]
+                if a != b:
+                    succ[a].add(b)
+        owned = {uid[unit_of[i]] for i in owned_nodes}
+        groups = group_units([sorted(s) for s in succ], owned)
+        members_of: dict[int, list[int]] = {}
+        for i, h in enumerate(unit_of):
+            members_of.setdefault(uid[h], []).append(i)
+        return [sorted(i for u in g for i in members_of[u]) for g in groups]
+
+    def _unassigned_error(self, missing: list[ir.Node], opset_imports: Mapping[str, int]) -> Exception:
+        from epctx.providers.cpu.provider import opset_of
+
+        ops = ", ".join(
+            f"{n.op_type} (domain {n.domain or 'ai.onnx'!r}, opset {opset_of(n, opset_imports)}, node {n.name!r})"
+            for n in missing[:20]
+        )
+        more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+        names = ", ".join(ep.name for ep in self.providers)
+        if self.cpu_fallback:
+            return NotImplemented(f"no execution provider ({names}) implements: {ops}{more}")
+        return InvalidGraph(
+            "session.disable_cpu_ep_fallback=1 and these nodes are not supported by the requested "
+            f"execution providers ({names}): {ops}{more}"
+        )
+
+    @staticmethod
+    def _ordered_units(
+        graph: ir.Graph,
+        nodes: list[ir.Node],
+        node_succ: list[set[int]],
+        unit_of: list[int],
+        owner: list[ExecutionProvider | None],
+        fused: dict[int, tuple[ExecutionProvider, list[int]]],
+        opset_imports: Mapping[str, int],
+        key: str,
+    ) -> list[Unit]:
+        heads = sorted(set(unit_of))
+        succ: dict[int, set[int]] = {h: set() for h in heads}
+        indeg: Counter[int] = Counter()
+        for i, targets in enumerate(node_succ):
+            for j in targets:
+                a, b = unit_of[i], unit_of[j]
+                if a != b and b not in succ[a]:
+                    succ[a].add(b)
+                    indeg[b] += 1
+        import heapq
+
+        ready = [h for h in heads if indeg[h] == 0]
+        heapq.heapify(ready)
+        units: list[Unit] = []
+        counts: Counter[str] = Counter()
+        while ready:
+            h = heapq.heappop(ready)
+            if h in fused:
+                ep, members = fused[h]
+                name = f"{ep.name}_{key}_{counts[ep.name]}"
+                counts[ep.name] += 1
+                part = make_partition(name, ep.name, graph, [nodes[i] for i in members], opset_imports)
+                units.append(Unit(ep, part.nodes, part))
+            else:
+                ep = owner[h]
+                assert ep is not None
+                units.append(Unit(ep, (nodes[h],)))
+            for s in sorted(succ[h]):
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(ready, s)
+        if len(units) != len(heads):
+            raise InvalidGraph("partitioning produced a cycle between fused partitions (internal error)")
+        return units
+
+
+def _node_successors(nodes: list[ir.Node], index: dict[ir.Node, int]) -> list[set[int]]:
+    """Data edges between nodes, including reads of outer values from inside subgraphs."""
+    succ: list[set[int]] = [set() for _ in nodes]
+    for j, node in enumerate(nodes):
+        for value in (*node.inputs, *outer_scope_values(node)):
+            if value is None:
+                continue
+            producer = value.producer()
+            i = index.get(producer) if producer is not None else None
+            if i is not None and i != j:
+                succ[i].add(j)
+    return succ
+
+
+def _graph_key(nodes: list[ir.Node]) -> str:
+    """A short digest of the graph's structure: partition names derive from it, not from a counter."""
+    h = hashlib.sha256()
+    for node in nodes:
+        h.update(f"{node.domain}:{node.op_type}:{node.name}|".encode())
+        h.update(",".join(v.name or "" if v is not None else "" for v in node.inputs).encode())
+        h.update(b">")
+        h.update(",".join(v.name or "" for v in node.outputs).encode())
+        h.update(b";")
+    return h.hexdigest()[:12]
+
+
+def make_partition(
+    name: str, ep_name: str, graph: ir.Graph, members: list[ir.Node], opset_imports: Mapping[str, int]
+) -> Partition:
+    """Describe a fused group: the values it reads from outside and the values it must expose."""
+    inside = set(members)
+    produced = {v for n in members for v in n.outputs}
+    inputs: dict[ir.Value, None] = {}
+    initializers: dict[ir.Value, None] = {}
+    for node in members:
+        for value in (*node.inputs, *outer_scope_values(node)):
+            if value is None or value in produced:
+                continue
+            if value.const_value is not None and not value.is_graph_input():
+                initializers.setdefault(value, None)
+            else:
+                inputs.setdefault(value, None)
+    graph_outputs = set(graph.outputs)
+    outputs = [
+        v
+        for n in members
+        for v in n.outputs
+        if v in graph_outputs or any(consumer not in inside for consumer, _ in v.uses())
+    ]
+    return Partition(
+        name=name,
+        ep_name=ep_name,
+        nodes=tuple(members),
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        initializers=tuple(initializers),
+        opset_imports=dict(opset_imports),
+    )

@@ -1,0 +1,97 @@
+"""The EP API: what an execution provider implements to take part in a session.
+
+An EP is asked, in precedence order, which nodes of the graph it supports (``get_capability``). The
+framework groups the nodes it wins into cycle-free partitions. A *compiling* EP turns each partition into
+one ``CompiledPartition``; a *kernel* EP (the CPU EP) builds one kernel per node instead.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+import onnx_ir as ir
+
+__all__ = [
+    "CompiledPartition",
+    "ExecutionProvider",
+    "Kernel",
+    "NodeContext",
+    "Partition",
+    "SubgraphRunner",
+]
+
+# A kernel is called with the node's inputs (None for an omitted optional input) followed by the values of
+# the outer scope its subgraphs read, and returns one value per node output.
+Kernel = Callable[..., Sequence[Any]]
+
+
+class SubgraphRunner(Protocol):
+    """A control-flow body built once: ``run(inputs, outer)`` -> the subgraph's outputs."""
+
+    def __call__(self, inputs: Sequence[Any], outer: Sequence[Any]) -> list[Any]: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeContext:
+    """Everything a kernel EP needs to build the kernel of one node."""
+
+    node: ir.Node
+    opset: int
+    # Values of enclosing graphs that the node's subgraphs read; passed after the node's own inputs.
+    outer_values: tuple[ir.Value, ...] = ()
+    # Builds a runner for one subgraph attribute; the runner receives ``outer_values`` at call time.
+    build_subgraph: Callable[[ir.Graph, tuple[ir.Value, ...]], SubgraphRunner] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Partition:
+    """A set of nodes of one graph that one EP runs as a unit (a fused node, once compiled)."""
+
+    name: str
+    ep_name: str
+    nodes: tuple[ir.Node, ...]  # topological order
+    inputs: tuple[ir.Value, ...]  # graph-level values read from outside (graph inputs or other partitions)
+    outputs: tuple[ir.Value, ...]  # values read outside the partition or graph outputs
+    initializers: tuple[ir.Value, ...]  # constant inputs of the nodes
+    opset_imports: Mapping[str, int]
+
+
+class CompiledPartition(Protocol):
+    """A compiled partition: called on the hot path with numpy arrays, one per ``Partition.inputs``."""
+
+    def __call__(self, *inputs: np.ndarray) -> Sequence[np.ndarray]: ...
+
+
+class ExecutionProvider(abc.ABC):
+    """Base of every EP. Subclasses set ``name`` and implement ``get_capability`` plus either
+    ``compile`` (compiling EPs, ``compiles = True``) or ``create_kernel`` (kernel EPs)."""
+
+    name: ClassVar[str]
+    # EPContext ``source`` keys this EP accepts (compared case-insensitively); defaults to ``(name,)``.
+    sources: ClassVar[tuple[str, ...]] = ()
+    compiles: ClassVar[bool] = False
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}
+
+    @abc.abstractmethod
+    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+        """The nodes of ``graph`` this EP can run. Must not modify the graph."""
+
+    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+        raise NotImplementedError(f"{self.name} does not compile partitions")
+
+    def create_kernel(self, ctx: NodeContext) -> Kernel:
+        raise NotImplementedError(f"{self.name} does not create per-node kernels")
+
+    def provider_options(self) -> dict[str, str]:
+        return dict(self.options)
+
+    @classmethod
+    def accepts_source(cls, source: str) -> bool:
+        keys = cls.sources or (cls.name,)
+        return source.lower() in {k.lower() for k in keys}

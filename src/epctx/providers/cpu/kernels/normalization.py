@@ -1,0 +1,3 @@
+"""CPU kernels: normalization (see registry.kernel)."""
+
+from __future__ import annotations

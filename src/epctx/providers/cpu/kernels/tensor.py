@@ -1,0 +1,3 @@
+"""CPU kernels: tensor (see registry.kernel)."""
+
+from __future__ import annotations

@@ -1,0 +1,68 @@
+"""CPUExecutionProvider: a kernel EP that claims every node it has a kernel for."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+
+import onnx_ir as ir
+
+from epctx.errors import NotImplemented
+from epctx.providers.base import ExecutionProvider, Kernel, NodeContext
+
+__all__ = ["CPUExecutionProvider"]
+
+
+@functools.cache
+def _load_kernels() -> None:
+    # Importing the kernel modules registers them; done once, at the first CPU session.
+    from epctx.providers.cpu import kernels  # noqa: F401
+
+
+class CPUExecutionProvider(ExecutionProvider):
+    name = "CPUExecutionProvider"
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        super().__init__(options)
+        _load_kernels()
+
+    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+        return [n for n in graph if self.supports(n, opset_imports)]
+
+    def supports(self, node: ir.Node, opset_imports: Mapping[str, int]) -> bool:
+        from epctx.providers.cpu.reference import has_reference
+        from epctx.providers.cpu.registry import find_factory
+
+        domain = node.domain or ""
+        opset = opset_of(node, opset_imports)
+        return find_factory(domain, node.op_type, opset) is not None or has_reference(node, opset)
+
+    def create_kernel(self, ctx: NodeContext) -> Kernel:
+        from epctx.providers.cpu.reference import reference_kernel
+        from epctx.providers.cpu.registry import NodeInfo, find_factory
+
+        info = NodeInfo(ctx)
+        factory = find_factory(info.domain, info.op_type, info.opset)
+        if factory is not None:
+            return factory(info)
+        try:
+            return reference_kernel(info)
+        except NotImplemented:
+            raise
+        except Exception as exc:
+            raise NotImplemented(
+                f"CPU kernel for node {info.name!r} ({info.op_type}, domain {info.domain or 'ai.onnx'!r}, "
+                f"opset {info.opset}) could not be created: {exc}"
+            ) from exc
+
+
+def opset_of(node: ir.Node, opset_imports: Mapping[str, int]) -> int:
+    """The opset version that applies to ``node`` (its domain's import in the model)."""
+    domain = node.domain or ""
+    if node.version is not None:
+        return node.version
+    if domain in opset_imports:
+        return opset_imports[domain]
+    if domain == "ai.onnx" and "" in opset_imports:
+        return opset_imports[""]
+    return 1

@@ -1,0 +1,75 @@
+"""Turns partitioned units into plan steps: compiled partitions, per-node kernels, control-flow bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+
+from epctx.model.scopes import node_subgraphs, outer_scope_values
+from epctx.partition import Unit
+from epctx.providers.base import ExecutionProvider, NodeContext
+from epctx.providers.cpu.provider import opset_of
+from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
+
+__all__ = ["StepBuilder"]
+
+
+class StepBuilder:
+    """Builds steps for one session. ``kernel_ep`` runs the nodes of control-flow bodies."""
+
+    def __init__(self, opset_imports: Mapping[str, int], kernel_ep: ExecutionProvider, fold: bool) -> None:
+        self.opset_imports = dict(opset_imports)
+        self.kernel_ep = kernel_ep
+        self.fold = fold
+
+    def steps_for_units(self, units: Sequence[Unit]) -> list[PlanStep]:
+        compiled: dict[int, Any] = {}
+        by_ep: dict[int, list[int]] = {}
+        for k, unit in enumerate(units):
+            if unit.partition is not None:
+                by_ep.setdefault(id(unit.ep), []).append(k)
+        for ks in by_ep.values():
+            ep = units[ks[0]].ep
+            parts = [units[k].partition for k in ks]
+            results = ep.compile([p for p in parts if p is not None])
+            if len(results) != len(ks):
+                raise RuntimeError(f"{ep.name}.compile returned {len(results)} results for {len(ks)} partitions")
+            compiled.update(zip(ks, results))
+        steps = []
+        for k, unit in enumerate(units):
+            if unit.partition is not None:
+                p = unit.partition
+                steps.append(PlanStep(compiled[k], p.inputs, p.outputs, label=p.name))
+            else:
+                steps.append(self.node_step(unit.ep, unit.nodes[0]))
+        return steps
+
+    def node_step(self, ep: ExecutionProvider, node: ir.Node) -> PlanStep:
+        outer = outer_scope_values(node)
+        ctx = NodeContext(
+            node=node,
+            opset=opset_of(node, self.opset_imports),
+            outer_values=outer,
+            build_subgraph=self.build_subgraph,
+        )
+        fn = ep.create_kernel(ctx)
+        foldable = not outer and not node_subgraphs(node) and node.op_type not in _NOT_FOLDABLE
+        return PlanStep(fn, (*node.inputs, *outer), tuple(node.outputs), foldable=foldable, label=node.name or "")
+
+    def build_subgraph(self, graph: ir.Graph, outer: tuple[ir.Value, ...]) -> _SubgraphRunner:
+        steps = [self.node_step(self.kernel_ep, node) for node in graph]
+        plan = build_plan((*graph.inputs, *outer), graph.outputs, steps, fold_constants=self.fold)
+        return _SubgraphRunner(plan, len(graph.inputs))
+
+
+class _SubgraphRunner:
+    __slots__ = ("num_inputs", "plan")
+
+    def __init__(self, plan: ExecutionPlan, num_inputs: int) -> None:
+        self.plan = plan
+        self.num_inputs = num_inputs
+
+    def __call__(self, inputs: Sequence[Any], outer: Sequence[Any]) -> list[Any]:
+        return self.plan.run((*inputs, *outer))

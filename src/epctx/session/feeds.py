@@ -1,0 +1,97 @@
+"""FeedBinder: checks a feed dict against the graph inputs and orders it for the plan (hot path)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from epctx.errors import InvalidArgument
+from epctx.session.node_arg import type_string
+
+__all__ = ["FeedBinder"]
+
+
+class _InputSpec:
+    __slots__ = ("default", "dims", "dtype", "name", "rank", "type")
+
+    def __init__(self, value: ir.Value) -> None:
+        self.name = value.name or ""
+        self.type = type_string(value.type)
+        self.default = value.const_value.numpy() if value.const_value is not None else None
+        self.dtype: np.dtype[Any] | None = None
+        self.rank: int | None = None
+        self.dims: tuple[tuple[int, int], ...] = ()
+        if isinstance(value.type, ir.TensorType):
+            try:
+                self.dtype = np.dtype(value.type.dtype.numpy())
+            except Exception:
+                self.dtype = None
+            if value.shape is not None:
+                self.rank = len(value.shape)
+                self.dims = tuple((i, d) for i, d in enumerate(value.shape) if isinstance(d, int))
+
+
+class FeedBinder:
+    __slots__ = ("_names", "_specs")
+
+    def __init__(self, inputs: Sequence[ir.Value]) -> None:
+        self._specs = [_InputSpec(v) for v in inputs]
+        self._names = {s.name for s in self._specs}
+
+    def bind(self, feed: Mapping[str, Any]) -> list[Any]:
+        bound = []
+        used = 0
+        for spec in self._specs:
+            value = feed.get(spec.name, _MISSING)
+            if value is _MISSING:
+                if spec.default is None:
+                    raise InvalidArgument(f"missing input {spec.name!r} ({spec.type}); the feed has {list(feed)}")
+                bound.append(spec.default)
+                continue
+            used += 1
+            if spec.dtype is not None:
+                value = _check_tensor(spec, value)
+            bound.append(value)
+        if used != len(feed):
+            unknown = [k for k in feed if k not in self._names]
+            raise InvalidArgument(
+                f"invalid input name(s) {unknown}; the model's inputs are {[s.name for s in self._specs]}"
+            )
+        return bound
+
+
+_MISSING = object()
+
+
+def _check_tensor(spec: _InputSpec, value: Any) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        if isinstance(value, (list, tuple, int, float, bool, np.generic)):
+            value = np.asarray(value)
+        else:
+            raise InvalidArgument(
+                f"input {spec.name!r} must be a numpy array ({spec.type}), got {type(value).__name__}"
+            )
+    expected = spec.dtype
+    if value.dtype != expected:
+        if expected == np.object_ and value.dtype.kind in "US":
+            value = value.astype(object)
+        else:
+            raise InvalidArgument(
+                f"input {spec.name!r} has dtype {value.dtype}, expected {expected} ({spec.type})"
+            )
+    if spec.rank is not None:
+        if value.ndim != spec.rank:
+            raise InvalidArgument(
+                f"input {spec.name!r} has rank {value.ndim} (shape {list(value.shape)}), expected rank "
+                f"{spec.rank}"
+            )
+        shape = value.shape
+        for i, d in spec.dims:
+            if shape[i] != d:
+                raise InvalidArgument(
+                    f"input {spec.name!r} has shape {list(shape)}, expected dimension {i} to be {d}"
+                )
+    return value

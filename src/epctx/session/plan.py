@@ -1,0 +1,144 @@
+"""ExecutionPlan: built once per session (and per control-flow body); run() is a flat loop over steps."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import onnx_ir as ir
+
+__all__ = ["ExecutionPlan", "PlanStep", "build_plan"]
+
+# Random ops must not be folded into constants: each run draws again.
+_NOT_FOLDABLE = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanStep:
+    """A unit to execute: ``fn(*inputs)`` returns one value per entry of ``outputs``."""
+
+    fn: Callable[..., Sequence[Any]]
+    inputs: tuple[ir.Value | None, ...]
+    outputs: tuple[ir.Value, ...]
+    foldable: bool = False  # may run once at build time when every input is constant
+    label: str = ""
+
+
+class ExecutionPlan:
+    """Integer value slots, one step per kernel or compiled partition, slots freed after their last use."""
+
+    __slots__ = ("input_slots", "num_slots", "output_slots", "steps", "template")
+
+    def __init__(
+        self,
+        template: list[Any],
+        input_slots: tuple[int, ...],
+        output_slots: tuple[int, ...],
+        steps: tuple[tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...],
+    ) -> None:
+        self.template = template
+        self.num_slots = len(template)
+        self.input_slots = input_slots
+        self.output_slots = output_slots
+        self.steps = steps
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        slots = self.template.copy()
+        for slot, value in zip(self.input_slots, inputs):
+            slots[slot] = value
+        for fn, ins, outs, frees in self.steps:
+            results = fn(*[slots[i] for i in ins])
+            for slot, value in zip(outs, results):
+                slots[slot] = value
+            for slot in frees:
+                slots[slot] = None
+        return [slots[i] for i in self.output_slots]
+
+
+def build_plan(
+    inputs: Sequence[ir.Value],
+    outputs: Sequence[ir.Value],
+    steps: Sequence[PlanStep],
+    *,
+    fold_constants: bool = True,
+) -> ExecutionPlan:
+    """Lay out slots: slot 0 is always None (omitted optional inputs); then inputs, constants, results."""
+    slot_of: dict[ir.Value, int] = {}
+    template: list[Any] = [None]
+
+    def slot(value: ir.Value) -> int:
+        s = slot_of.get(value)
+        if s is None:
+            s = slot_of[value] = len(template)
+            template.append(None)
+        return s
+
+    input_slots = tuple(slot(v) for v in inputs)
+    known_inputs = set(inputs)
+    constant: dict[ir.Value, Any] = {}
+
+    def const_of(value: ir.Value | None) -> Any:
+        if value is None:
+            return None
+        if value in constant:
+            return constant[value]
+        if value.const_value is not None and value not in known_inputs:
+            array = value.const_value.numpy()
+            constant[value] = array
+            return array
+        raise KeyError(value)
+
+    def is_const(value: ir.Value | None) -> bool:
+        if value is None or value in constant:
+            return True
+        return value.const_value is not None and value not in known_inputs
+
+    live_steps: list[PlanStep] = []
+    for step in steps:
+        if fold_constants and step.foldable and all(is_const(v) for v in step.inputs):
+            results = step.fn(*[const_of(v) for v in step.inputs])
+            for value, result in zip(step.outputs, results):
+                constant[value] = result
+            continue
+        live_steps.append(step)
+
+    # Last use of each value, so its slot is released right after (graph outputs are kept).
+    keep = set(outputs) | set(inputs)
+    last_use: dict[ir.Value, int] = {}
+    for k, step in enumerate(live_steps):
+        for v in step.inputs:
+            if v is not None:
+                last_use[v] = k
+    frees_at: list[list[int]] = [[] for _ in live_steps]
+    compiled = []
+    for k, step in enumerate(live_steps):
+        ins = []
+        for v in step.inputs:
+            if v is None:
+                ins.append(0)
+                continue
+            s = slot(v)
+            if is_const(v) and v not in known_inputs:
+                template[s] = const_of(v)
+            ins.append(s)
+        outs = tuple(slot(v) for v in step.outputs)
+        compiled.append((step.fn, tuple(ins), outs))
+    for v, k in last_use.items():
+        if v not in keep and not is_const(v):
+            frees_at[k].append(slot_of[v])
+    # Outputs nobody reads are freed right after the step that made them.
+    for k, step in enumerate(live_steps):
+        for v in step.outputs:
+            if v not in keep and v not in last_use:
+                frees_at[k].append(slot_of[v])
+    output_slots = []
+    for v in outputs:
+        s = slot(v)
+        if is_const(v) and v not in known_inputs:
+            template[s] = const_of(v)
+        output_slots.append(s)
+    plan_steps = tuple((fn, ins, outs, tuple(frees_at[k])) for k, (fn, ins, outs) in enumerate(compiled))
+    return ExecutionPlan(template, input_slots, tuple(output_slots), plan_steps)
