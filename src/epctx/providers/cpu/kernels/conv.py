@@ -1,3 +1,383 @@
-"""CPU kernels: conv (see registry.kernel)."""
+"""CPU kernels: Conv (im2col + one matmul per group) and ConvTranspose (matmul + col2im scatter-add).
+
+Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and cached, so
+the hot path is a padding copy, one strided gather, one BLAS call and a bias add.
+"""
 
 from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from epctx.errors import InvalidArgument
+from epctx.providers.base import Kernel
+from epctx.providers.cpu.registry import NodeInfo, kernel
+
+__all__ = ["Geometry", "pad_input", "spatial_geometry", "window_view"]
+
+_ALL = slice(None)
+
+
+class Geometry:
+    """Where the windows of a conv/pool lie along the spatial axes of one input shape."""
+
+    __slots__ = ("dilations", "kernel", "out", "pad_begin", "pad_end", "padded", "strides")
+
+    def __init__(
+        self,
+        kernel: tuple[int, ...],
+        strides: tuple[int, ...],
+        dilations: tuple[int, ...],
+        out: tuple[int, ...],
+        pad_begin: tuple[int, ...],
+        pad_end: tuple[int, ...],
+        padded: tuple[int, ...],
+    ) -> None:
+        self.kernel = kernel
+        self.strides = strides
+        self.dilations = dilations
+        self.out = out
+        self.pad_begin = pad_begin
+        self.pad_end = pad_end
+        # Extent of the padded buffer the windows read: covers the input and every window.
+        self.padded = padded
+
+    @property
+    def needs_pad(self) -> bool:
+        return any(self.pad_begin) or any(self.pad_end)
+
+
+def ints(value: Any, n: int, default: int) -> tuple[int, ...]:
+    """An INTS attribute as a tuple of ``n`` ints (``default`` each when missing or empty)."""
+    if value is None or len(value) == 0:
+        return (default,) * n
+    return tuple(int(v) for v in value)
+
+
+def spatial_geometry(
+    in_sp: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int] | None,
+    auto_pad: str,
+    *,
+    ceil_mode: bool = False,
+    node: str = "",
+) -> Geometry:
+    """Output size and pads per spatial axis, with onnxruntime's rules for auto_pad and ceil_mode."""
+    n = len(in_sp)
+    out: list[int] = []
+    pb: list[int] = []
+    pe: list[int] = []
+    padded: list[int] = []
+    for i in range(n):
+        size, k, s, d = int(in_sp[i]), int(kernel[i]), int(strides[i]), int(dilations[i])
+        dk = (k - 1) * d + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-size // s)
+            total = max(0, (o - 1) * s + dk - size)
+            head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            tail = total - head
+        else:
+            if auto_pad == "VALID" or not pads:
+                head = tail = 0
+            else:
+                head, tail = int(pads[i]), int(pads[i + n])
+            span = size + head + tail - dk
+            if span < 0:
+                raise InvalidArgument(
+                    f"node {node!r}: kernel extent {dk} exceeds padded input size {size + head + tail} "
+                    f"on spatial axis {i}"
+                )
+            if ceil_mode:
+                o = -(-span // s) + 1
+                if (o - 1) * s >= size + head:  # the last window must start inside the input or head pad
+                    o -= 1
+            else:
+                o = span // s + 1
+        out.append(o)
+        pb.append(head)
+        pe.append(tail)
+        padded.append(max(head + size + tail, (o - 1) * s + dk))
+    return Geometry(
+        tuple(int(k) for k in kernel),
+        tuple(int(s) for s in strides),
+        tuple(int(d) for d in dilations),
+        tuple(out),
+        tuple(pb),
+        tuple(pe),
+        tuple(padded),
+    )
+
+
+def pad_input(x: np.ndarray, geo: Geometry, fill: Any = 0) -> np.ndarray:
+    """``x`` (N, C, *spatial) copied into a buffer of ``geo.padded`` spatial extent filled with ``fill``."""
+    in_sp = x.shape[2:]
+    if tuple(in_sp) == geo.padded:
+        return x
+    buf = np.full(x.shape[:2] + geo.padded, fill, dtype=x.dtype)
+    inner = (_ALL, _ALL) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, in_sp))
+    buf[inner] = x
+    return buf
+
+
+def window_view(xp: np.ndarray, geo: Geometry) -> np.ndarray:
+    """A read-only (N, C, *kernel, *out) view of the windows of the padded input ``xp``."""
+    st = xp.strides
+    sp_st = st[2:]
+    shape = xp.shape[:2] + geo.kernel + geo.out
+    strides = (
+        st[:2]
+        + tuple(s * d for s, d in zip(sp_st, geo.dilations))
+        + tuple(s * t for s, t in zip(sp_st, geo.strides))
+    )
+    return as_strided(xp, shape=shape, strides=strides, writeable=False)
+
+
+def window_slices(geo: Geometry) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
+    """For each kernel offset: the offset and the (N, C, *out) slice of the padded input it reads."""
+    result = []
+    for offs in itertools.product(*(range(k) for k in geo.kernel)):
+        src = (_ALL, _ALL) + tuple(
+            slice(o * d, o * d + s * (n - 1) + 1, s)
+            for o, d, s, n in zip(offs, geo.dilations, geo.strides, geo.out)
+        )
+        result.append((offs, src))
+    return result
+
+
+def _conv_attrs(info: NodeInfo, n: int) -> tuple[tuple[int, ...], tuple[int, ...], list[int] | None, str]:
+    strides = ints(info.get("strides"), n, 1)
+    dilations = ints(info.get("dilations"), n, 1)
+    pads = info.get("pads")
+    auto_pad = info.get("auto_pad", "NOTSET") or "NOTSET"
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    return strides, dilations, (list(pads) if pads else None), auto_pad
+
+
+@kernel("Conv", since=1)
+def _conv(info: NodeInfo) -> Kernel:
+    group = int(info.get("group", 1))
+    w_const = info.const_input(1)
+    b_const = info.const_input(2) if info.has_input(2) else None
+    node = info.name
+    cache: dict[tuple[int, ...], _ConvPlan] = {}
+    prepared: dict[str, Any] = {}
+    if w_const is not None:
+        prepared = _prepare_weight(w_const, group)
+    bias = None if b_const is None else b_const.reshape(-1, 1)
+
+    def plan_for(x: np.ndarray, w: np.ndarray) -> _ConvPlan:
+        n = x.ndim - 2
+        kshape = tuple(w.shape[2:])
+        strides, dilations, pads, auto_pad = _conv_attrs(info, n)
+        if x.shape[1] != w.shape[1] * group:
+            raise InvalidArgument(
+                f"Conv node {node!r}: input has {x.shape[1]} channels, weight expects {w.shape[1] * group}"
+            )
+        geo = spatial_geometry(x.shape[2:], kshape, strides, dilations, pads, auto_pad, node=node)
+        return _ConvPlan(x.shape, w.shape, geo, group)
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        plan = cache.get(x.shape)
+        if plan is None or plan.w_shape != w.shape:
+            plan = cache[x.shape] = plan_for(x, w)
+        prep = prepared if w_const is not None else _prepare_weight(w, group)
+        y = plan.run(x, prep)
+        if b is not None:
+            bb = bias if bias is not None else b.reshape(-1, 1)
+            y3 = y.reshape(y.shape[0], y.shape[1], -1)
+            y3 += bb
+        return (y,)
+
+    return run
+
+
+def _prepare_weight(w: np.ndarray, group: int) -> dict[str, Any]:
+    m, cg = w.shape[0], w.shape[1]
+    k = int(np.prod(w.shape[2:], dtype=np.int64))
+    prep: dict[str, Any] = {}
+    if group == 1:
+        prep["w2"] = np.ascontiguousarray(w.reshape(m, cg * k))
+    else:
+        prep["w3"] = np.ascontiguousarray(w.reshape(group, m // group, cg * k))
+    if cg == 1 and group > 1:
+        # depthwise: (C, multiplier, K) per kernel offset
+        prep["wd"] = np.ascontiguousarray(w.reshape(group, m // group, k).transpose(2, 0, 1))
+    return prep
+
+
+class _ConvPlan:
+    __slots__ = (
+        "depthwise",
+        "geo",
+        "group",
+        "l_out",
+        "out_shape",
+        "pointwise",
+        "slices",
+        "w_shape",
+        "x_shape",
+    )
+
+    def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry, group: int) -> None:
+        self.x_shape = x_shape
+        self.w_shape = w_shape
+        self.geo = geo
+        self.group = group
+        n, m = x_shape[0], w_shape[0]
+        self.out_shape = (n, m) + geo.out
+        self.l_out = math.prod(geo.out)
+        self.pointwise = all(k == 1 for k in geo.kernel) and not geo.needs_pad
+        self.depthwise = w_shape[1] == 1 and group > 1 and not self.pointwise
+        self.slices = window_slices(geo) if self.depthwise else []
+
+    def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
+        geo = self.geo
+        n, c = x.shape[0], x.shape[1]
+        g = self.group
+        if self.depthwise:
+            return self._depthwise(x, prep["wd"])
+        if self.pointwise:
+            if any(s != 1 for s in geo.strides):
+                x = x[
+                    (_ALL, _ALL)
+                    + tuple(slice(None, s * (o - 1) + 1, s) for s, o in zip(geo.strides, geo.out))
+                ]
+            cols = x.reshape(n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
+        else:
+            xp = pad_input(x, geo)
+            view = window_view(xp, geo)  # (N, C, *K, *out)
+            if g == 1:
+                cols = view.reshape(n, -1, self.l_out)
+            else:
+                cols = view.reshape(n, g, -1, self.l_out)
+        if g == 1:
+            # 2-D matmuls: numpy's broadcasting matmul is slower than plain GEMM calls.
+            w2 = prep["w2"]
+            y = np.empty((n, w2.shape[0], self.l_out), dtype=np.result_type(w2.dtype, cols.dtype))
+            for i in range(n):
+                np.matmul(w2, cols[i], out=y[i])
+        else:
+            y = np.matmul(prep["w3"], cols)
+        return y.reshape(self.out_shape)
+
+    def _depthwise(self, x: np.ndarray, wd: np.ndarray) -> np.ndarray:
+        # wd: (K, C, multiplier); out (N, C, multiplier, *out) accumulated offset by offset.
+        geo = self.geo
+        xp = pad_input(x, geo)
+        n, c = x.shape[0], x.shape[1]
+        mult = wd.shape[2]
+        nd = len(geo.out)
+        y = np.zeros((n, c, mult) + geo.out, dtype=np.result_type(x.dtype, wd.dtype))
+        tmp = np.empty_like(y)
+        wshape = (c, mult) + (1,) * nd
+        for k, (_offs, src) in enumerate(self.slices):
+            patch = xp[src][:, :, None]
+            np.multiply(patch, wd[k].reshape(wshape), out=tmp)
+            y += tmp
+        return y.reshape(self.out_shape)
+
+
+# --------------------------------------------------------------------------------------------------------
+# ConvTranspose
+
+
+@kernel("ConvTranspose", since=1)
+def _conv_transpose(info: NodeInfo) -> Kernel:
+    group = int(info.get("group", 1))
+    w_const = info.const_input(1)
+    node = info.name
+    cache: dict[tuple[int, ...], _ConvTransposePlan] = {}
+    wt_const = None if w_const is None else _transpose_weight(w_const, group)
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        plan = cache.get(x.shape)
+        if plan is None or plan.w_shape != w.shape:
+            plan = cache[x.shape] = _ConvTransposePlan(info, x.shape, w.shape, group, node)
+        wt = wt_const if wt_const is not None else _transpose_weight(w, group)
+        y = plan.run(x, wt)
+        if b is not None:
+            y3 = y.reshape(y.shape[0], y.shape[1], -1)
+            y3 += b.reshape(-1, 1)
+        return (y,)
+
+    return run
+
+
+def _transpose_weight(w: np.ndarray, group: int) -> np.ndarray:
+    # W (C, M/group, *K) -> (group, M/group * K, C/group)
+    c = w.shape[0]
+    return np.ascontiguousarray(w.reshape(group, c // group, -1).transpose(0, 2, 1))
+
+
+class _ConvTransposePlan:
+    __slots__ = ("crop", "full", "group", "m", "slices", "w_shape", "x_shape")
+
+    def __init__(
+        self, info: NodeInfo, x_shape: tuple[int, ...], w_shape: tuple[int, ...], group: int, node: str
+    ) -> None:
+        nd = len(x_shape) - 2
+        kshape = tuple(int(k) for k in w_shape[2:])
+        strides, dilations, pads, auto_pad = _conv_attrs(info, nd)
+        out_pad = ints(info.get("output_padding"), nd, 0)
+        out_shape = info.get("output_shape")
+        if x_shape[1] != w_shape[0]:
+            raise InvalidArgument(
+                f"ConvTranspose node {node!r}: input has {x_shape[1]} channels, weight expects {w_shape[0]}"
+            )
+        self.x_shape = x_shape
+        self.w_shape = w_shape
+        self.group = group
+        self.m = w_shape[1] * group
+        in_sp = x_shape[2:]
+        full: list[int] = []
+        crop: list[slice] = []
+        self.slices: list[tuple[tuple[int, ...], tuple[slice, ...]]] = []
+        for i in range(nd):
+            size, k, s, d, op = in_sp[i], kshape[i], strides[i], dilations[i], out_pad[i]
+            natural = s * (size - 1) + op + (k - 1) * d + 1
+            if out_shape:
+                o = int(list(out_shape)[-nd:][i])
+                total = max(0, natural - o)
+                head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                o = size * s
+                total = max(0, natural - o)
+                head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            else:
+                head, tail = (0, 0) if auto_pad == "VALID" or not pads else (int(pads[i]), int(pads[i + nd]))
+                o = natural - head - tail
+            if o < 0:
+                raise InvalidArgument(
+                    f"ConvTranspose node {node!r}: negative output size on spatial axis {i}"
+                )
+            full.append(max(natural, head + o))
+            crop.append(slice(head, head + o))
+        self.full = tuple(full)
+        self.crop = (_ALL, _ALL) + tuple(crop)
+        for offs in itertools.product(*(range(k) for k in kshape)):
+            dst = (_ALL, _ALL) + tuple(
+                slice(o * d, o * d + s * (n - 1) + 1, s)
+                for o, d, s, n in zip(offs, dilations, strides, in_sp)
+            )
+            self.slices.append((offs, dst))
+
+    def run(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
+        n, c = x.shape[0], x.shape[1]
+        g = self.group
+        l_in = math.prod(x.shape[2:])
+        cols = np.matmul(wt, x.reshape(n, g, c // g, l_in))  # (N, G, M/G * K, L)
+        kshape = self.w_shape[2:]
+        cols = cols.reshape((n, self.m) + tuple(kshape) + tuple(x.shape[2:]))
+        buf = np.zeros((n, self.m) + self.full, dtype=cols.dtype)
+        for offs, dst in self.slices:
+            buf[dst] += cols[(_ALL, _ALL) + offs]
+        return np.ascontiguousarray(buf[self.crop])

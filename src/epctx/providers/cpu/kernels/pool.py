@@ -1,3 +1,260 @@
-"""CPU kernels: pool (see registry.kernel)."""
+"""CPU kernels: MaxPool (with Indices), AveragePool, LpPool and the Global* pools.
+
+A pool is a loop over the kernel offsets (9 for a 3x3 window) of one vectorized max / add over the whole
+(N, C, *out) block; window geometry, pads, element counts and index offsets are computed once per input
+shape and cached.
+"""
 
 from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from epctx.providers.base import Kernel
+from epctx.providers.cpu.kernels.conv import Geometry, ints, pad_input, spatial_geometry, window_slices
+from epctx.providers.cpu.registry import NodeInfo, kernel
+
+__all__: list[str] = []
+
+_ALL = slice(None)
+
+
+def _pool_geometry(info: NodeInfo, in_sp: tuple[int, ...]) -> Geometry:
+    n = len(in_sp)
+    kshape = info.get("kernel_shape")
+    if not kshape:
+        raise _missing(info, "kernel_shape")
+    auto_pad = info.get("auto_pad", "NOTSET") or "NOTSET"
+    pads = info.get("pads")
+    return spatial_geometry(
+        in_sp,
+        [int(k) for k in kshape],
+        ints(info.get("strides"), n, 1),
+        ints(info.get("dilations"), n, 1),
+        list(pads) if pads else None,
+        auto_pad,
+        ceil_mode=bool(info.get("ceil_mode", 0)),
+        node=info.name,
+    )
+
+
+def _missing(info: NodeInfo, attr: str) -> Exception:
+    from epctx.errors import InvalidGraph
+
+    return InvalidGraph(f"{info.op_type} node {info.name!r}: required attribute {attr!r} is missing")
+
+
+def _lowest(dtype: np.dtype[Any]) -> Any:
+    if dtype.kind == "f":
+        return -np.inf
+    return np.iinfo(dtype).min
+
+
+class _PoolPlan:
+    __slots__ = ("counts", "geo", "index_offsets", "slices")
+
+    def __init__(self, geo: Geometry) -> None:
+        self.geo = geo
+        self.slices = [src for _offs, src in window_slices(geo)]
+        self.counts = np.ones(geo.out)
+        self.index_offsets: list[np.ndarray] = []
+
+    def reduce_max(self, xp: np.ndarray) -> np.ndarray:
+        slices = self.slices
+        y = np.array(xp[slices[0]], copy=True)
+        for src in slices[1:]:
+            np.maximum(y, xp[src], out=y)
+        return y
+
+    def reduce_sum(self, xp: np.ndarray) -> np.ndarray:
+        slices = self.slices
+        y = np.array(xp[slices[0]], copy=True)
+        for src in slices[1:]:
+            y += xp[src]
+        return y
+
+
+def _plan_cache(info: NodeInfo, extra: Any = None) -> Any:
+    cache: dict[tuple[int, ...], _PoolPlan] = {}
+
+    def get(shape: tuple[int, ...]) -> _PoolPlan:
+        plan = cache.get(shape)
+        if plan is None:
+            plan = cache[shape] = _PoolPlan(_pool_geometry(info, shape[2:]))
+            if extra is not None:
+                extra(plan, shape)
+        return plan
+
+    return get
+
+
+# --------------------------------------------------------------------------------------------------------
+# MaxPool
+
+
+@kernel("MaxPool", since=1)
+def _max_pool(info: NodeInfo) -> Kernel:
+    with_indices = info.has_output(1)
+    column_major = int(info.get("storage_order", 0)) == 1
+    plans = _plan_cache(info, _index_offsets(column_major) if with_indices else None)
+
+    def run(x: np.ndarray) -> tuple[np.ndarray, ...]:
+        plan = plans(x.shape)
+        xp = pad_input(x, plan.geo, _lowest(x.dtype))
+        if not with_indices:
+            return (plan.reduce_max(xp),)
+        return _max_with_indices(plan, xp, x.shape)
+
+    return run
+
+
+def _index_offsets(column_major: bool) -> Any:
+    def extra(plan: _PoolPlan, shape: tuple[int, ...]) -> None:
+        geo = plan.geo
+        in_sp = shape[2:]
+        nd = len(in_sp)
+        # Flat-index weight of each spatial axis within one (n, c) image.
+        if column_major:
+            weights = [math.prod(in_sp[:i]) for i in range(nd)]
+        else:
+            weights = [math.prod(in_sp[i + 1 :]) for i in range(nd)]
+        grids = np.meshgrid(*(np.arange(o, dtype=np.int64) for o in geo.out), indexing="ij")
+        offsets = []
+        for offs, _src in window_slices(geo):
+            flat = np.zeros(geo.out, dtype=np.int64)
+            for i in range(nd):
+                coord = grids[i] * geo.strides[i] + offs[i] * geo.dilations[i] - geo.pad_begin[i]
+                flat += coord * weights[i]
+            offsets.append(flat)
+        plan.index_offsets = offsets
+
+    return extra
+
+
+def _max_with_indices(
+    plan: _PoolPlan, xp: np.ndarray, shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    slices = plan.slices
+    offsets = plan.index_offsets
+    y = np.array(xp[slices[0]], copy=True)
+    idx = np.empty(y.shape, dtype=np.int64)
+    idx[...] = offsets[0]
+    mask = np.empty(y.shape, dtype=bool)
+    for k in range(1, len(slices)):
+        patch = xp[slices[k]]
+        np.greater(patch, y, out=mask)
+        np.copyto(y, patch, where=mask)
+        np.copyto(idx, offsets[k], where=mask)
+    n, c = shape[0], shape[1]
+    image = math.prod(shape[2:])
+    idx += (np.arange(n * c, dtype=np.int64) * image).reshape((n, c) + (1,) * (len(shape) - 2))
+    return y, idx
+
+
+# --------------------------------------------------------------------------------------------------------
+# AveragePool, LpPool
+
+
+def _counts(include_pad: bool) -> Any:
+    def extra(plan: _PoolPlan, shape: tuple[int, ...]) -> None:
+        geo = plan.geo
+        in_sp = shape[2:]
+        mask = np.zeros((1, 1) + geo.padded, dtype=np.float64)
+        if include_pad:
+            region = tuple(slice(0, b + s + e) for b, s, e in zip(geo.pad_begin, in_sp, geo.pad_end))
+        else:
+            region = tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, in_sp))
+        mask[(0, 0) + region] = 1.0
+        plan.counts = plan.reduce_sum(mask)
+
+    return extra
+
+
+@kernel("AveragePool", since=1)
+def _average_pool(info: NodeInfo) -> Kernel:
+    include_pad = int(info.get("count_include_pad", 0)) == 1
+    plans = _plan_cache(info, _counts(include_pad))
+    recips: dict[tuple[tuple[int, ...], Any], np.ndarray] = {}
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        plan = plans(x.shape)
+        key = (x.shape, x.dtype)
+        recip = recips.get(key)
+        if recip is None:
+            recip = recips[key] = (1.0 / plan.counts).astype(x.dtype)
+        y = plan.reduce_sum(pad_input(x, plan.geo))
+        y *= recip
+        return (y,)
+
+    return run
+
+
+@kernel("LpPool", since=1)
+def _lp_pool(info: NodeInfo) -> Kernel:
+    p = float(info.get("p", 2))
+    plans = _plan_cache(info)
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        plan = plans(x.shape)
+        powered = _abs_pow(x, p)
+        y = plan.reduce_sum(pad_input(powered, plan.geo))
+        return (_root(y, p),)
+
+    return run
+
+
+def _abs_pow(x: np.ndarray, p: float) -> np.ndarray:
+    if p == 2.0:
+        return x * x
+    if p == 1.0:
+        return np.abs(x)
+    return np.power(np.abs(x), x.dtype.type(p))
+
+
+def _root(y: np.ndarray, p: float) -> np.ndarray:
+    if p == 2.0:
+        return np.sqrt(y, out=y)
+    if p == 1.0:
+        return y
+    return np.power(y, y.dtype.type(1.0 / p), out=y)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Global pools
+
+
+def _spatial_axes(x: np.ndarray) -> tuple[int, ...]:
+    return tuple(range(2, x.ndim))
+
+
+@kernel("GlobalAveragePool", since=1)
+def _global_average_pool(info: NodeInfo) -> Kernel:
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        if x.ndim == 4 and x.flags.c_contiguous:
+            n, c = x.shape[0], x.shape[1]
+            y = x.reshape(n, c, -1).mean(axis=2)
+            return (y.reshape(n, c, 1, 1),)
+        return (x.mean(axis=_spatial_axes(x), keepdims=True),)
+
+    return run
+
+
+@kernel("GlobalMaxPool", since=1)
+def _global_max_pool(info: NodeInfo) -> Kernel:
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        return (x.max(axis=_spatial_axes(x), keepdims=True),)
+
+    return run
+
+
+@kernel("GlobalLpPool", since=2)
+def _global_lp_pool(info: NodeInfo) -> Kernel:
+    p = float(info.get("p", 2))
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        y = _abs_pow(x, p).sum(axis=_spatial_axes(x), keepdims=True)
+        return (_root(y, p),)
+
+    return run
