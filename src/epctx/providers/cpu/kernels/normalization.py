@@ -57,11 +57,11 @@ def _batch_norm(info: NodeInfo) -> Kernel:
             return reference_kernel(info)
         return _batch_norm_training(info, eps, momentum)
 
-    consts = [info.const_input(i) for i in range(1, 5)]
+    sc, bi, mu, va = (info.const_input(i) for i in range(1, 5))
     prepared: dict[tuple[int, Any], tuple[np.ndarray, np.ndarray]] = {}
     affine = None
-    if all(c is not None for c in consts):
-        affine = _bn_affine(*consts, eps)  # type: ignore[arg-type]
+    if sc is not None and bi is not None and mu is not None and va is not None:
+        affine = _bn_affine(sc, bi, mu, va, eps)
 
     def run(
         x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray
