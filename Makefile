@@ -31,7 +31,7 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 demo: $(STAMP)
-	$(BIN)/python -m epctx.demo
+	$(BIN)/epctx demo
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_cpu.py

@@ -54,6 +54,6 @@ class ModelRequiresCompilation(EPCtxError):
     status = "MODEL_REQUIRES_COMPILATION"
 
 
-class NotImplemented(EPCtxError, NotImplementedError):  # noqa: A001 - mirrors onnxruntime's status name
+class NotImplemented(EPCtxError, NotImplementedError):
     code = 9
     status = "NOT_IMPLEMENTED"

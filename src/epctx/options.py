@@ -73,7 +73,9 @@ class SessionOptions:
         if not isinstance(key, str) or not key:
             raise InvalidArgument(f"session config key must be a non-empty string, got {key!r}")
         if not isinstance(value, str):
-            raise InvalidArgument(f"session config value for {key!r} must be a string, got {type(value).__name__}")
+            raise InvalidArgument(
+                f"session config value for {key!r} must be a string, got {type(value).__name__}"
+            )
         if key in _BOOL_KEYS and value not in ("0", "1"):
             raise InvalidArgument(f"session config {key!r} must be '0' or '1', got {value!r}")
         self._config[key] = value

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
+import onnx_ir.passes.common
 from google.protobuf.message import DecodeError
 
 from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
@@ -30,7 +31,9 @@ class LoadedModel:
     base_dir: Path | None
 
 
-def load_model(source: str | os.PathLike[str] | bytes, *, external_data_folder: str | None = None) -> LoadedModel:
+def load_model(
+    source: str | os.PathLike[str] | bytes, *, external_data_folder: str | None = None
+) -> LoadedModel:
     """Parse, check and convert a model. External tensors stay on disk (onnx-ir memory-maps them on use)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
@@ -60,7 +63,7 @@ def load_model(source: str | os.PathLike[str] | bytes, *, external_data_folder: 
         raise InvalidGraph(f"{what} has no graph (not an ONNX model?)")
     if len(data) < _CHECKER_LIMIT:
         try:
-            onnx.checker.check_model(proto)
+            onnx.checker.check_model(_checkable(proto, data))
         except onnx.checker.ValidationError as exc:
             raise InvalidGraph(f"{what} is not a valid ONNX model: {str(exc).strip()}") from exc
     try:
@@ -69,9 +72,27 @@ def load_model(source: str | os.PathLike[str] | bytes, *, external_data_folder: 
         raise InvalidGraph(f"{what} could not be read: {exc}") from exc
     if model.functions:
         # Model-local functions are inlined so every node left is a plain operator.
-        ir.passes.common.InlinePass()(model)
+        onnx_ir.passes.common.InlinePass()(model)
     _check_external_data(model, base_dir, what)
     return LoadedModel(model=model, path=path, base_dir=base_dir)
+
+
+def _checkable(proto: onnx.ModelProto, data: bytes) -> bytes:
+    """What onnx.checker should see. It resolves external data against the working directory, so
+    external initializers are checked by epctx (``_check_external_data``) and shown to it as graph inputs."""
+    external = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return data
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    kept = [t for t in copy.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    del copy.graph.initializer[:]
+    copy.graph.initializer.extend(kept)
+    declared = {i.name for i in copy.graph.input}
+    for t in external:
+        if t.name not in declared:
+            copy.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return copy.SerializeToString()
 
 
 def _check_external_data(model: ir.Model, base_dir: Path | None, what: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -115,8 +116,6 @@ class GraphPartitioner:
                 if a != b and b not in succ[a]:
                     succ[a].add(b)
                     indeg[b] += 1
-        import heapq
-
         ready = [h for h in heads if indeg[h] == 0]
         heapq.heapify(ready)
         units: list[Unit] = []
@@ -130,9 +129,10 @@ class GraphPartitioner:
                 part = make_partition(name, ep.name, graph, [nodes[i] for i in members], opset_imports)
                 units.append(Unit(ep, part.nodes, part))
             else:
-                ep = owner[h]
-                assert ep is not None
-                units.append(Unit(ep, (nodes[h],)))
+                kernel_ep = owner[h]
+                if kernel_ep is None:  # every node was checked to have an owner before ordering
+                    raise InvalidGraph(f"node {nodes[h].name!r} has no execution provider (internal error)")
+                units.append(Unit(kernel_ep, (nodes[h],)))
             for s in sorted(succ[h]):
                 indeg[s] -= 1
                 if indeg[s] == 0:

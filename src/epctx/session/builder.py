@@ -35,7 +35,9 @@ class StepBuilder:
             parts = [units[k].partition for k in ks]
             results = ep.compile([p for p in parts if p is not None])
             if len(results) != len(ks):
-                raise RuntimeError(f"{ep.name}.compile returned {len(results)} results for {len(ks)} partitions")
+                raise RuntimeError(
+                    f"{ep.name}.compile returned {len(results)} results for {len(ks)} partitions"
+                )
             compiled.update(zip(ks, results))
         steps = []
         for k, unit in enumerate(units):
@@ -56,7 +58,9 @@ class StepBuilder:
         )
         fn = ep.create_kernel(ctx)
         foldable = not outer and not node_subgraphs(node) and node.op_type not in _NOT_FOLDABLE
-        return PlanStep(fn, (*node.inputs, *outer), tuple(node.outputs), foldable=foldable, label=node.name or "")
+        return PlanStep(
+            fn, (*node.inputs, *outer), tuple(node.outputs), foldable=foldable, label=node.name or ""
+        )
 
     def build_subgraph(self, graph: ir.Graph, outer: tuple[ir.Value, ...]) -> _SubgraphRunner:
         steps = [self.node_step(self.kernel_ep, node) for node in graph]

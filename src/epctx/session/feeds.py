@@ -48,7 +48,9 @@ class FeedBinder:
             value = feed.get(spec.name, _MISSING)
             if value is _MISSING:
                 if spec.default is None:
-                    raise InvalidArgument(f"missing input {spec.name!r} ({spec.type}); the feed has {list(feed)}")
+                    raise InvalidArgument(
+                        f"missing input {spec.name!r} ({spec.type}); the feed has {list(feed)}"
+                    )
                 bound.append(spec.default)
                 continue
             used += 1

@@ -124,7 +124,10 @@ class InferenceSession:
 
 
 def _as_output(value: Any) -> Any:
-    if isinstance(value, np.ndarray) or value is None or isinstance(value, list):
+    """Outputs are the caller's own arrays: views (of inputs, weights or cached constants) are copied."""
+    if isinstance(value, np.ndarray):
+        return value if value.base is None and value.flags.writeable else value.copy()
+    if value is None or isinstance(value, list):
         return value
     return np.asarray(value)
 

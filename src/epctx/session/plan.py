@@ -37,7 +37,9 @@ class ExecutionPlan:
         template: list[Any],
         input_slots: tuple[int, ...],
         output_slots: tuple[int, ...],
-        steps: tuple[tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...],
+        steps: tuple[
+            tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...
+        ],
     ) -> None:
         self.template = template
         self.num_slots = len(template)
@@ -114,7 +116,7 @@ def build_plan(
                 last_use[v] = k
     frees_at: list[list[int]] = [[] for _ in live_steps]
     compiled = []
-    for k, step in enumerate(live_steps):
+    for step in live_steps:
         ins = []
         for v in step.inputs:
             if v is None:

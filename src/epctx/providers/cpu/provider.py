@@ -50,7 +50,7 @@ class CPUExecutionProvider(ExecutionProvider):
         except NotImplemented:
             raise
         except Exception as exc:
-            raise NotImplemented(
+            raise NotImplementedError(
                 f"CPU kernel for node {info.name!r} ({info.op_type}, domain {info.domain or 'ai.onnx'!r}, "
                 f"opset {info.opset}) could not be created: {exc}"
             ) from exc

@@ -2,54 +2,79 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx.reference import ReferenceEvaluator
-from onnx.reference import op_run
-from onnx.reference.ops import load_op
+from onnx.reference import ReferenceEvaluator, op_run
 
-from epctx.errors import NotImplemented
 from epctx.providers.base import Kernel
 from epctx.providers.cpu.registry import NodeInfo
 
-__all__ = ["reference_kernel"]
+__all__ = ["has_reference", "reference_kernel"]
+
+# Non-default domains that onnx.reference implements, and the module holding each one's loader.
+_DOMAIN_MODULES = {
+    "ai.onnx.ml": "onnx.reference.ops.aionnxml",
+    "ai.onnx.preview": "onnx.reference.ops.aionnx_preview",
+    "ai.onnx.preview.training": "onnx.reference.ops.aionnx_preview_training",
+    "experimental": "onnx.reference.ops.experimental",
+}
 
 
 def _noop_log(*args: Any) -> None:
     return None
 
 
+def _load(domain: str, op_type: str, opset: int, **kwargs: Any) -> Any:
+    if domain == "":
+        from onnx.reference.ops import load_op
+
+        return load_op(domain, op_type, opset, evaluator_cls=ReferenceEvaluator, **kwargs)
+    # The other domains' loaders take no node or type information.
+    module = _DOMAIN_MODULES.get(domain)
+    if module is None:
+        raise NotImplementedError(f"onnx.reference has no domain {domain!r}")
+    loader: Callable[..., Any] = importlib.import_module(module).load_op
+    return loader(domain, op_type, opset)
+
+
+def has_reference(node: ir.Node, opset: int) -> bool:
+    """True when onnx.reference implements ``node``'s op at ``opset``."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    try:
+        _load(domain, node.op_type, opset)
+    except op_run.RuntimeContextError:
+        return True
+    except Exception:
+        return False
+    return True
+
+
 def reference_kernel(info: NodeInfo) -> Kernel:
     """Wrap onnx.reference's implementation of ``info``'s op. Raises NotImplemented if it has none."""
     proto = ir.serde.serialize_node(info.node)
-    domain = info.domain
     run_params = {
         "log": _noop_log,
-        "opsets": {domain: info.opset, "": info.opset if domain == "" else 21},
+        "opsets": {info.domain: info.opset} if info.domain else {"": info.opset},
         "verbose": 0,
         "new_ops": {},
         "existing_functions": {},
         "evaluator_cls": ReferenceEvaluator,
     }
     try:
-        cls = load_op(domain, info.op_type, info.opset, node=proto, evaluator_cls=ReferenceEvaluator)
+        cls = _load(info.domain, info.op_type, info.opset, node=proto)
     except op_run.RuntimeContextError:
         return _ContextDependent(info, proto, run_params)
     except Exception as exc:
-        raise NotImplemented(
-            f"no CPU kernel for op {info.op_type!r} (domain {domain or 'ai.onnx'!r}, opset {info.opset}) "
+        raise NotImplementedError(
+            f"no CPU kernel for op {info.op_type!r} (domain {info.domain or 'ai.onnx'!r}, opset {info.opset}) "
             f"of node {info.name!r}: {exc}"
         ) from exc
-    impl = cls(proto, run_params)
-    run = impl.run
-
-    def call(*inputs: Any) -> Any:
-        return run(*inputs)
-
-    return call
+    return cls(proto, run_params).run  # type: ignore[no-any-return]
 
 
 class _ContextDependent:
@@ -66,29 +91,14 @@ class _ContextDependent:
         impl = self._cache.get(key)
         if impl is None:
             types = [
-                onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(np.asarray(x).dtype), None)
+                onnx.helper.make_tensor_type_proto(
+                    onnx.helper.np_dtype_to_tensor_dtype(np.asarray(x).dtype), None
+                )
                 for x in inputs
                 if x is not None
             ]
-            cls = load_op(
-                self._info.domain,
-                self._info.op_type,
-                self._info.opset,
-                node=self._proto,
-                input_types=types,
-                evaluator_cls=ReferenceEvaluator,
+            cls = _load(
+                self._info.domain, self._info.op_type, self._info.opset, node=self._proto, input_types=types
             )
             impl = self._cache[key] = cls(self._proto, self._params)
         return impl.run(*inputs)
-
-
-def has_reference(node: ir.Node, opset: int) -> bool:
-    """True when onnx.reference implements ``node``'s op at ``opset``."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    try:
-        load_op(domain, node.op_type, opset, evaluator_cls=ReferenceEvaluator)
-    except op_run.RuntimeContextError:
-        return True
-    except Exception:
-        return False
-    return True

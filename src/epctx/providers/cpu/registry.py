@@ -73,9 +73,7 @@ class NodeInfo:
         self.num_inputs = len(node.inputs)
         self.num_outputs = len(node.outputs)
         self.attrs: dict[str, Any] = {
-            name: _attr_value(attr)
-            for name, attr in node.attributes.items()
-            if isinstance(attr, ir.Attr)
+            name: _attr_value(attr) for name, attr in node.attributes.items() if isinstance(attr, ir.Attr)
         }
 
     def get(self, name: str, default: Any = None) -> Any:

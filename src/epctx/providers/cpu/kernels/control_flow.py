@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from epctx.errors import Fail, NotImplemented
+from epctx.errors import Fail
 from epctx.providers.base import Kernel, SubgraphRunner
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
@@ -16,7 +16,7 @@ __all__: list[str] = []
 def _body(info: NodeInfo, attr: str) -> SubgraphRunner:
     build = info.ctx.build_subgraph
     if build is None:
-        raise NotImplemented(f"{info.op_type} node {info.name!r} needs a subgraph builder")
+        raise NotImplementedError(f"{info.op_type} node {info.name!r} needs a subgraph builder")
     return build(info.attrs[attr], info.ctx.outer_values)
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from epctx.cli import main
+
+sys.exit(main())

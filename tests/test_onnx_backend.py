@@ -1,0 +1,42 @@
+"""ONNX's own backend test suite (node cases built in memory, plus the small model cases) on epctx.
+
+The skip list below is explicit and reviewed: each entry says why the case cannot pass. conftest.py prints the
+node-case count (passed / failed / skipped) at the end of the run.
+"""
+
+from __future__ import annotations
+
+import onnx.backend.test
+
+import epctx.backend
+
+# Reviewed skips: (regex, reason).
+SKIPS: list[tuple[str, str]] = [
+    # Random output: the expected data was drawn by numpy with another generator; no runtime can reproduce it.
+    (r"test_bernoulli", "random output; expected values come from numpy's generator"),
+    # FlexAttention's score/prob modifier subgraphs run through onnx.reference's evaluator, which needs the
+    # whole-model ReferenceEvaluator context that a per-op fallback does not have.
+    (
+        r"test_flexattention_(causal_mask|prob_mod|relative_positional|score_mod|soft_cap)",
+        "ai.onnx.preview FlexAttention with modifier subgraphs is not implemented",
+    ),
+    # Scatter was deprecated in opset 11 (replaced by ScatterElements) and onnx.reference has no implementation.
+    (r"test_scatter_(with|without)_axis", "deprecated Scatter (opset 9-10)"),
+    # Scan-8 (batch axis + sequence_lens form, replaced in opset 9).
+    (r"test_scan_sum", "Scan opset 8 form"),
+    # Optional-typed control flow values.
+    (r"test_if_opt", "If returning optional(seq) values"),
+    (r"test_loop16_seq_none", "Loop with an empty optional(seq) loop-carried value"),
+    # Training-only op (ai.onnx.preview.training Gradient): differentiation is out of scope for an inference runtime.
+    (r"test_gradient_of_add", "Gradient op (training)"),
+]
+
+backend_test = onnx.backend.test.BackendTest(epctx.backend.EpctxBackend, __name__)
+for pattern, _reason in SKIPS:
+    backend_test.exclude(pattern)
+# The "real model" cases are the small models stored in onnx/backend/test/data/light (no download): their
+# expected outputs come from onnx.reference on random inputs.
+# CUDA variants are skipped by supports_device; only CPU cases run.
+backend_test.exclude(r"_cuda$")
+
+globals().update(backend_test.test_cases)
