@@ -296,3 +296,17 @@ def test_import_is_light():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out[1] == "[]", f"import epctx imported a backend: {out}"
+
+
+def test_negative_dim_value_is_dynamic():
+    # paddle2onnx exports write the batch dimension as dim_value -1; onnxruntime treats it as dynamic.
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = epctx.InferenceSession(model.SerializeToString())
+    assert sess.get_inputs()[0].shape == [None, 3]
+    assert sess.run(None, {"x": np.ones((5, 3), np.float32)})[0].shape == (5, 3)

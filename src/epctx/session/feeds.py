@@ -31,7 +31,8 @@ class _InputSpec:
                 self.dtype = None
             if value.shape is not None:
                 self.rank = len(value.shape)
-                self.dims = tuple((i, d) for i, d in enumerate(value.shape) if isinstance(d, int))
+                # Negative sizes (paddle2onnx writes -1) mean dynamic, as in onnxruntime.
+                self.dims = tuple((i, d) for i, d in enumerate(value.shape) if isinstance(d, int) and d >= 0)
 
 
 class FeedBinder:

@@ -71,7 +71,7 @@ def node_arg(value: ir.Value) -> NodeArg:
         shape = []
         for dim in value.shape:
             if isinstance(dim, int):
-                shape.append(dim)
+                shape.append(dim if dim >= 0 else None)  # a negative size means dynamic
             else:
                 shape.append(dim.value if getattr(dim, "value", None) is not None else None)
     return NodeArg(name=value.name or "", type=type_string(value.type), shape=shape)
