@@ -22,8 +22,6 @@ SKIPS: list[tuple[str, str]] = [
     ),
     # Scatter was deprecated in opset 11 (replaced by ScatterElements) and onnx.reference has no implementation.
     (r"test_scatter_(with|without)_axis", "deprecated Scatter (opset 9-10)"),
-    # Scan-8 (batch axis + sequence_lens form, replaced in opset 9).
-    (r"test_scan_sum", "Scan opset 8 form"),
     # Optional-typed control flow values.
     (r"test_if_opt", "If returning optional(seq) values"),
     (r"test_loop16_seq_none", "Loop with an empty optional(seq) loop-carried value"),

@@ -506,11 +506,6 @@ def test_one_ep_claiming_everything_gives_one_partition() -> None:
     assert [v.name for v in units[0].partition.outputs] == ["y"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="make_partition exposes a value read only by a subgraph of a node inside the same partition "
-    "(its inner consumer is not in the partition's node set), so the partition gets a needless output",
-)
 def test_value_read_only_inside_the_partition_subgraphs_is_not_an_output() -> None:
     ep = make_fusing_ep(lambda node: True, "TestAllEP")
     units = _partition(_if_model(), [ep(), CPUExecutionProvider()])

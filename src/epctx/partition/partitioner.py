@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from epctx.errors import InvalidGraph, NotImplemented
-from epctx.model.scopes import outer_scope_values
+from epctx.model.scopes import node_subgraphs, outer_scope_values
 from epctx.partition.grouping import group_units
 from epctx.providers.base import ExecutionProvider, Partition
 
@@ -161,6 +161,12 @@ def _graph_key(nodes: list[ir.Node]) -> str:
     h = hashlib.sha256()
     for node in nodes:
         h.update(f"{node.domain}:{node.op_type}:{node.name}|".encode())
+        for name, attr in sorted(node.attributes.items()):
+            if isinstance(attr, ir.Attr) and attr.type not in (
+                ir.AttributeType.GRAPH,
+                ir.AttributeType.GRAPHS,
+            ):
+                h.update(f"{name}={attr.value!r}|".encode())
         h.update(",".join(v.name or "" if v is not None else "" for v in node.inputs).encode())
         h.update(b">")
         h.update(",".join(v.name or "" for v in node.outputs).encode())
@@ -172,7 +178,11 @@ def make_partition(
     name: str, ep_name: str, graph: ir.Graph, members: list[ir.Node], opset_imports: Mapping[str, int]
 ) -> Partition:
     """Describe a fused group: the values it reads from outside and the values it must expose."""
+    # Nodes of the members' subgraphs count as inside: a value read only there is not an output.
     inside = set(members)
+    for node in members:
+        for sub in node_subgraphs(node):
+            inside.update(sub.all_nodes())
     produced = {v for n in members for v in n.outputs}
     inputs: dict[ir.Value, None] = {}
     initializers: dict[ir.Value, None] = {}

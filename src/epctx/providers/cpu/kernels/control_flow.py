@@ -69,6 +69,40 @@ def _loop(info: NodeInfo) -> Kernel:
     return run
 
 
+@kernel("Scan", since=8)
+def _scan8(info: NodeInfo) -> Kernel:
+    """Scan-8: a leading batch axis on states and scan inputs, optional sequence_lens as input 0."""
+    body = _body(info, "body")
+    n_scan_in = int(info.attrs["num_scan_inputs"])
+    n_state = info.num_inputs - 1 - n_scan_in
+    n_scan_out = info.num_outputs - n_state
+    dirs = list(info.get("directions", [0] * n_scan_in))
+    n_in = info.num_inputs
+
+    def run(*args: Any) -> list[Any]:
+        lens, states0, scans0, outer = args[0], args[1 : 1 + n_state], args[1 + n_state : n_in], args[n_in:]
+        batch = (states0 or scans0)[0].shape[0]
+        finals: list[list[Any]] = [[] for _ in range(n_state)]
+        outs: list[list[Any]] = [[] for _ in range(n_scan_out)]
+        for b in range(batch):
+            states = [s[b] for s in states0]
+            steps = scans0[0].shape[1] if lens is None else int(np.asarray(lens).reshape(-1)[b])
+            seqs = [x[b, :steps][::-1] if d else x[b, :steps] for x, d in zip(scans0, dirs)]
+            acc: list[list[Any]] = [[] for _ in range(n_scan_out)]
+            for t in range(steps):
+                out = body((*states, *(s[t] for s in seqs)), outer)
+                states = list(out[:n_state])
+                for k in range(n_scan_out):
+                    acc[k].append(out[n_state + k])
+            for k in range(n_state):
+                finals[k].append(states[k])
+            for k in range(n_scan_out):
+                outs[k].append(_stack(acc[k]))
+        return [*(np.stack(f) for f in finals), *(np.stack(o) for o in outs)]
+
+    return run
+
+
 @kernel("Scan", since=9)
 def _scan(info: NodeInfo) -> Kernel:
     body = _body(info, "body")
