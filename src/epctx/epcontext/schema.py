@@ -1,0 +1,142 @@
+"""The ``com.microsoft::EPContext`` op: constants and a typed, validated view of one node.
+
+Attributes and defaults are those of ONNX Runtime's contrib op (see EP_CONTEXT_SPEC.md): ``main_context``
+INT = 1, ``ep_cache_context`` STRING, ``embed_mode`` INT = 1, ``ep_sdk_version``, ``onnx_model_filename``,
+``hardware_architecture``, ``partition_name``, ``source``, ``notes`` (STRING), ``max_size`` INT = 0. Unknown
+extra attributes are kept (EPs add their own, e.g. QNN's ``is_multi_soc_ep_context``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+
+from epctx.errors import InvalidGraph
+
+__all__ = ["DOMAIN", "OP_TYPE", "OPSET_VERSION", "EPContextNode", "is_ep_context"]
+
+DOMAIN = "com.microsoft"
+OP_TYPE = "EPContext"
+OPSET_VERSION = 1
+
+_INT_ATTRS = {"main_context": 1, "embed_mode": 1, "max_size": 0}
+_STRING_ATTRS = (
+    "ep_cache_context",
+    "ep_sdk_version",
+    "onnx_model_filename",
+    "hardware_architecture",
+    "partition_name",
+    "source",
+    "notes",
+)
+
+
+def is_ep_context(node: ir.Node) -> bool:
+    return node.op_type == OP_TYPE and node.domain == DOMAIN
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EPContextNode:
+    """One EPContext node, attributes typed and checked. ``ep_cache_context`` stays bytes: with
+    embed_mode=1 it is the binary itself, with embed_mode=0 the (UTF-8) relative path of the binary."""
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    main_context: int = 1
+    ep_cache_context: bytes | None = None
+    embed_mode: int = 1
+    ep_sdk_version: str | None = None
+    onnx_model_filename: str | None = None
+    hardware_architecture: str | None = None
+    partition_name: str | None = None
+    source: str | None = None
+    notes: str | None = None
+    max_size: int = 0
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_ir(cls, node: ir.Node) -> EPContextNode:
+        """Read and validate ``node``; a wrong type or value is InvalidGraph naming the node and attribute."""
+        where = f"EPContext node {node.name!r}"
+        if not is_ep_context(node):
+            raise InvalidGraph(f"{where} is {node.domain}::{node.op_type}, not {DOMAIN}::{OP_TYPE}")
+        if not node.inputs or not node.outputs:
+            raise InvalidGraph(f"{where} must have at least one input and one output")
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for name, attr in node.attributes.items():
+            if not isinstance(attr, ir.Attr):
+                raise InvalidGraph(f"{where}: attribute {name!r} is a reference, expected a value")
+            if name in _INT_ATTRS:
+                if attr.type != ir.AttributeType.INT:
+                    raise InvalidGraph(f"{where}: attribute {name!r} must be INT, found {attr.type.name}")
+                values[name] = int(attr.value)
+            elif name in _STRING_ATTRS:
+                if attr.type != ir.AttributeType.STRING:
+                    raise InvalidGraph(f"{where}: attribute {name!r} must be STRING, found {attr.type.name}")
+                raw = attr.value
+                if name == "ep_cache_context":
+                    values[name] = raw if isinstance(raw, bytes) else str(raw).encode()
+                else:
+                    values[name] = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            else:
+                extra[name] = attr.value
+        view = cls(
+            name=node.name or "",
+            inputs=tuple(v.name or "" if v is not None else "" for v in node.inputs),
+            outputs=tuple(v.name or "" for v in node.outputs),
+            extra=extra,
+            **values,
+        )
+        view.validate()
+        return view
+
+    def validate(self) -> None:
+        where = f"EPContext node {self.name!r}"
+        if self.main_context not in (0, 1):
+            raise InvalidGraph(f"{where}: main_context must be 0 or 1, found {self.main_context}")
+        if self.embed_mode not in (0, 1):
+            raise InvalidGraph(f"{where}: embed_mode must be 0 or 1, found {self.embed_mode}")
+        if self.main_context == 1 and not self.ep_cache_context:
+            raise InvalidGraph(f"{where}: main_context=1 requires a non-empty ep_cache_context")
+        if self.main_context == 0 and not self.partition_name:
+            raise InvalidGraph(f"{where}: main_context=0 requires partition_name (the graph it runs)")
+        if not self.source:
+            raise InvalidGraph(f"{where}: attribute 'source' (the EP that made it) is missing")
+
+    @property
+    def cache_path(self) -> str:
+        """With embed_mode=0: the binary's path relative to the model folder."""
+        if self.embed_mode != 0 or self.ep_cache_context is None:
+            raise InvalidGraph(f"EPContext node {self.name!r} embeds its binary; it has no path")
+        try:
+            return self.ep_cache_context.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidGraph(f"EPContext node {self.name!r}: ep_cache_context is not a UTF-8 path") from exc
+
+    def attributes(self) -> list[ir.Attr]:
+        """The node's attributes in a fixed order (deterministic output), defaults included."""
+        attrs = [ir.AttrInt64("main_context", self.main_context)]
+        if self.ep_cache_context is not None:
+            # Binary payloads (embed_mode=1) are not UTF-8; onnx-ir keeps bytes as they are.
+            attrs.append(ir.AttrString("ep_cache_context", self.ep_cache_context))  # type: ignore[arg-type]
+        attrs.append(ir.AttrInt64("embed_mode", self.embed_mode))
+        for name in ("ep_sdk_version", "onnx_model_filename", "hardware_architecture", "partition_name"):
+            value = getattr(self, name)
+            if value is not None:
+                attrs.append(ir.AttrString(name, value))
+        if self.source is not None:
+            attrs.append(ir.AttrString("source", self.source))
+        if self.notes is not None:
+            attrs.append(ir.AttrString("notes", self.notes))
+        if self.max_size:
+            attrs.append(ir.AttrInt64("max_size", self.max_size))
+        return attrs
+
+    def to_ir(self, inputs: Sequence[ir.Value], outputs: Sequence[ir.Value]) -> ir.Node:
+        """A node for a new graph; ``outputs`` must be fresh values (not produced by another node)."""
+        return ir.Node(DOMAIN, OP_TYPE, inputs, attributes=self.attributes(), outputs=outputs, name=self.name)
