@@ -3,9 +3,9 @@ MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv, all in numpy.
 
 Rounding and saturation follow onnxruntime's CPU kernels bit for bit: ``x / scale`` in float32, round half
 to even, saturate to the target type (NaN gives the type's minimum); requantization multiplies the int32
-accumulator by ``a_scale * b_scale / y_scale`` in float32. Integer products are summed in float64, which
-is exact for any realistic reduction length. Float8, 4-bit, 2-bit and bfloat16 variants, and type
-combinations onnxruntime itself rejects, go to the onnx.reference fallback.
+accumulator by ``a_scale * b_scale / y_scale`` in float32. Integer products are summed by float BLAS, in
+float32 where the sums provably stay exact and in float64 otherwise. Float8, 4-bit, 2-bit and bfloat16
+variants, and type combinations onnxruntime itself rejects, go to the onnx.reference fallback.
 """
 
 from __future__ import annotations
@@ -189,49 +189,85 @@ def _dynamic_quantize(info: NodeInfo) -> Kernel:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Integer matmul / conv: operands minus zero points, as float64 (exact), through BLAS.
+# Integer matmul / conv: operands minus their zero points go through float BLAS. float32 when every partial
+# sum provably stays below 2**24 (so each is an exact integer), float64 otherwise (exact for any sane size).
+
+_EXACT_F32 = float(2**24)
 
 
-def _centered(v: np.ndarray, zp: np.ndarray | None, row_zp: bool) -> np.ndarray:
-    """``v - zp`` as float64. A 1-D zero point of more than one element is per row (A) or per column (B)."""
-    f = v.astype(np.float64)
-    if zp is not None:
-        z = zp.astype(np.float64)
-        if row_zp and z.ndim == 1 and z.size > 1:
-            z = z.reshape(-1, 1)
-        f -= z
-    return f
+class _Centered:
+    """An integer operand minus its zero point, held as float32 (exact), with a bound on its magnitude."""
+
+    __slots__ = ("_f64", "bound", "f32")
+
+    def __init__(self, v: np.ndarray, zp: np.ndarray | None, *, exact_bound: bool = False) -> None:
+        f = v.astype(np.float32)
+        if zp is not None:
+            f -= zp
+        self.f32 = f
+        self._f64: np.ndarray | None = None
+        if exact_bound or v.dtype not in _RANGE:
+            self.bound = float(np.abs(f).max()) if f.size else 0.0
+        else:  # from the type's range: no pass over the data
+            lo, hi = _RANGE[v.dtype]
+            z = np.zeros(1, dtype=np.float32) if zp is None else zp
+            self.bound = float(max(hi - z.min(), z.max() - lo))
+
+    def f64(self) -> np.ndarray:
+        if self._f64 is None:
+            self._f64 = self.f32.astype(np.float64)
+        return self._f64
+
+
+def _operands(a: _Centered, b: _Centered, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Both operands in the narrowest float type whose sums of ``k`` products are exact."""
+    if k * a.bound * b.bound <= _EXACT_F32:
+        return a.f32, b.f32
+    return a.f64(), b.f64()
+
+
+def _zp(zp: Any, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+    """A zero point as float32: a scalar, or reshaped to ``shape`` when it has more than one element."""
+    if zp is None:
+        return None
+    z = np.asarray(zp).astype(np.float32)
+    return z.reshape(()) if z.size == 1 else (z if shape is None else z.reshape(shape))
 
 
 def _requantize(acc: np.ndarray, multiplier: Any, y_zp: np.ndarray, node: str) -> np.ndarray:
-    """int32 accumulator (held as float64) times the float32 multiplier, rounded and saturated."""
+    """The int32 accumulator (exact in float) times the float32 multiplier, rounded and saturated."""
     out = y_zp.dtype
     if y_zp.size != 1:
         raise InvalidArgument(
             f"node {node!r}: the output zero point must be a scalar, found shape {y_zp.shape}"
         )
-    v = acc.astype(np.float32)
+    v = acc if acc.dtype == _F32 else acc.astype(np.float32)  # acc is a temporary: scaled in place
     v *= multiplier
     return _saturate(v, np.float32(y_zp.reshape(())), out)
 
 
+def _const_operand(info: NodeInfo, value: int, zp: int, shape: tuple[int, ...] | None) -> _Centered | None:
+    """The centered operand of a constant input with a constant (or no) zero point, else None."""
+    v = info.const_input(value)
+    if v is None or (info.has_input(zp) and info.const_input(zp) is None):
+        return None
+    z = info.const_input(zp) if info.has_input(zp) else None
+    return _Centered(v, _zp(z, shape), exact_bound=True)
+
+
 @kernel("MatMulInteger", since=10)
 def _matmul_integer(info: NodeInfo) -> Kernel:
-    b_const = info.const_input(1)
-    bzp_const = info.const_input(3) if info.has_input(3) else None
-    b_ready = None
-    if b_const is not None and (bzp_const is not None or not info.has_input(3)):
-        b_ready = _centered(b_const, bzp_const, False)
+    b_const = _const_operand(info, 1, 3, None)
 
     def run(a: np.ndarray, b: np.ndarray, a_zp: Any = None, b_zp: Any = None) -> Any:
-        bf = b_ready if b_ready is not None else _centered(b, b_zp, False)
-        acc = np.matmul(_centered(a, a_zp, True), bf)
-        return (acc.astype(np.int32),)
+        bc = b_const if b_const is not None else _Centered(b, _zp(b_zp))
+        ac = _Centered(a, _zp(a_zp, (-1, 1)))  # a 1-D zero point of A is per row
+        return (np.matmul(*_operands(ac, bc, a.shape[-1])).astype(np.int32),)
 
     return run
 
 
-def _scale_f32(s: np.ndarray) -> Any:
+def _scale(s: np.ndarray) -> Any:
     return s.reshape(()) if s.size == 1 else s
 
 
@@ -239,6 +275,7 @@ def _scale_f32(s: np.ndarray) -> Any:
 def _qlinear_matmul(info: NodeInfo) -> Kernel:
     fallback = _Fallback(info)
     node = info.name
+    b_const = _const_operand(info, 3, 5, None)
 
     def run(
         a: np.ndarray,
@@ -259,8 +296,10 @@ def _qlinear_matmul(info: NodeInfo) -> Kernel:
             or y_s.dtype != _F32
         ):
             return fallback(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp)
-        acc = np.matmul(_centered(a, a_zp, True), _centered(b, b_zp, False))
-        multiplier = _scale_f32(a_s) * _scale_f32(b_s) / _scale_f32(y_s)
+        bc = b_const if b_const is not None else _Centered(b, _zp(b_zp))
+        acc = np.matmul(*_operands(_Centered(a, _zp(a_zp, (-1, 1))), bc, a.shape[-1]))
+        # onnxruntime's order: (a_scale * b_scale) / y_scale, in float32
+        multiplier = _scale(a_s) * _scale(b_s) / _scale(y_s)
         return (_requantize(acc, multiplier, y_zp, node),)
 
     return run
@@ -274,41 +313,48 @@ def _conv_setup(info: NodeInfo) -> tuple[Any, ...]:
     return group, info.get("strides"), info.get("dilations"), info.get("pads"), auto_pad
 
 
-def _int_conv(x: np.ndarray, w: np.ndarray, setup: tuple[Any, ...], node: str) -> np.ndarray:
-    """Convolution of zero-point-centered float64 operands: im2col, then one batched matmul per group."""
+def _int_conv(
+    x: _Centered, w: _Centered, w_shape: tuple[int, ...], setup: tuple[Any, ...], node: str
+) -> np.ndarray:
+    """Convolution of centered operands (zero padding): im2col, then one batched matmul per group."""
     group, strides, dilations, pads, auto_pad = setup
-    n, c = x.shape[0], x.shape[1]
-    m = w.shape[0]
-    nsp = x.ndim - 2
-    if c != w.shape[1] * group or m % group:
+    n, c = x.f32.shape[0], x.f32.shape[1]
+    m = w_shape[0]
+    nsp = x.f32.ndim - 2
+    if c != w_shape[1] * group or m % group:
         raise InvalidArgument(
-            f"node {node!r}: input has {c} channels and weight shape {w.shape}, which does not fit group {group}"
+            f"node {node!r}: input has {c} channels and weight shape {w_shape}, which does not fit group {group}"
         )
     geo = spatial_geometry(
-        x.shape[2:],
-        w.shape[2:],
+        x.f32.shape[2:],
+        w_shape[2:],
         strides or (1,) * nsp,
         dilations or (1,) * nsp,
         list(pads) if pads else None,
         auto_pad,
         node=node,
     )
+    xf, wf = _operands(x, w, math.prod(w_shape[1:]))
     l_out = math.prod(geo.out)
-    cols = window_view(pad_input(x, geo), geo).reshape(n, group, -1, l_out)
-    y = np.matmul(w.reshape(group, m // group, -1), cols)
+    cols = window_view(pad_input(xf, geo), geo).reshape(n, group, -1, l_out)
+    y = np.matmul(wf.reshape(group, m // group, -1), cols)
     return y.reshape((n, m) + geo.out)
+
+
+def _per_channel(ndim: int) -> tuple[int, ...]:
+    return (-1,) + (1,) * (ndim - 1)
 
 
 @kernel("ConvInteger", since=10)
 def _conv_integer(info: NodeInfo) -> Kernel:
     setup = _conv_setup(info)
     node = info.name
+    w_value = info.const_input(1)
+    w_const = None if w_value is None else _const_operand(info, 1, 3, _per_channel(w_value.ndim))
 
     def run(x: np.ndarray, w: np.ndarray, x_zp: Any = None, w_zp: Any = None) -> Any:
-        wf = w.astype(np.float64)
-        if w_zp is not None:
-            wf -= w_zp.astype(np.float64).reshape((-1,) + (1,) * (w.ndim - 1)) if w_zp.size > 1 else w_zp
-        acc = _int_conv(_centered(x, x_zp, False), wf, setup, node)
+        wc = w_const if w_const is not None else _Centered(w, _zp(w_zp, _per_channel(w.ndim)))
+        acc = _int_conv(_Centered(x, _zp(x_zp)), wc, w.shape, setup, node)
         return (acc.astype(np.int32),)
 
     return run
@@ -319,6 +365,8 @@ def _qlinear_conv(info: NodeInfo) -> Kernel:
     setup = _conv_setup(info)
     node = info.name
     fallback = _Fallback(info)
+    w_value = info.const_input(3)
+    w_const = None if w_value is None else _const_operand(info, 3, 5, _per_channel(w_value.ndim))
 
     def run(
         x: np.ndarray,
@@ -340,14 +388,13 @@ def _qlinear_conv(info: NodeInfo) -> Kernel:
             or y_s.dtype != _F32
         ):
             return fallback(x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias)
-        per_channel = (-1,) + (1,) * (x.ndim - 2)
-        wf = w.astype(np.float64)
-        wf -= w_zp.astype(np.float64).reshape(per_channel) if w_zp.size > 1 else w_zp.reshape(())
-        acc = _int_conv(_centered(x, x_zp, False), wf, setup, node)
-        if bias is not None:
+        per_channel = _per_channel(x.ndim - 1)
+        wc = w_const if w_const is not None else _Centered(w, _zp(w_zp, _per_channel(w.ndim)))
+        acc = _int_conv(_Centered(x, _zp(x_zp)), wc, w.shape, setup, node)
+        if bias is not None:  # int32 sum: exact in float64, rounded once to float32 by _requantize
+            acc = acc.astype(np.float64)
             acc += bias.astype(np.float64).reshape(per_channel)
-        ws = w_s.reshape(per_channel) if w_s.size > 1 else w_s.reshape(())
-        multiplier = x_s.reshape(()) * ws / y_s.reshape(())
+        multiplier = _scale(x_s) * (w_s.reshape(per_channel) if w_s.size > 1 else _scale(w_s)) / _scale(y_s)
         return (_requantize(acc, multiplier, y_zp, node),)
 
     return run

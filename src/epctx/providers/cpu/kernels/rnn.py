@@ -1,8 +1,8 @@
 """LSTM, GRU and RNN: one matmul projects the input of every time step, the loop holds the recurrent one.
 
 Semantics follow onnxruntime's CPU kernels where the spec leaves room: activation names are matched
-case-insensitively; alpha/beta are consumed in activation order (LSTM, GRU) or taken per direction (RNN),
-with onnxruntime's defaults; ``clip`` bounds every gate's pre-activation (after bias and peephole); steps
+case-insensitively; alpha/beta are consumed in activation order, with onnxruntime's defaults where the
+list runs out; ``clip`` bounds every gate's pre-activation (after bias and peephole); steps
 past ``sequence_lens`` give zero outputs, and a batch entry of length 0 gives zero final states.
 """
 
@@ -99,13 +99,6 @@ def _activations(info: NodeInfo, defaults: list[str], num_directions: int) -> li
     alphas = [float(a) for a in info.get("activation_alpha", [])]
     betas = [float(b) for b in info.get("activation_beta", [])]
     acts = []
-    if info.op_type == "RNN":
-        # onnxruntime's RNN reads alpha/beta per direction (default 0), not in activation order.
-        for d, name in enumerate(names):
-            alpha = alphas[d] if d < len(alphas) else 0.0
-            beta = betas[d] if d < len(betas) else 0.0
-            acts.append(_make_act(name, alpha, beta))
-        return acts
     for name in names:
         uses_alpha, uses_beta = _ARG_USE[name]
         alpha, beta = _ARG_DEFAULT.get(name, (0.0, 0.0))
