@@ -8,7 +8,8 @@ outputs; the run() overhead on a one-node Identity model; session creation times
 print MISS; the exit code is 0 unless ``import epctx`` imported a backend module (a rule, not a target).
 
 The machine is shared and noisy: both runtimes are timed in alternating blocks (``--rounds``) so load
-changes hit both; compare ratios, not absolute times.
+changes hit both; compare ratios, not absolute times. On an oversubscribed machine multi-threaded BLAS and
+onnxruntime's spinning thread pool give heavy tails; ``--threads 1`` pins both runtimes to one thread.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ IDENTITY_TARGET_US = 30.0
 IMPORT_TARGET_S = 0.3
 BACKEND_MODULES = ("openvino", "iree", "onnxruntime")
 DEFAULT_MODELS = "mlp,resnet18,transformer"
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+ORT_THREADS = [0]  # onnxruntime intra-op threads; 0 = its default (set by --threads)
 
 Feeds = Mapping[str, np.ndarray]
 RunFn = Callable[[], list[Any]]
@@ -57,8 +60,11 @@ def epctx_session(model_bytes: bytes) -> Any:
 def ort_session(model_bytes: bytes) -> Any:
     import onnxruntime as ort
 
-    # Default session options: ORT_ENABLE_ALL graph optimizations, default intra-op thread count.
-    return ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    # Default session options (ORT_ENABLE_ALL graph optimizations); intra-op threads default unless --threads.
+    options = ort.SessionOptions()
+    if ORT_THREADS[0]:
+        options.intra_op_num_threads = ORT_THREADS[0]
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
 def time_creation(factory: Callable[[bytes], Any], model_bytes: bytes, count: int) -> float:
@@ -341,7 +347,7 @@ def report(results: dict[str, Any]) -> str:
     env = results["environment"]
     out.append(
         f"epctx CPU benchmark  python {env['python']}  numpy {env['numpy']}  "
-        f"onnxruntime {env['onnxruntime']}  cpus {env['cpus']}  "
+        f"onnxruntime {env['onnxruntime']}  cpus {env['cpus']}  threads {env['threads']}  "
         f"load {env['load_before']} -> {env['load_after']}"
     )
     rows = []
@@ -388,6 +394,10 @@ def report(results: dict[str, Any]) -> str:
         "max|diff|",
     ]
     out += ["", _table([*header, "target", "runs"], rows)]
+    out.append(
+        "epctx/ort: ratio of medians (what the targets apply to); min ratio: best run against best run,"
+    )
+    out.append("steadier when other processes load the machine. max|diff|: over all outputs, epctx vs ort.")
 
     created = dict(results["models"])
     if "identity" in results:
@@ -446,6 +456,8 @@ def environment() -> dict[str, Any]:
     import onnxruntime
 
     return {
+        "threads": ORT_THREADS[0] or "default",
+        "blas_threads_env": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "onnxruntime": onnxruntime.__version__,
@@ -476,6 +488,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile-models", default=None, help="models to profile (default: --models)")
     parser.add_argument("--profile-runs", type=int, default=5)
     parser.add_argument("--json", metavar="PATH", help="write all numbers to PATH")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="threads for both runtimes (numpy's BLAS via env + re-exec, onnxruntime's intra-op pool); "
+        "0 = library defaults. 1 gives much steadier numbers on a loaded machine",
+    )
     args = parser.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in MODELS]
@@ -490,8 +509,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _reexec_with_blas_threads(threads: int) -> None:
+    """BLAS thread pools are sized when numpy loads: restart the script with the thread env set."""
+    if all(os.environ.get(var) == str(threads) for var in BLAS_THREAD_VARS):
+        return
+    for var in BLAS_THREAD_VARS:
+        os.environ[var] = str(threads)
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads > 0:
+        if argv is None:
+            _reexec_with_blas_threads(args.threads)
+        ORT_THREADS[0] = args.threads
     results: dict[str, Any] = {"environment": environment(), "models": {}}
     results["environment"]["load_before"] = _load()
     if not args.skip_import:
