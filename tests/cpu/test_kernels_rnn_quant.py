@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
@@ -415,6 +416,32 @@ def test_dequantize_per_tensor(xtype: Any, opset: int, stype: Any) -> None:
     model, feeds = _model("DequantizeLinear", opset, [x, stype(0.25)], {}, out)
     if xtype not in (np.int16, np.uint16):  # onnxruntime needs the zero point to bind 16-bit types
         _check(model, feeds, atol=0)
+
+
+_I4 = ml_dtypes.int4
+_F8 = ml_dtypes.float8_e4m3fn
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs", "out_type"),
+    [
+        ("QuantizeLinear", [np.array([0.5, -3.25, 100.0, 1e6], F32), F32(0.5)], {"output_dtype": 17}, _F8),
+        ("QuantizeLinear", [np.array([0.5, -3.25, 9.0, -20.0], F32), F32(0.5), np.array(1, _I4)], {}, _I4),
+        ("DequantizeLinear", [np.array([1, 2.5, -3, 448], _F8), F32(0.5)], {}, F32),
+        ("DequantizeLinear", [np.array([1, -2, 3, -8], _I4), F32(0.5), np.array(1, _I4)], {}, F32),
+    ],
+)
+def test_float8_int4_fall_back_to_reference(
+    op: str, inputs: list[Any], attrs: dict[str, Any], out_type: Any
+) -> None:
+    """Types numpy lacks go to onnx.reference (onnxruntime's Python API cannot feed them)."""
+    from onnx.reference import ReferenceEvaluator
+
+    model, feeds = _model(op, 21, inputs, attrs, [("y", out_type, 1)])
+    got = run_epctx(model, feeds)[0]
+    expected = ReferenceEvaluator(model).run(None, feeds)[0]
+    assert got.dtype == expected.dtype == np.dtype(out_type)
+    np.testing.assert_array_equal(got.astype(F32), expected.astype(F32))
 
 
 @pytest.mark.parametrize(

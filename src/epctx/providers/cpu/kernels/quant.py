@@ -115,11 +115,13 @@ def _saturate(q: np.ndarray, zp: Any, out: np.dtype[Any]) -> np.ndarray:
 def _quantize(info: NodeInfo) -> Kernel:
     axis = int(info.get("axis", 1))
     block = int(info.get("block_size", 0))
-    if info.has_input(2):
+    if info.has_input(2):  # the zero point's type is the output type (None: known only at run time)
         fixed = _input_dtype(info, 2)
+        supported = fixed is None or fixed in _RANGE
     else:
         fixed = _ONNX_TO_NP.get(int(info.get("output_dtype", 0)) or 2)
-    if (fixed is not None and fixed not in _RANGE) or int(info.get("precision", 0)):
+        supported = fixed in _RANGE
+    if not supported or int(info.get("precision", 0)):
         return reference_kernel(info)
     fallback = _Fallback(info)
     default_out = fixed if fixed is not None else _U8
