@@ -1,3 +1,138 @@
-"""CPU kernels: linalg (see registry.kernel)."""
+"""CPU kernels: MatMul, Gemm, Einsum, and the softmax family (Softmax, LogSoftmax, Hardmax)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from epctx.providers.base import Kernel
+from epctx.providers.cpu.kernels.elementwise import NATIVE_DTYPES
+from epctx.providers.cpu.registry import NodeInfo, kernel
+
+__all__: list[str] = []
+
+
+@kernel("MatMul", since=1)
+def _matmul(info: NodeInfo) -> Kernel:
+    def run(a: Any, b: Any) -> tuple[Any]:
+        return (np.matmul(a, b),)
+
+    return run
+
+
+@kernel("Gemm", since=6)
+def _gemm(info: NodeInfo) -> Kernel:
+    # Opset 6 had a ``broadcast`` attribute; numpy broadcasting of C covers both of its settings.
+    trans_a = bool(info.get("transA", 0))
+    trans_b = bool(info.get("transB", 0))
+    alpha = float(info.get("alpha", 1.0))
+    beta = float(info.get("beta", 1.0))
+    b_const = info.const_input(1)
+    if b_const is not None and trans_b:
+        b_const = np.ascontiguousarray(b_const.T)
+        trans_b = False
+    use_c = info.has_input(2) and beta != 0.0
+    c_const = info.const_input(2) if use_c else None
+    if c_const is not None and beta != 1.0:
+        c_const = np.asarray(c_const * beta).astype(c_const.dtype)
+        beta = 1.0
+
+    def run(a: Any, b: Any, c: Any = None) -> tuple[Any]:
+        if trans_a:
+            a = a.T
+        if b_const is not None:
+            b = b_const
+        elif trans_b:
+            b = b.T
+        y = np.matmul(a, b)
+        if alpha != 1.0:
+            np.multiply(y, alpha, out=y, casting="unsafe")
+        if use_c:
+            if c_const is not None:
+                c = c_const
+            elif beta != 1.0:
+                c = c * beta
+            if y.shape == np.broadcast_shapes(y.shape, np.shape(c)):
+                np.add(y, c, out=y, casting="unsafe")
+            else:  # C may broadcast A*B up (e.g. a 1x1 product with a bigger C)
+                y = (y + c).astype(y.dtype, copy=False)
+        return (y,)
+
+    return run
+
+
+@kernel("Einsum", since=12)
+def _einsum(info: NodeInfo) -> Kernel:
+    equation = str(info.get("equation", "")).replace(" ", "")
+    paths: dict[tuple[tuple[int, ...], ...], Any] = {}
+
+    def run(*xs: Any) -> tuple[Any]:
+        key = tuple(x.shape for x in xs)
+        path = paths.get(key)
+        if path is None:
+            path = paths[key] = np.einsum_path(equation, *xs, optimize="greedy")[0]
+        dtype = xs[0].dtype
+        if dtype not in NATIVE_DTYPES:  # bfloat16: numpy's einsum has no loop for it
+            xs = tuple(x.astype(np.float32) for x in xs)
+            return (np.asarray(np.einsum(equation, *xs, optimize=path)).astype(dtype),)
+        return (np.asarray(np.einsum(equation, *xs, optimize=path)),)
+
+    return run
+
+
+# ---------------------------------------------------------------------------------- softmax family
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    shifted -= np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    return shifted
+
+
+def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    idx = np.expand_dims(np.argmax(x, axis=axis), axis)
+    out = np.zeros_like(x)
+    np.put_along_axis(out, idx, 1, axis=axis)
+    return out
+
+
+_SOFTMAX: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+    "Softmax": _softmax,
+    "LogSoftmax": _log_softmax,
+    "Hardmax": _hardmax,
+}
+
+
+@kernel("Softmax", "LogSoftmax", "Hardmax", since=1)
+def _softmax_2d(info: NodeInfo) -> Kernel:
+    """Opsets 1-12: the input is coerced to 2-D at ``axis`` and normalized along the second dimension."""
+    fn = _SOFTMAX[info.op_type]
+    axis = int(info.get("axis", 1))
+
+    def run(x: Any) -> tuple[Any]:
+        shape = x.shape
+        ax = axis + len(shape) if axis < 0 else axis
+        if ax == len(shape) - 1:
+            return (fn(x, -1),)
+        outer = int(np.prod(shape[:ax], dtype=np.int64))
+        inner = int(np.prod(shape[ax:], dtype=np.int64))
+        return (fn(x.reshape(outer, inner), 1).reshape(shape),)
+
+    return run
+
+
+@kernel("Softmax", "LogSoftmax", "Hardmax", since=13)
+def _softmax_axis(info: NodeInfo) -> Kernel:
+    fn = _SOFTMAX[info.op_type]
+    axis = int(info.get("axis", -1))
+
+    def run(x: Any) -> tuple[Any]:
+        return (fn(x, axis),)
+
+    return run
