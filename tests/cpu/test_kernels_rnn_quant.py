@@ -160,6 +160,7 @@ def test_rnn_directions_and_lengths(op: str, direction: str, lens: str) -> None:
         ("LSTM", {}, {"bias": False, "init": False}),
         ("LSTM", {"clip": 0.7}, {}),
         ("LSTM", {}, {"peep": True}),
+        ("LSTM", {}, {"peep": True, "init": False, "bias": False}),
         ("LSTM", {"clip": 0.5}, {"peep": True, "lens": [4, 5, 2]}),
         ("LSTM", {"input_forget": 1}, {}),
         ("LSTM", {"input_forget": 1}, {"peep": True}),
