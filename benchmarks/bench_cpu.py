@@ -348,6 +348,7 @@ def report(results: dict[str, Any]) -> str:
     out.append(
         f"epctx CPU benchmark  python {env['python']}  numpy {env['numpy']}  "
         f"onnxruntime {env['onnxruntime']}  cpus {env['cpus']}  threads {env['threads']}  "
+        f"openblas core {env['openblas_coretype']}  "
         f"load {env['load_before']} -> {env['load_after']}"
     )
     rows = []
@@ -458,6 +459,7 @@ def environment() -> dict[str, Any]:
     return {
         "threads": ORT_THREADS[0] or "default",
         "blas_threads_env": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "auto"),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "onnxruntime": onnxruntime.__version__,
@@ -495,6 +497,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="threads for both runtimes (numpy's BLAS via env + re-exec, onnxruntime's intra-op pool); "
         "0 = library defaults. 1 gives much steadier numbers on a loaded machine",
     )
+    parser.add_argument(
+        "--openblas-coretype",
+        metavar="NAME",
+        help="set OPENBLAS_CORETYPE (e.g. SkylakeX) for numpy's OpenBLAS, whose auto-detection may pick "
+        "AVX2 kernels on AVX-512 CPUs (AMD Zen 4)",
+    )
     args = parser.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in MODELS]
@@ -509,22 +517,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _reexec_with_blas_threads(threads: int) -> None:
-    """BLAS thread pools are sized when numpy loads: restart the script with the thread env set."""
-    if all(os.environ.get(var) == str(threads) for var in BLAS_THREAD_VARS):
+def _reexec_with_env(env: Mapping[str, str]) -> None:
+    """BLAS reads its settings when numpy loads: restart the script with ``env`` set (once)."""
+    if all(os.environ.get(k) == v for k, v in env.items()):
         return
-    for var in BLAS_THREAD_VARS:
-        os.environ[var] = str(threads)
+    os.environ.update(env)
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads > 0:
-        if argv is None:
-            _reexec_with_blas_threads(args.threads)
-        ORT_THREADS[0] = args.threads
+    env = {var: str(args.threads) for var in BLAS_THREAD_VARS} if args.threads > 0 else {}
+    if args.openblas_coretype:
+        env["OPENBLAS_CORETYPE"] = args.openblas_coretype
+    if env and argv is None:
+        _reexec_with_env(env)
+    ORT_THREADS[0] = max(args.threads, 0)
     results: dict[str, Any] = {"environment": environment(), "models": {}}
     results["environment"]["load_before"] = _load()
     if not args.skip_import:
