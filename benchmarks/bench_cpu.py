@@ -459,7 +459,7 @@ def environment() -> dict[str, Any]:
     return {
         "threads": ORT_THREADS[0] or "default",
         "blas_threads_env": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
-        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "auto"),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "auto-detected"),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "onnxruntime": onnxruntime.__version__,
@@ -500,8 +500,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--openblas-coretype",
         metavar="NAME",
-        help="set OPENBLAS_CORETYPE (e.g. SkylakeX) for numpy's OpenBLAS, whose auto-detection may pick "
-        "AVX2 kernels on AVX-512 CPUs (AMD Zen 4)",
+        help="set OPENBLAS_CORETYPE for numpy's OpenBLAS ('auto': unset it, so OpenBLAS detects the CPU). "
+        "An inherited value such as Haswell on an AVX-512 CPU makes GEMM ~1.7x slower; onnxruntime's MLAS "
+        "ignores it",
     )
     args = parser.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
@@ -517,20 +518,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _reexec_with_env(env: Mapping[str, str]) -> None:
-    """BLAS reads its settings when numpy loads: restart the script with ``env`` set (once)."""
+def _reexec_with_env(env: Mapping[str, str | None]) -> None:
+    """BLAS reads its settings when numpy loads: restart the script with ``env`` set (None: unset), once."""
     if all(os.environ.get(k) == v for k, v in env.items()):
         return
-    os.environ.update(env)
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    env = {var: str(args.threads) for var in BLAS_THREAD_VARS} if args.threads > 0 else {}
+    env: dict[str, str | None] = (
+        {var: str(args.threads) for var in BLAS_THREAD_VARS} if args.threads > 0 else {}
+    )
     if args.openblas_coretype:
-        env["OPENBLAS_CORETYPE"] = args.openblas_coretype
+        core = args.openblas_coretype
+        env["OPENBLAS_CORETYPE"] = None if core == "auto" else core
     if env and argv is None:
         _reexec_with_env(env)
     ORT_THREADS[0] = max(args.threads, 0)
