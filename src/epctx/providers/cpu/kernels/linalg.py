@@ -84,7 +84,8 @@ def _einsum(info: NodeInfo) -> Kernel:
 
 # ---------------------------------------------------------------------------------- softmax family
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    e = x - np.max(x, axis=axis, keepdims=True)
+    np.exp(e, out=e)
     e /= np.sum(e, axis=axis, keepdims=True)
     return e
 
