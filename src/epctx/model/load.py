@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -18,8 +19,10 @@ __all__ = ["LoadedModel", "load_model"]
 
 logger = logging.getLogger("epctx")
 
-# onnx.checker refuses protos over 2 GiB; such models are checked structurally by onnx-ir instead.
+# onnx.checker refuses protos over 2 GiB (after hiding large initializers, see _checkable).
 _CHECKER_LIMIT = 2**31 - 1
+# Initializers larger than this are hidden from onnx.checker (see _checkable).
+_HEAVY_INITIALIZER = 4096
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,9 +64,10 @@ def load_model(
         raise InvalidGraph(f"{what} is not a valid ONNX protobuf: {exc}") from exc
     if not proto.HasField("graph"):
         raise InvalidGraph(f"{what} has no graph (not an ONNX model?)")
-    if len(data) < _CHECKER_LIMIT:
+    checkable = _checkable(proto, data)
+    if len(checkable) < _CHECKER_LIMIT:
         try:
-            onnx.checker.check_model(_checkable(proto, data))
+            onnx.checker.check_model(checkable)
         except onnx.checker.ValidationError as exc:
             raise InvalidGraph(f"{what} is not a valid ONNX model: {str(exc).strip()}") from exc
     try:
@@ -78,21 +82,44 @@ def load_model(
 
 
 def _checkable(proto: onnx.ModelProto, data: bytes) -> bytes:
-    """What onnx.checker should see. It resolves external data against the working directory, so
-    external initializers are checked by epctx (``_check_external_data``) and shown to it as graph inputs."""
-    external = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
-    if not external:
+    """What onnx.checker should see: the model without the payload of its large initializers.
+
+    The checker re-parses whatever it is given, so weights would be parsed twice; and it resolves external
+    data against the working directory. Large and external initializers are shown to it as graph inputs of
+    the same type and shape (their data is checked by ``_check_external_data`` and by onnx-ir on use).
+    """
+    graph = proto.graph
+    heavy = [
+        t
+        for t in graph.initializer
+        if t.data_location == onnx.TensorProto.EXTERNAL or len(t.raw_data) > _HEAVY_INITIALIZER
+    ]
+    if not heavy:
         return data
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    kept = [t for t in copy.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
-    del copy.graph.initializer[:]
-    copy.graph.initializer.extend(kept)
-    declared = {i.name for i in copy.graph.input}
-    for t in external:
+    heavy_names = {t.name for t in heavy}
+    skeleton = onnx.ModelProto()
+    _copy_fields(proto, skeleton, skip="graph")
+    sk = skeleton.graph
+    _copy_fields(graph, sk, skip="initializer")
+    sk.initializer.extend(t for t in graph.initializer if t.name not in heavy_names)
+    declared = {i.name for i in sk.input}
+    for t in heavy:
         if t.name not in declared:
-            copy.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return copy.SerializeToString()
+            sk.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return skeleton.SerializeToString()
+
+
+def _copy_fields(src: Any, dst: Any, *, skip: str) -> None:
+    """Copy every set field of protobuf message ``src`` into ``dst`` except ``skip``."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
 
 
 def _check_external_data(model: ir.Model, base_dir: Path | None, what: str) -> None:

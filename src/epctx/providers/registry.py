@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from epctx.errors import InvalidArgument
-from epctx.providers.base import ExecutionProvider
+
+if TYPE_CHECKING:
+    from epctx.providers.base import ExecutionProvider
 
 __all__ = ["available_providers", "create_provider", "register_provider_class"]
 
