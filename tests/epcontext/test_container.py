@@ -390,7 +390,6 @@ def test_writer_rejects_bad_input() -> None:
         lambda: w.add("nc", np.arange(10)[::2]),
         lambda: w.add("k", b"x", kind=""),
         lambda: w.add("at", b"x", attrs={"a": 1}),
-        lambda: w.add("\ud800", b"x"),
         lambda: _writer(alignment=48),
         lambda: _writer(alignment=0),
         lambda: _writer(metadata={"a": 1}),
@@ -401,6 +400,11 @@ def test_writer_rejects_bad_input() -> None:
         with pytest.raises(InvalidArgument):
             call()
     assert w.names() == ("a",)
+    w.add("bad\ud800text", b"x")  # not encodable as UTF-8: refused when the header is built
+    with pytest.raises(InvalidArgument, match="not valid text"):
+        w.to_bytes()
+    with pytest.raises(InvalidArgument, match="not the str"):
+        _writer().add_from(ContextBinary.from_bytes(_small_blob()), names="w0")
 
 
 def test_failing_write_keeps_previous_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,21 +13,22 @@ first time an entry is read, so a binary shared by many models costs only what a
 the file is pickle or code. Returned memoryviews and arrays keep the read-only mapping alive after close();
 the writer replaces files atomically and never modifies one in place (truncating a mapped file would fault).
 
-Checksum choice, measured on the 2-core AMD EPYC dev VM (``benchmarks/bench_container.py --candidates``:
-cost added to a warm load, median of interleaved rounds, shared noisy host). Warm load = mmap of a file in
-the page cache + np.frombuffer + one pass: 1.5 / 8.9 / 21.9 ms at 10 / 50 / 200 MB (about 9 GB/s).
+Checksum choice (``benchmarks/bench_container.py --candidates``, 2-core AMD EPYC dev VM, shared and noisy):
+ms added to a warm load = mmap of a file in the page cache + np.frombuffer + one pass (0.4-0.7 / 2.3 / 9 ms
+at 10 / 50 / 200 MB), medians of interleaved rounds, range of two runs:
 
-    algorithm          in memory      added to a warm load at 10 / 50 / 200 MB
-    xxh3_64 (xxhash)   25-60 GB/s     +0.7 ms (48 %) / +5.8 ms (65 %) / +18.5 ms (85 %)
-    zlib.crc32         2.3-5 GB/s     +6.3 ms (411 %) / +21.7 ms (242 %) / +60.5 ms (276 %)
-    zlib.adler32       1.4-3.6 GB/s   +7.6 ms (501 %) / +31.4 ms (351 %) / +97.2 ms (444 %)
-    sha256 / sha1 / md5 / blake2b     0.3-1.5 GB/s: 4-20x the warm load
+    algorithm       10 MB                 50 MB                  200 MB
+    xxh3_64         +0.1 ms (18-27 %)     +1.6-1.8 ms (68-76 %)  +7.7-8.1 ms (84-91 %)
+    zlib.crc32      +2.0 ms (320-490 %)   +9-19 ms (380-820 %)   +39-51 ms (430-575 %)
+    zlib.adler32    +3.1 ms (470-760 %)   +14-26 ms              +62-65 ms (700 %)
+    sha256 / sha1   +6-10 ms              +27-46 ms              +110-125 ms (1250-1370 %)
+    md5 / blake2b   +11-22 ms             +42-106 ms             +178-284 ms (1950-3190 %)
+    numpy u64 sum   +0.5 ms (80-115 %)    +1.9-5.7 ms            +8 ms (86-95 %)   (no checksum: the floor)
 
-The < 5 % budget is out of reach for any checksum that reads every byte: a warm load is itself one pass over
-the bytes, so full verification is a second pass bounded by memory bandwidth (a bare numpy uint64 sum adds
-60-120 % at 200 MB). xxh3_64 is the cheapest full check, 3-5x cheaper than crc32 (the fastest stdlib one),
-so it is the default, for the small ``xxhash`` dependency; ``checksum="crc32"`` stays supported and the
-header names the algorithm, so readers verify either.
+The < 5 % budget is out of reach for any check that reads every byte: a warm load is itself one pass over the
+bytes and verification is a second one, bound by memory bandwidth (see the bare sum). xxh3_64 sits at that
+floor, 4-6x cheaper than crc32 (the fastest stdlib candidate), so it is the default for the small ``xxhash``
+dependency; ``checksum="crc32"`` stays supported and the header names the algorithm, so readers verify either.
 """
 
 from __future__ import annotations
@@ -100,7 +101,6 @@ def _align(value: int, alignment: int) -> int:
 
 
 def _str_map(value: object) -> dict[str, str] | None:
-    """A copy of ``value`` as a str -> str dict, or None if it is not one."""
     out = dict(value) if isinstance(value, Mapping) else None
     valid = out is not None and all(isinstance(k, str) and isinstance(v, str) for k, v in out.items())
     return out if valid else None
@@ -118,7 +118,7 @@ def _byte_view(data: object, what: str) -> memoryview:
         view = memoryview(data)  # type: ignore[arg-type]
     except TypeError:
         raise InvalidArgument(
-            f"{what}: data must be bytes, bytearray, memoryview or a numpy array, not {type(data).__name__}"
+            f"{what}: expected bytes-like data or a numpy array, not {type(data).__name__}"
         ) from None
     if not view.c_contiguous:
         raise InvalidArgument(f"{what}: the buffer is not C-contiguous")
@@ -196,6 +196,8 @@ class ContextBinaryWriter:
 
     def add_from(self, binary: ContextBinary, names: Iterable[str] | None = None) -> None:
         """Copy entries (all, or ``names``) from an opened binary, verifying them. All or nothing."""
+        if isinstance(names, str):
+            raise InvalidArgument(f"add_from: names must be a list of entry names, not the str {names!r}")
         chosen = list(binary.names() if names is None else names)
         if len(set(chosen)) != len(chosen):
             raise InvalidArgument("add_from: names repeat")
@@ -212,10 +214,6 @@ class ContextBinaryWriter:
     def _check_name(self, name: object) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidArgument(f"entry name must be a non-empty str, got {name!r}")
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidArgument(f"entry name {name!r} is not valid UTF-8 text") from exc
         if name in self._names:
             raise InvalidArgument(f"entry {name!r} is already in the context binary")
 
@@ -262,8 +260,15 @@ class ContextBinaryWriter:
             dict(zip(keys, (p.name, p.kind, offsets[i], unique[i][0].nbytes, unique[i][1], p.attrs)))
             for p, i in zip(self._entries, slot_of)
         ]
-        header = dict(self._fields, entries=entries)
-        return json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        text = json.dumps(
+            dict(self._fields, entries=entries), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgument(
+                f"context binary header: a name, kind or attribute is not valid text: {exc}"
+            ) from exc
 
     def _chunks(self) -> Iterator[bytes | memoryview]:
         head, payloads = self._layout()
@@ -336,12 +341,7 @@ def _fsync_folder(folder: str) -> None:
 
 
 def _valid_alignment(alignment: object) -> bool:
-    return (
-        isinstance(alignment, int)
-        and not isinstance(alignment, bool)
-        and 1 <= alignment <= _MAX_ALIGNMENT
-        and not alignment & (alignment - 1)
-    )
+    return type(alignment) is int and 1 <= alignment <= _MAX_ALIGNMENT and not alignment & (alignment - 1)
 
 
 class ContextBinary:
@@ -360,9 +360,7 @@ class ContextBinary:
         header = _read_header(buf, where)
         self.alignment: int = _field(header, "alignment", int, where)
         if not _valid_alignment(self.alignment):
-            raise InvalidGraph(
-                f"{where}: alignment {self.alignment} is not a power of two up to {_MAX_ALIGNMENT}"
-            )
+            raise InvalidGraph(f"{where}: alignment {self.alignment} is not a power of two up to 65536")
         self.checksum_algorithm: str = _field(header, "checksum", str, where)
         if self.checksum_algorithm not in CHECKSUM_ALGORITHMS:
             known = ", ".join(sorted(CHECKSUM_ALGORITHMS))
@@ -398,7 +396,12 @@ class ContextBinary:
             raise InvalidArgument(f"{where} is a folder") from None
         except OSError as exc:
             raise Fail(f"cannot read {where}: {exc}") from exc
-        return cls(memoryview(mapping), where=where, mapping=mapping)
+        try:
+            return cls(memoryview(mapping), where=where, mapping=mapping)
+        except BaseException:
+            with contextlib.suppress(BufferError):  # a traceback may still hold a header view
+                mapping.close()
+            raise
 
     @classmethod
     def from_bytes(cls, buf: object, *, where: str = "embedded context") -> ContextBinary:
