@@ -10,10 +10,16 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import numpy as np
-import onnx_ir as ir
+from epctx import errors
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx_ir as ir
+
+    from epctx.epcontext.schema import EPContextNode
+    from epctx.epcontext.store import ContextSource, ContextStore
 
 __all__ = [
     "CompiledPartition",
@@ -68,7 +74,13 @@ class CompiledPartition(Protocol):
 
 class ExecutionProvider(abc.ABC):
     """Base of every EP. Subclasses set ``name`` and implement ``get_capability`` plus either
-    ``compile`` (compiling EPs, ``compiles = True``) or ``create_kernel`` (kernel EPs)."""
+    ``compile`` (compiling EPs, ``compiles = True``) or ``create_kernel`` (kernel EPs).
+
+    A compiling EP that supports the EP context cache also implements ``save_partition`` (put what
+    ``load_partition`` needs into the context binary) and ``load_partition`` (rebuild a compiled partition
+    from it, without compiling). The framework owns the files: it names and writes the context model and the
+    binary, embeds it or not, resolves paths, verifies checksums and the SDK version / hardware recorded in
+    the binary against ``sdk_version()`` / ``hardware()`` before ``load_partition`` is called."""
 
     name: ClassVar[str]
     # EPContext ``source`` keys this EP accepts (compared case-insensitively); defaults to ``(name,)``.
@@ -90,6 +102,39 @@ class ExecutionProvider(abc.ABC):
 
     def provider_options(self) -> dict[str, str]:
         return dict(self.options)
+
+    # -- EP context cache ------------------------------------------------------------------------------
+    def sdk_version(self) -> str:
+        """Version of the backend that produced / can load binaries (``ep_sdk_version``)."""
+        return ""
+
+    def hardware(self) -> str:
+        """The target the binaries are built for (``hardware_architecture``); "" when portable."""
+        return ""
+
+    def compatibility_info(self) -> str:
+        """Written as model metadata ``ep_compatibility_info.<name>``."""
+        return f"sdk={self.sdk_version()};hardware={self.hardware()}"
+
+    def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
+        """Why a binary made with ``sdk_version`` for ``hardware`` cannot load here (None: it can).
+        The default requires both to equal this EP's; EPs with compatible version ranges override it."""
+        if sdk_version != self.sdk_version():
+            return f"SDK version: binary {sdk_version!r}, this {self.name} {self.sdk_version()!r}"
+        if hardware != self.hardware():
+            return f"hardware: binary {hardware!r}, this {self.name} {self.hardware()!r}"
+        return None
+
+    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextStore) -> None:
+        """Store what ``load_partition`` needs for ``partition`` (entries under ``store.graph_name``)."""
+        raise errors.NotImplemented(f"{self.name} cannot write EP context binaries")
+
+    def load_partition(
+        self, source: ContextSource, node: EPContextNode, partition: Partition
+    ) -> CompiledPartition:
+        """Rebuild a compiled partition from the context binary; must not compile.
+        ``partition`` describes the EPContext node's inputs and outputs in the model."""
+        raise errors.NotImplemented(f"{self.name} cannot load EP context binaries")
 
     @classmethod
     def accepts_source(cls, source: str) -> bool:
