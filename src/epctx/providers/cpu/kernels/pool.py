@@ -226,13 +226,17 @@ def _root(y: np.ndarray, p: float) -> np.ndarray:
 
 
 def _spatial_axes(x: np.ndarray) -> tuple[int, ...]:
+    if x.ndim < 3:
+        from epctx.errors import InvalidArgument
+
+        raise InvalidArgument(f"global pooling needs an input of rank >= 3 (N, C, ...), got shape {x.shape}")
     return tuple(range(2, x.ndim))
 
 
 @kernel("GlobalAveragePool", since=1)
 def _global_average_pool(info: NodeInfo) -> Kernel:
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        if x.ndim == 4 and x.flags.c_contiguous:
+        if x.ndim == 4 and x.flags.c_contiguous:  # the common (N, C, H, W) case: one contiguous mean
             n, c = x.shape[0], x.shape[1]
             y = x.reshape(n, c, -1).mean(axis=2)
             return (y.reshape(n, c, 1, 1),)

@@ -398,10 +398,35 @@ def _antialias_axis(
     taps = xmin[:, None] + np.arange(width)[None, :]
     valid = taps < xmax[:, None]
     w = filt((taps.astype(_F) - center[:, None] + _F(0.5)) * inv_scale, _F(opts.cubic_a))
-    w = np.where(valid, w, _F(0))
-    total = w.sum(axis=1, keepdims=True, dtype=_F)
-    w = w * np.where(total == 0, _F(1), _F(1) / total)
-    return _Axis(axis, np.clip(taps, 0, n_in - 1).astype(np.intp), w.astype(_F), outside)
+    w = np.where(valid, w, _F(0)).astype(_F)
+    # Sequential float32 sums in onnxruntime's order (integer outputs round these weights to fixed point).
+    total = np.zeros(n_out, dtype=_F)
+    for t in range(width):
+        total += w[:, t]
+    if not opts.exclude_outside:
+        _fold_edges(w, taps, n_in)
+    w *= np.where(total == 0, _F(1), _F(1) / total)[:, None]
+    return _Axis(axis, np.clip(taps, 0, n_in - 1).astype(np.intp), w, outside)
+
+
+def _fold_edges(w: np.ndarray, taps: np.ndarray, n_in: int) -> None:
+    """Move the weights of taps left of 0 / right of ``n_in - 1`` onto the edge taps, in place."""
+    width = taps.shape[1]
+    first = taps[:, 0]
+    rows = np.arange(taps.shape[0])
+    lo_col = np.clip(-first, 0, width - 1)  # column of tap 0 in rows that start left of the input
+    hi_col = np.clip(n_in - 1 - first, 0, width - 1)  # column of tap n_in - 1
+    lo_acc = w[rows, lo_col].copy()
+    hi_acc = w[rows, hi_col].copy()
+    for t in range(width):
+        lo_acc += np.where(taps[:, t] < 0, w[:, t], _F(0))
+        hi_acc += np.where(taps[:, t] > n_in - 1, w[:, t], _F(0))
+    outside = (taps < 0) | (taps > n_in - 1)
+    w[outside] = 0
+    has_lo = first < 0
+    has_hi = (taps > n_in - 1).any(axis=1)
+    w[rows[has_lo], lo_col[has_lo]] = lo_acc[has_lo]
+    w[rows[has_hi], hi_col[has_hi]] = hi_acc[has_hi]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -457,7 +482,8 @@ def _interpolate_int_antialias(x: np.ndarray, axes: list[_Axis]) -> np.ndarray:
     y = x
     for ax in axes:
         if x.dtype.itemsize == 1:
-            w = np.round(ax.weights.astype(np.float64) * (1 << 22)).astype(np.int64)
+            scaled = ax.weights.astype(np.float64) * (1 << 22)
+            w = (np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)).astype(np.int64)  # half away from zero
             acc = _taps(y.astype(np.int64), ax, w) + (1 << 21)
             y = np.clip(acc >> 22, 0, 255).astype(np.uint8).view(np.uint8).astype(x.dtype, casting="unsafe")
         else:
