@@ -25,6 +25,7 @@ class Unit:
     ep: ExecutionProvider
     nodes: tuple[ir.Node, ...]
     partition: Partition | None = None  # set for compiling EPs
+    from_context: bool = False  # an EPContext node: loaded from its binary, never compiled
 
 
 class GraphPartitioner:
@@ -32,8 +33,15 @@ class GraphPartitioner:
         self.providers = list(providers)
         self.cpu_fallback = cpu_fallback
 
-    def partition(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> list[Unit]:
-        """Assign every node of ``graph``; return the units in a valid execution order."""
+    def partition(
+        self,
+        graph: ir.Graph,
+        opset_imports: Mapping[str, int],
+        *,
+        preassigned: Mapping[ir.Node, ExecutionProvider] | None = None,
+    ) -> list[Unit]:
+        """Assign every node of ``graph``; return the units in a valid execution order.
+        ``preassigned`` nodes (EPContext nodes routed by their source) are units of their own, not asked about."""
         nodes = list(graph)
         index = {node: i for i, node in enumerate(nodes)}
         owner: list[ExecutionProvider | None] = [None] * len(nodes)
@@ -41,16 +49,21 @@ class GraphPartitioner:
         # unit_of[i]: the unit node i belongs to; units start as single nodes and merge as EPs fuse.
         unit_of = list(range(len(nodes)))
         fused: dict[int, tuple[ExecutionProvider, list[int]]] = {}
+        for node, ep in (preassigned or {}).items():
+            i = index[node]
+            owner[i] = ep
+            fused[i] = (ep, [i])
+        loaded = set(fused)
         key = _graph_key(nodes)
         for ep in self.providers:
             mine: list[int] = []
             for node in ep.get_capability(graph, opset_imports):
-                i = index.get(node)
-                if i is None:
+                claimed = index.get(node)
+                if claimed is None:
                     raise InvalidGraph(f"{ep.name}.get_capability returned a node that is not in the graph")
-                if owner[i] is None:
-                    owner[i] = ep
-                    mine.append(i)
+                if owner[claimed] is None:
+                    owner[claimed] = ep
+                    mine.append(claimed)
             if ep.compiles and mine:
                 for members in self._group(node_succ, unit_of, set(mine)):
                     head = members[0]
@@ -60,7 +73,7 @@ class GraphPartitioner:
         missing = [nodes[i] for i, ep in enumerate(owner) if ep is None]
         if missing:
             raise self._unassigned_error(missing, opset_imports)
-        return self._ordered_units(graph, nodes, node_succ, unit_of, owner, fused, opset_imports, key)
+        return self._ordered_units(graph, nodes, node_succ, unit_of, owner, fused, loaded, opset_imports, key)
 
     @staticmethod
     def _group(node_succ: list[set[int]], unit_of: list[int], owned_nodes: set[int]) -> list[list[int]]:
@@ -104,6 +117,7 @@ class GraphPartitioner:
         unit_of: list[int],
         owner: list[ExecutionProvider | None],
         fused: dict[int, tuple[ExecutionProvider, list[int]]],
+        loaded: set[int],
         opset_imports: Mapping[str, int],
         key: str,
     ) -> list[Unit]:
@@ -122,7 +136,11 @@ class GraphPartitioner:
         counts: Counter[str] = Counter()
         while ready:
             h = heapq.heappop(ready)
-            if h in fused:
+            if h in loaded:
+                ep, _ = fused[h]
+                part = make_partition(nodes[h].name or "", ep.name, graph, [nodes[h]], opset_imports)
+                units.append(Unit(ep, part.nodes, part, from_context=True))
+            elif h in fused:
                 ep, members = fused[h]
                 name = f"{ep.name}_{key}_{counts[ep.name]}"
                 counts[ep.name] += 1

@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
 
+from epctx.epcontext.load import ContextLoader
+from epctx.errors import Fail, InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 from epctx.partition import Unit
-from epctx.providers.base import ExecutionProvider, NodeContext
+from epctx.providers.base import CompiledPartition, ExecutionProvider, NodeContext
 from epctx.providers.cpu.provider import opset_of
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
 
-__all__ = ["StepBuilder"]
+__all__ = ["StepBuilder", "no_compile"]
+
+_COMPILE_FORBIDDEN: contextvars.ContextVar[bool] = contextvars.ContextVar("epctx_no_compile", default=False)
+
+
+@contextlib.contextmanager
+def no_compile() -> Iterator[None]:
+    """Guard for tests: any EP compile inside the block raises (loading a context model must not compile)."""
+    token = _COMPILE_FORBIDDEN.set(True)
+    try:
+        yield
+    finally:
+        _COMPILE_FORBIDDEN.reset(token)
 
 
 class StepBuilder:
@@ -24,26 +40,43 @@ class StepBuilder:
         self.kernel_ep = kernel_ep
         self.fold = fold
 
-    def steps_for_units(self, units: Sequence[Unit]) -> list[PlanStep]:
-        compiled: dict[int, Any] = {}
+    def compile_units(
+        self, units: Sequence[Unit], loader: ContextLoader | None
+    ) -> tuple[dict[int, CompiledPartition], dict[int, CompiledPartition]]:
+        """Compile (per EP, all its partitions in one call) or load every fused unit.
+        Returns (compiled now, loaded from context), each by unit index."""
+        compiled: dict[int, CompiledPartition] = {}
+        loaded: dict[int, CompiledPartition] = {}
         by_ep: dict[int, list[int]] = {}
         for k, unit in enumerate(units):
-            if unit.partition is not None:
+            if unit.partition is None:
+                continue
+            if unit.from_context:
+                if loader is None:
+                    raise InvalidGraph(f"EPContext node {unit.nodes[0].name!r} has no context loader")
+                loaded[k] = loader.load(unit.ep, unit.nodes[0], unit.partition)
+            else:
                 by_ep.setdefault(id(unit.ep), []).append(k)
         for ks in by_ep.values():
             ep = units[ks[0]].ep
-            parts = [units[k].partition for k in ks]
-            results = ep.compile([p for p in parts if p is not None])
+            parts = [p for p in (units[k].partition for k in ks) if p is not None]
+            if _COMPILE_FORBIDDEN.get():
+                raise AssertionError(f"{ep.name}.compile was called inside no_compile()")
+            results = ep.compile(parts)
             if len(results) != len(ks):
-                raise RuntimeError(
-                    f"{ep.name}.compile returned {len(results)} results for {len(ks)} partitions"
-                )
+                raise Fail(f"{ep.name}.compile returned {len(results)} results for {len(ks)} partitions")
             compiled.update(zip(ks, results))
+        return compiled, loaded
+
+    def steps_for_units(
+        self, units: Sequence[Unit], fused: Mapping[int, CompiledPartition]
+    ) -> list[PlanStep]:
+        """One step per unit; ``fused`` holds the compiled partition of every fused unit."""
         steps = []
         for k, unit in enumerate(units):
             if unit.partition is not None:
                 p = unit.partition
-                steps.append(PlanStep(compiled[k], p.inputs, p.outputs, label=p.name))
+                steps.append(PlanStep(fused[k], p.inputs, p.outputs, label=p.name))
             else:
                 steps.append(self.node_step(unit.ep, unit.nodes[0]))
         return steps

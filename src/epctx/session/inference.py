@@ -11,7 +11,10 @@ import numpy as np
 import onnx_ir as ir
 
 from epctx import options as opt
-from epctx.errors import InvalidArgument
+from epctx.epcontext.generate import build_context_model, save_context_model
+from epctx.epcontext.load import ContextLoader
+from epctx.epcontext.paths import context_model_path, model_name_for
+from epctx.errors import Fail, InvalidArgument, ModelRequiresCompilation
 from epctx.model import LoadedModel, load_model
 from epctx.partition import GraphPartitioner
 from epctx.providers.base import ExecutionProvider
@@ -49,14 +52,46 @@ class InferenceSession:
         self._providers = resolve_providers(providers, provider_options, config)
         graph = loaded.model.graph
         opsets = dict(loaded.model.opset_imports)
+        context_loader = ContextLoader(model_path=loaded.path, config=config)
+        routed = context_loader.route(graph, self._providers)
         units = GraphPartitioner(
             self._providers, cpu_fallback=not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK)
-        ).partition(graph, opsets)
+        ).partition(graph, opsets, preassigned=routed)
+        to_compile = [u for u in units if u.partition is not None and not u.from_context]
+        if to_compile and opt.config_flag(config, opt.DISABLE_MODEL_COMPILE):
+            names = ", ".join(sorted({u.ep.name for u in to_compile}))
+            raise ModelRequiresCompilation(
+                f"session.disable_model_compile=1 but {len(to_compile)} partition(s) would be compiled by "
+                f"{names}; load a context model made for them instead"
+            )
+        generate = opt.config_flag(config, opt.EP_CONTEXT_ENABLE)
+        ctx_path = context_model_path(loaded.path, config) if generate and to_compile else None
+        if ctx_path is not None and ctx_path.exists():
+            raise Fail(
+                f"the context model {str(ctx_path)!r} exists already; remove it or set another "
+                f"{opt.EP_CONTEXT_FILE_PATH}"
+            )
         fold = self._options.graph_optimization_level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
         kernel_ep = next((ep for ep in self._providers if not ep.compiles), None) or create_provider(
             "CPUExecutionProvider"
         )
-        steps = StepBuilder(opsets, kernel_ep, fold).steps_for_units(units)
+        builder = StepBuilder(opsets, kernel_ep, fold)
+        compiled, from_context = builder.compile_units(units, context_loader)
+        if generate:
+            if ctx_path is None:
+                logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
+            else:
+                ctx = build_context_model(
+                    model=loaded.model,
+                    units=units,
+                    compiled=compiled,
+                    config=config,
+                    model_name=model_name_for(loaded.path, ctx_path),
+                    source_filename=loaded.path.name if loaded.path is not None else "",
+                )
+                save_context_model(ctx, ctx_path)
+                logger.info("wrote context model %s", ctx_path)
+        steps = builder.steps_for_units(units, {**compiled, **from_context})
         self._plan = build_plan(list(graph.inputs), list(graph.outputs), steps, fold_constants=fold)
         self._inputs = [node_arg(v) for v in graph.inputs if v.const_value is None]
         self._overridable = [node_arg(v) for v in graph.inputs if v.const_value is not None]

@@ -1,0 +1,221 @@
+"""Write the context model: EPContext nodes for compiled partitions, CPU-fallback nodes kept as they are.
+
+The generated model copies the source's graph inputs and outputs (in order), opset imports and metadata,
+keeps only the initializers still used (embedded, or all in ``ep.context_model_external_initializers_file_name``),
+adds ``ep_compatibility_info.<EP>`` metadata, and never references a file of the source model. Files are
+written atomically: binaries first, the model last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from epctx import __version__
+from epctx import options as opt
+from epctx.epcontext import paths
+from epctx.epcontext.container import ContextBinaryWriter
+from epctx.epcontext.schema import DOMAIN, OPSET_VERSION, EPContextNode
+from epctx.epcontext.store import ContextStore
+from epctx.errors import Fail
+from epctx.model.scopes import outer_scope_values
+from epctx.partition import Unit
+from epctx.providers.base import CompiledPartition, ExecutionProvider
+
+__all__ = ["ContextModel", "build_context_model", "save_context_model", "write_atomic"]
+
+logger = logging.getLogger("epctx")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContextModel:
+    """A generated context model: the model proto and the binaries to write beside it (relative name -> writer)."""
+
+    model: onnx.ModelProto
+    binaries: Mapping[str, ContextBinaryWriter]
+    external_initializers: tuple[str, bytes] | None  # (relative file name, bytes)
+
+
+def build_context_model(
+    *,
+    model: ir.Model,
+    units: Sequence[Unit],
+    compiled: Mapping[int, CompiledPartition],
+    config: Mapping[str, str],
+    model_name: str,
+    source_filename: str,
+) -> ContextModel:
+    """``compiled`` maps unit index -> compiled partition for every unit of a compiling EP."""
+    prefix = config.get(opt.EP_CONTEXT_NODE_NAME_PREFIX, "")
+    embed = opt.config_flag(config, opt.EP_CONTEXT_EMBED_MODE)
+    graph = model.graph
+    writers: dict[str, ContextBinaryWriter] = {}
+    eps: dict[str, ExecutionProvider] = {}
+    nodes: list[onnx.NodeProto] = []
+    mains: set[str] = set()  # EPs whose main context node is placed
+    views: list[tuple[int, EPContextNode]] = []  # (index in ``nodes``, node still without payload)
+    for k, unit in enumerate(units):
+        part = unit.partition
+        if part is None or k not in compiled:
+            nodes.extend(ir.serde.serialize_node(n) for n in unit.nodes)
+            continue
+        ep = unit.ep
+        writer = writers.get(ep.name)
+        if writer is None:
+            writer = writers[ep.name] = ContextBinaryWriter(
+                ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware()
+            )
+            eps[ep.name] = ep
+        graph_name = f"{prefix}{part.name}"
+        ep.save_partition(part, compiled[k], ContextStore(writer, graph_name))
+        is_main = ep.name not in mains
+        view = EPContextNode(
+            name=graph_name,
+            inputs=tuple(v.name or "" for v in part.inputs),
+            outputs=tuple(v.name or "" for v in part.outputs),
+            main_context=1 if is_main else 0,
+            ep_cache_context=None,
+            embed_mode=1 if embed else 0,
+            ep_sdk_version=ep.sdk_version(),
+            onnx_model_filename=source_filename or None,
+            hardware_architecture=ep.hardware() or None,
+            partition_name=graph_name,
+            source=ep.name,
+        )
+        mains.add(ep.name)
+        views.append((len(nodes), view))
+        nodes.append(onnx.NodeProto())  # filled below, once the EP's binary holds all its graphs
+    binaries: dict[str, ContextBinaryWriter] = {}
+    for index, view in views:
+        payload: bytes | None = None
+        if view.main_context:
+            writer = writers[ep_name_of(view)]
+            if embed:
+                payload = writer.to_bytes()
+            else:
+                file_name = paths.binary_file_name(model_name, ep_name_of(view))
+                binaries[file_name] = writer
+                payload = file_name.encode()
+        nodes[index] = _node_proto(dataclasses.replace(view, ep_cache_context=payload))
+
+    initializers = _used_initializers(graph, units, compiled)
+    out = onnx.ModelProto()
+    out.ir_version = max(model.ir_version, 8)
+    out.producer_name = "epctx"
+    out.producer_version = __version__
+    out.domain = model.domain or ""
+    out.model_version = model.model_version or 0
+    out.doc_string = model.doc_string or ""
+    opsets = dict(model.opset_imports)
+    opsets[DOMAIN] = OPSET_VERSION
+    for domain, version in sorted(opsets.items()):
+        out.opset_import.add(domain=domain, version=version)
+    metadata = dict(model.metadata_props)
+    for name, ep in sorted(eps.items()):
+        metadata[f"ep_compatibility_info.{name}"] = ep.compatibility_info()
+    for key, value in sorted(metadata.items()):
+        out.metadata_props.add(key=key, value=value)
+    g = out.graph
+    g.name = graph.name or "main_graph"
+    g.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
+    g.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
+    g.node.extend(nodes)
+    external = _add_initializers(g, initializers, config)
+    return ContextModel(model=out, binaries=binaries, external_initializers=external)
+
+
+def ep_name_of(view: EPContextNode) -> str:
+    return view.source or ""
+
+
+def _node_proto(view: EPContextNode) -> onnx.NodeProto:
+    proto = onnx.NodeProto()
+    proto.op_type = "EPContext"
+    proto.domain = DOMAIN
+    proto.name = view.name
+    proto.input.extend(view.inputs)
+    proto.output.extend(view.outputs)
+    for attr in view.attributes():
+        proto.attribute.append(ir.serde.serialize_attribute(attr))
+    return proto
+
+
+def _used_initializers(
+    graph: ir.Graph, units: Sequence[Unit], compiled: Mapping[int, CompiledPartition]
+) -> list[ir.Value]:
+    """Initializers read by the nodes that stay in the model (CPU fallback), in the source's order."""
+    used: set[ir.Value] = set()
+    for k, unit in enumerate(units):
+        if k in compiled:
+            continue
+        for node in unit.nodes:
+            used.update(v for v in (*node.inputs, *outer_scope_values(node)) if v is not None)
+    outputs = set(graph.outputs)
+    return [v for v in graph.initializers.values() if v in used or v in outputs]
+
+
+def _add_initializers(
+    g: onnx.GraphProto, values: Sequence[ir.Value], config: Mapping[str, str]
+) -> tuple[str, bytes] | None:
+    ext_name = config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
+    blob = bytearray()
+    for value in values:
+        tensor = value.const_value
+        if tensor is None:
+            continue
+        array = np.asarray(tensor.numpy())
+        proto = onnx.numpy_helper.from_array(array, value.name or "")
+        if ext_name and array.dtype != object:
+            raw = proto.raw_data or array.tobytes()
+            pad = (-len(blob)) % 64
+            blob.extend(b"\0" * pad)
+            offset = len(blob)
+            blob.extend(raw)
+            proto.ClearField("raw_data")
+            del proto.float_data[:], proto.int32_data[:], proto.int64_data[:], proto.double_data[:]
+            proto.data_location = onnx.TensorProto.EXTERNAL
+            for key, item in (("location", ext_name), ("offset", str(offset)), ("length", str(len(raw)))):
+                proto.external_data.add(key=key, value=item)
+        g.initializer.append(proto)
+    if ext_name:
+        return ext_name, bytes(blob)
+    return None
+
+
+def write_atomic(path: Path, write: Callable[[Callable[[bytes], object]], object]) -> None:
+    """Write ``path`` through a temporary file in its folder, then rename (never a half file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh.write)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def save_context_model(ctx: ContextModel, path: Path) -> None:
+    """Binaries first, then the external initializers, then the model (atomic each)."""
+    folder = path.parent
+    for name, writer in ctx.binaries.items():
+        writer.write(folder / name)
+    if ctx.external_initializers is not None:
+        name, blob = ctx.external_initializers
+        write_atomic(folder / name, lambda w: w(blob))
+    data = ctx.model.SerializeToString(deterministic=True)
+    if len(data) >= 2**31:
+        raise Fail(f"the context model {str(path)!r} would exceed 2 GB; use embed mode 0")
+    write_atomic(path, lambda w: w(data))

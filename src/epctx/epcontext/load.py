@@ -1,0 +1,113 @@
+"""Load a context model's EPContext nodes: route them to EPs by ``source``, find and verify their binaries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import onnx_ir as ir
+
+from epctx import options as opt
+from epctx.epcontext.container import ContextBinary
+from epctx.epcontext.paths import resolve_context_file
+from epctx.epcontext.schema import EPContextNode, is_ep_context
+from epctx.epcontext.store import ContextSource
+from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph
+from epctx.providers.base import CompiledPartition, ExecutionProvider, Partition
+
+__all__ = ["ContextLoader"]
+
+
+class ContextLoader:
+    """One per session. ``route`` assigns EPContext nodes to EPs; ``load`` rebuilds one compiled partition."""
+
+    def __init__(self, *, model_path: Path | None, config: Mapping[str, str]) -> None:
+        if model_path is not None:
+            self._base: Path | None = model_path.resolve().parent
+        elif config.get(opt.EP_CONTEXT_FILE_PATH):
+            self._base = Path(config[opt.EP_CONTEXT_FILE_PATH]).resolve().parent
+        else:
+            self._base = None
+        self._views: dict[ir.Node, EPContextNode] = {}
+        self._mains: dict[str, list[EPContextNode]] = {}  # EP name -> its main context nodes
+        self._binaries: dict[str, ContextBinary] = {}  # resolved path or node name -> opened binary
+
+    def route(
+        self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
+    ) -> dict[ir.Node, ExecutionProvider]:
+        """Each EPContext node goes to the first EP that accepts its ``source``; none is InvalidGraph."""
+        routed: dict[ir.Node, ExecutionProvider] = {}
+        for node in graph:
+            if not is_ep_context(node):
+                continue
+            view = EPContextNode.from_ir(node)
+            source = view.source or ""
+            ep = next((p for p in providers if p.compiles and p.accepts_source(source)), None)
+            if ep is None:
+                names = ", ".join(p.name for p in providers)
+                raise InvalidGraph(
+                    f"EPContext node {view.name!r} was made by {source!r}, which none of this session's "
+                    f"execution providers ({names}) accepts"
+                )
+            self._views[node] = view
+            routed[node] = ep
+            if view.main_context:
+                self._mains.setdefault(ep.name, []).append(view)
+        return routed
+
+    def load(self, ep: ExecutionProvider, node: ir.Node, partition: Partition) -> CompiledPartition:
+        view = self._views[node]
+        graph_name = view.partition_name or view.name
+        binary = self._binary_for(ep, view, graph_name)
+        where = f"EPContext node {view.name!r} (source {view.source!r})"
+        if not ep.accepts_source(binary.ep_name):
+            raise InvalidGraph(f"{where}: its binary was made by {binary.ep_name!r}, not by {ep.name}")
+        if view.ep_sdk_version is not None and view.ep_sdk_version != binary.sdk_version:
+            raise InvalidGraph(
+                f"{where}: ep_sdk_version {view.ep_sdk_version!r} disagrees with its binary's "
+                f"{binary.sdk_version!r}"
+            )
+        reason = ep.check_context(view, binary.sdk_version, binary.hardware)
+        if reason is not None:
+            raise InvalidGraph(f"{where} cannot be loaded by this {ep.name}: {reason}")
+        source = ContextSource(binary, graph_name)
+        if not source.keys():
+            raise InvalidGraph(f"{where}: {binary.where} holds no graph named {graph_name!r}")
+        try:
+            return ep.load_partition(source, view, partition)
+        except EPCtxError:
+            raise
+        except Exception as exc:  # a backend's own error while importing: keep it as the cause
+            raise InvalidGraph(f"{where}: {ep.name} failed to load graph {graph_name!r}: {exc}") from exc
+
+    def _binary_for(self, ep: ExecutionProvider, view: EPContextNode, graph_name: str) -> ContextBinary:
+        if view.main_context:
+            return self._open(view)
+        # main_context=0: the graph lives in the binary of one of the EP's main context nodes.
+        for main in self._mains.get(ep.name, []):
+            binary = self._open(main)
+            if ContextSource(binary, graph_name).keys():
+                return binary
+        raise InvalidGraph(
+            f"EPContext node {view.name!r} (main_context=0) names graph {graph_name!r}, which no main context "
+            f"of {ep.name} in this model holds"
+        )
+
+    def _open(self, view: EPContextNode) -> ContextBinary:
+        if view.embed_mode == 1:
+            key = f"node:{view.name}"
+            if key not in self._binaries:
+                self._binaries[key] = ContextBinary.from_bytes(
+                    view.ep_cache_context or b"", where=f"embedded context of EPContext node {view.name!r}"
+                )
+            return self._binaries[key]
+        if self._base is None:
+            raise InvalidArgument(
+                f"EPContext node {view.name!r} refers to the file {view.cache_path!r} and the model comes from "
+                f"bytes: set {opt.EP_CONTEXT_FILE_PATH} so the binary can be found beside it"
+            )
+        path = resolve_context_file(self._base, view.cache_path, node=view.name)
+        key = str(path)
+        if key not in self._binaries:
+            self._binaries[key] = ContextBinary.open(path)
+        return self._binaries[key]
