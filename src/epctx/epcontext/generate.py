@@ -15,6 +15,7 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -31,7 +32,14 @@ from epctx.model.scopes import outer_scope_values
 from epctx.partition import Unit
 from epctx.providers.base import CompiledPartition, ExecutionProvider
 
-__all__ = ["ContextModel", "build_context_model", "save_context_model", "write_atomic"]
+if TYPE_CHECKING:
+    from epctx.session.pipeline import Pipeline
+
+__all__ = ["ContextModel", "Placement", "build_context_model", "save_context_model", "write_atomic"]
+
+# Where an initializer left in the context model goes: None embeds it; a file name appends it to that file
+# (relative to the model); (location, offset, length) references data already in a file.
+Placement = Callable[[ir.Value], "str | tuple[str, int, int] | None"]
 
 logger = logging.getLogger("epctx")
 
@@ -42,21 +50,31 @@ class ContextModel:
 
     model: onnx.ModelProto
     binaries: Mapping[str, ContextBinaryWriter]
-    external_initializers: tuple[str, bytes] | None  # (relative file name, bytes)
+    external_files: Mapping[str, bytes]  # external initializer files of ours (relative name -> content)
 
 
 def build_context_model(
+    pipeline: Pipeline,
+    ctx_path: Path,
     *,
-    model: ir.Model,
-    units: Sequence[Unit],
-    compiled: Mapping[int, CompiledPartition],
-    config: Mapping[str, str],
-    model_name: str,
-    source_filename: str,
+    embed: bool | None = None,
+    placement: Placement | None = None,
 ) -> ContextModel:
-    """``compiled`` maps unit index -> compiled partition for every unit of a compiling EP."""
+    """The context model of a compiled pipeline, to be saved as ``ctx_path``. ``embed`` and ``placement``
+    default to the session options (``ep.context_embed_mode``, ``ep.context_model_external_initializers_file_name``)."""
+    config = pipeline.config
+    model = pipeline.loaded.model
+    units = pipeline.units
+    compiled = pipeline.compiled
+    source_path = pipeline.loaded.path
+    model_name = paths.model_name_for(source_path, ctx_path)
+    source_filename = source_path.name if source_path is not None else ""
+    if embed is None:
+        embed = opt.config_flag(config, opt.EP_CONTEXT_EMBED_MODE)
+    if placement is None:
+        ext_name = config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
+        placement = (lambda value: ext_name) if ext_name else (lambda value: None)
     prefix = config.get(opt.EP_CONTEXT_NODE_NAME_PREFIX, "")
-    embed = opt.config_flag(config, opt.EP_CONTEXT_EMBED_MODE)
     graph = model.graph
     writers: dict[str, ContextBinaryWriter] = {}
     eps: dict[str, ExecutionProvider] = {}
@@ -129,8 +147,8 @@ def build_context_model(
     g.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
     g.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
     g.node.extend(nodes)
-    external = _add_initializers(g, initializers, config)
-    return ContextModel(model=out, binaries=binaries, external_initializers=external)
+    external = _add_initializers(g, initializers, placement)
+    return ContextModel(model=out, binaries=binaries, external_files=external)
 
 
 def ep_name_of(view: EPContextNode) -> str:
@@ -164,31 +182,34 @@ def _used_initializers(
 
 
 def _add_initializers(
-    g: onnx.GraphProto, values: Sequence[ir.Value], config: Mapping[str, str]
-) -> tuple[str, bytes] | None:
-    ext_name = config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
-    blob = bytearray()
+    g: onnx.GraphProto, values: Sequence[ir.Value], placement: Placement
+) -> dict[str, bytes]:
+    """Embed each initializer, append it to an external file of ours, or reference an existing file."""
+    files: dict[str, bytearray] = {}
     for value in values:
         tensor = value.const_value
         if tensor is None:
             continue
         array = np.asarray(tensor.numpy())
         proto = onnx.numpy_helper.from_array(array, value.name or "")
-        if ext_name and array.dtype != object:
+        where = placement(value) if array.dtype != object else None
+        if where is None:
+            g.initializer.append(proto)
+            continue
+        if isinstance(where, str):
+            blob = files.setdefault(where, bytearray())
+            blob.extend(b"\0" * ((-len(blob)) % 64))
             raw = proto.raw_data or array.tobytes()
-            pad = (-len(blob)) % 64
-            blob.extend(b"\0" * pad)
-            offset = len(blob)
+            location, offset, length = where, len(blob), len(raw)
             blob.extend(raw)
-            proto.ClearField("raw_data")
-            del proto.float_data[:], proto.int32_data[:], proto.int64_data[:], proto.double_data[:]
-            proto.data_location = onnx.TensorProto.EXTERNAL
-            for key, item in (("location", ext_name), ("offset", str(offset)), ("length", str(len(raw)))):
-                proto.external_data.add(key=key, value=item)
+        else:
+            location, offset, length = where
+        proto.ClearField("raw_data")
+        proto.data_location = onnx.TensorProto.EXTERNAL
+        for key, item in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            proto.external_data.add(key=key, value=item)
         g.initializer.append(proto)
-    if ext_name:
-        return ext_name, bytes(blob)
-    return None
+    return {name: bytes(blob) for name, blob in files.items()}
 
 
 def write_atomic(path: Path, write: Callable[[Callable[[bytes], object]], object]) -> None:
@@ -212,10 +233,13 @@ def save_context_model(ctx: ContextModel, path: Path) -> None:
     folder = path.parent
     for name, writer in ctx.binaries.items():
         writer.write(folder / name)
-    if ctx.external_initializers is not None:
-        name, blob = ctx.external_initializers
-        write_atomic(folder / name, lambda w: w(blob))
+    for name, blob in ctx.external_files.items():
+        write_bytes_atomic(folder / name, blob)
     data = ctx.model.SerializeToString(deterministic=True)
     if len(data) >= 2**31:
         raise Fail(f"the context model {str(path)!r} would exceed 2 GB; use embed mode 0")
-    write_atomic(path, lambda w: w(data))
+    write_bytes_atomic(path, data)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    write_atomic(path, lambda write: write(data))
