@@ -6,6 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from epctx import errors
+from epctx.compiler import CompileFlags, ExternalInitializerInfo, ModelCompiler
 from epctx.errors import (
     EPFail,
     Fail,
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from epctx.session.node_arg import ModelMetadata, NodeArg
 
 __all__ = [
+    "CompileFlags",
+    "ExternalInitializerInfo",
+    "ModelCompiler",
     "EPFail",
     "ExecutionMode",
     "Fail",

@@ -1,0 +1,226 @@
+"""The compile API: ``ModelCompiler`` turns a model into a context model without running it."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from epctx import options as opt
+from epctx.errors import EPCtxError, Fail, InvalidArgument
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from epctx.epcontext.generate import ContextModel
+    from epctx.session.pipeline import Pipeline
+
+__all__ = ["CompileFlags", "ExternalInitializerInfo", "ModelCompiler"]
+
+logger = logging.getLogger("epctx")
+
+_TWO_GB = 2**31
+_STREAM_CHUNK = 1 << 20
+
+
+class CompileFlags(enum.IntFlag):
+    NONE = 0
+    ERROR_IF_NO_NODES_COMPILED = 1
+    ERROR_IF_OUTPUT_FILE_EXISTS = 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExternalInitializerInfo:
+    """Where an initializer's data lives: ``filepath`` relative to the model, ``file_offset``, ``byte_size``."""
+
+    filepath: str
+    file_offset: int
+    byte_size: int
+
+
+InitializerLocationFunc = Callable[
+    [str, Any, "ExternalInitializerInfo | None"], "ExternalInitializerInfo | None"
+]
+
+
+class ModelCompiler:
+    """Compile ``input_model_path_or_bytes`` with the EPs added to ``sess_options`` (``add_provider``)."""
+
+    def __init__(
+        self,
+        sess_options: opt.SessionOptions,
+        input_model_path_or_bytes: str | os.PathLike[str] | bytes,
+        embed_compiled_data_into_model: bool = False,
+        external_initializers_file_path: str | os.PathLike[str] | None = None,
+        external_initializers_size_threshold: int = 1024,
+        flags: int = CompileFlags.NONE,
+        graph_optimization_level: opt.GraphOptimizationLevel = opt.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        get_initializer_location_func: InitializerLocationFunc | None = None,
+    ) -> None:
+        if isinstance(input_model_path_or_bytes, (bytes, bytearray, memoryview)):
+            if len(input_model_path_or_bytes) == 0:
+                raise ValueError("the input model bytes are empty")
+        elif not os.fspath(input_model_path_or_bytes):
+            raise ValueError("the input model path is empty")
+        if external_initializers_file_path is not None and get_initializer_location_func is not None:
+            raise ValueError(
+                "give external_initializers_file_path or get_initializer_location_func, not both"
+            )
+        self._options = sess_options
+        self._source = input_model_path_or_bytes
+        self._embed = bool(embed_compiled_data_into_model)
+        self._ext_path = (
+            os.fspath(external_initializers_file_path) if external_initializers_file_path else None
+        )
+        self._threshold = int(external_initializers_size_threshold)
+        self._flags = CompileFlags(flags)
+        self._level = graph_optimization_level
+        self._location_func = get_initializer_location_func
+
+    # -- outputs -------------------------------------------------------------------------------------
+    def compile_to_file(self, output_model_path: str | os.PathLike[str] | None = None) -> None:
+        from epctx.epcontext.generate import save_context_model
+        from epctx.epcontext.paths import context_model_path
+
+        pipeline = self._pipeline()
+        path = Path(output_model_path) if output_model_path else context_model_path(pipeline.loaded.path, {})
+        if path.is_dir():
+            raise InvalidArgument(f"output_model_path {str(path)!r} is a folder")
+        if path.exists() and self._flags & CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS:
+            raise Fail(f"the output model {str(path)!r} exists already (ERROR_IF_OUTPUT_FILE_EXISTS)")
+        ctx = self._build(pipeline, path, embed=self._embed)
+        save_context_model(ctx, path)
+
+    def compile_to_bytes(self) -> bytes:
+        return self._serialize(self._output_without_file())
+
+    def compile_to_stream(self, write_function: Callable[[bytes], Any]) -> None:
+        data = self._serialize(self._output_without_file())
+        view = memoryview(data)
+        try:
+            for start in range(0, len(view), _STREAM_CHUNK):
+                write_function(bytes(view[start : start + _STREAM_CHUNK]))
+        except EPCtxError:
+            raise
+        except Exception as exc:
+            raise Fail(f"the write function failed: {exc}") from exc
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _pipeline(self) -> Pipeline:
+        from epctx.session.pipeline import Pipeline, resolve_providers
+
+        options = self._options
+        config = options.config
+        if not options.providers:
+            logger.info("ModelCompiler: no provider added to the session options; only the CPU EP takes part")
+        eps = resolve_providers([(name, o) for name, o in options.providers], None, config)
+        level = options.graph_optimization_level
+        options.graph_optimization_level = self._level
+        try:
+            pipeline = Pipeline.partition(self._source, eps, options)
+        finally:
+            options.graph_optimization_level = level
+        pipeline.compile()
+        if not pipeline.compiled and self._flags & CompileFlags.ERROR_IF_NO_NODES_COMPILED:
+            raise Fail(
+                "Unable to compile any nodes: no execution provider compiled a partition of this model"
+            )
+        if not pipeline.compiled:
+            logger.warning("ModelCompiler: no node was compiled; the output model runs on the CPU EP")
+        return pipeline
+
+    def _output_without_file(self) -> ContextModel:
+        """For bytes / stream output: binaries are embedded unless ep.context_file_path says where files go."""
+        pipeline = self._pipeline()
+        given = self._options.config.get(opt.EP_CONTEXT_FILE_PATH, "")
+        if not self._embed and not given:
+            logger.info(
+                "ModelCompiler: bytes/stream output without ep.context_file_path: binaries are embedded"
+            )
+            return self._build(pipeline, Path("model_ctx.onnx"), embed=True)
+        ctx = self._build(pipeline, Path(given), embed=self._embed)
+        if ctx.binaries or ctx.external_files:
+            from epctx.epcontext.generate import write_bytes_atomic
+
+            folder = Path(given).parent
+            for name, writer in ctx.binaries.items():
+                writer.write(folder / name)
+            for name, blob in ctx.external_files.items():
+                write_bytes_atomic(folder / name, blob)
+        return ctx
+
+    def _build(self, pipeline: Pipeline, path: Path, *, embed: bool) -> ContextModel:
+        from epctx.epcontext.generate import build_context_model
+
+        return build_context_model(pipeline, path, embed=embed, placement=self._placement(pipeline, path))
+
+    def _placement(
+        self, pipeline: Pipeline, out_path: Path
+    ) -> Callable[[ir.Value], str | tuple[str, int, int] | None]:
+        import onnx_ir as ir
+
+        if self._location_func is not None:
+            func = self._location_func
+            base = pipeline.loaded.base_dir
+
+            def by_callback(value: ir.Value) -> str | tuple[str, int, int] | None:
+                tensor = value.const_value
+                info = None
+                if isinstance(tensor, ir.ExternalTensor):
+                    info = ExternalInitializerInfo(
+                        str(tensor.location), int(tensor.offset or 0), int(tensor.length or tensor.nbytes)
+                    )
+                try:
+                    where = func(value.name or "", tensor.numpy() if tensor is not None else None, info)
+                except Exception as exc:
+                    raise Fail(f"get_initializer_location_func failed for {value.name!r}: {exc}") from exc
+                if where is None:
+                    return None
+                if not isinstance(where, ExternalInitializerInfo):
+                    raise Fail(
+                        f"get_initializer_location_func returned {type(where).__name__} for {value.name!r}; "
+                        "expected ExternalInitializerInfo or None"
+                    )
+                return _relative_location(where, base, out_path), where.file_offset, where.byte_size
+
+            return by_callback
+        if self._ext_path is not None:
+            name = self._ext_path
+            threshold = self._threshold
+
+            def by_size(value: ir.Value) -> str | None:
+                tensor = value.const_value
+                return name if tensor is not None and tensor.nbytes >= threshold else None
+
+            return by_size
+        return lambda value: None
+
+    @staticmethod
+    def _serialize(ctx: ContextModel) -> bytes:
+        size = ctx.model.ByteSize()
+        if size >= _TWO_GB:
+            raise Fail(
+                f"the compiled model is {size} bytes, over the 2 GB protobuf limit; compile to a file with "
+                "embed_compiled_data_into_model=False and external initializers"
+            )
+        return ctx.model.SerializeToString(deterministic=True)
+
+
+def _relative_location(info: ExternalInitializerInfo, source_dir: Path | None, out_path: Path) -> str:
+    """An external location for the output model: paths are relative to the output model's folder and must
+    stay inside it."""
+    candidate = Path(info.filepath)
+    if not candidate.is_absolute() and source_dir is not None:
+        candidate = source_dir / candidate
+    out_dir = out_path.resolve().parent
+    target = candidate.resolve()
+    if out_dir not in target.parents:
+        raise Fail(
+            f"external initializer file {info.filepath!r} is outside the output model's folder "
+            f"{str(out_dir)!r}; context models only reference files beside them"
+        )
+    return target.relative_to(out_dir).as_posix()
