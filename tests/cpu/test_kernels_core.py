@@ -319,6 +319,9 @@ _LINALG_CASES = [
     _case("Softmax", 13, [_f(2, 5, lo=-80, hi=80)]),
     _case("Hardmax", 13, [np.array([[1, 3, 3, 2], [4, 4, 4, 4]], F32)]),
     _case("Softmax", 13, [_f(2, 5, dtype=np.float64)]),
+    # float16 is computed in float32 and rounded once, as onnxruntime does (to within one ulp).
+    *(_case(op, 13, [_f(16, 50, dtype=np.float16)], rtol=1e-3, atol=0) for op in ["Softmax", "LogSoftmax"]),
+    _case("Softmax", 11, [_f(4, 5, 6, dtype=np.float16)], rtol=1e-3, atol=0),
     _case("Einsum", 12, [_f(3, 4), _f(4, 5)], {"equation": "ij,jk->ik"}, rtol=1e-5),
     _case("Einsum", 12, [_f(2, 3, 4), _f(2, 4, 5)], {"equation": "bij,bjk->bik"}, rtol=1e-5),
     _case("Einsum", 12, [_f(3, 4), _f(4, 5)], {"equation": "ij,jk"}, rtol=1e-5),
@@ -582,3 +585,35 @@ def test_erf_float64_and_float16() -> None:
     half = erf(x.astype(np.float16))
     assert half.dtype == np.float16
     np.testing.assert_allclose(half.astype(np.float64), expected, atol=2e-3)
+
+
+def test_bfloat16_keeps_dtype() -> None:
+    # onnxruntime's CPU EP has few bfloat16 kernels: check dtypes and values against float32 math instead.
+    import ml_dtypes
+
+    from tests.oracle import run_epctx
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    x = _f(3, 4, lo=0.1, hi=0.9)
+    xb = x.astype(bf16)
+    for op, inputs, attrs, expected in [
+        ("MatMul", [xb, xb.T.copy()], {}, x.astype(bf16).astype(F32) @ x.astype(bf16).astype(F32).T),
+        ("Gemm", [xb, xb], {"transB": 1, "alpha": 0.5}, 0.5 * (xb.astype(F32) @ xb.astype(F32).T)),
+        ("Sigmoid", [xb], {}, 1 / (1 + np.exp(-xb.astype(F32)))),
+        ("Softmax", [xb], {}, np.exp(xb.astype(F32)) / np.exp(xb.astype(F32)).sum(-1, keepdims=True)),
+        ("ReduceSum", [xb], {"keepdims": 0}, xb.astype(F32).sum()),
+        ("Einsum", [xb, xb], {"equation": "ij,kj->ik"}, xb.astype(F32) @ xb.astype(F32).T),
+    ]:
+        names = [f"in{k}" for k in range(len(inputs))]
+        node = helper.make_node(op, names, ["out"], **attrs)
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info(n, T.BFLOAT16, v.shape) for n, v in zip(names, inputs)],
+            [helper.make_tensor_value_info("out", T.BFLOAT16, None)],
+        )
+        graph.output[0].type.tensor_type.shape.SetInParent()
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+        (out,) = run_epctx(model, dict(zip(names, inputs)))
+        assert out.dtype == bf16, op
+        np.testing.assert_allclose(out.astype(F32), np.asarray(expected, F32), rtol=1e-2, err_msg=op)

@@ -17,7 +17,7 @@ from epctx.providers.base import Kernel
 from epctx.providers.cpu.reference import reference_kernel
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
-__all__ = ["NATIVE_DTYPES", "convert_dtype", "erf", "onnx_to_numpy_dtype"]
+__all__ = ["DIRECT_DTYPES", "NATIVE_DTYPES", "convert_dtype", "erf", "onnx_to_numpy_dtype", "widened"]
 
 Fn = Callable[..., Any]
 
@@ -111,9 +111,27 @@ _UNARY: dict[str, tuple[int, Fn]] = {
 }
 
 
-# Results of another dtype than the input (bool tests); the others keep the input's dtype, which takes
-# a cast back when numpy computes an ml_dtypes input (bfloat16, float8) in float32.
+# Dtypes numpy computes at full precision. The others (float16, bfloat16, float8) are computed in float32
+# and rounded once at the end, as onnxruntime does, instead of after every step of a composite function.
+DIRECT_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (np.float32, np.float64, np.bool_, np.int8, np.int16, np.int32, np.int64)
+    + (np.uint8, np.uint16, np.uint32, np.uint64)
+)
+# Unary ops whose result is bool whatever the input.
 _TESTS = frozenset({"IsNaN", "IsInf", "Not"})
+
+
+def widened(fn: Fn) -> Fn:
+    """``fn`` of one array, computed in float32 for the dtypes outside DIRECT_DTYPES."""
+
+    def call(x: Any, *args: Any) -> Any:
+        dtype = x.dtype
+        if dtype in DIRECT_DTYPES:
+            return fn(x, *args)
+        return fn(x.astype(np.float32), *args).astype(dtype)
+
+    return call
 
 
 def _unary_factory(fn: Fn) -> Callable[[NodeInfo], Kernel]:
@@ -122,8 +140,9 @@ def _unary_factory(fn: Fn) -> Callable[[NodeInfo], Kernel]:
             return lambda x: (fn(x),)
 
         def run(x: Any) -> tuple[Any]:
-            r = fn(x)
-            return (r,) if r.dtype == x.dtype else (r.astype(x.dtype),)
+            if x.dtype in DIRECT_DTYPES:
+                return (fn(x),)
+            return (fn(x.astype(np.float32)).astype(x.dtype),)
 
         return run
 

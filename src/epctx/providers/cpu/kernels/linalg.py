@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from epctx.providers.base import Kernel
-from epctx.providers.cpu.kernels.elementwise import NATIVE_DTYPES
+from epctx.providers.cpu.kernels.elementwise import NATIVE_DTYPES, widened
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []
@@ -17,7 +17,8 @@ __all__: list[str] = []
 @kernel("MatMul", since=1)
 def _matmul(info: NodeInfo) -> Kernel:
     def run(a: Any, b: Any) -> tuple[Any]:
-        return (np.matmul(a, b),)
+        y = np.matmul(a, b)
+        return (y,) if y.dtype == a.dtype else (y.astype(a.dtype),)  # bfloat16 comes back as float32
 
     return run
 
@@ -58,7 +59,7 @@ def _gemm(info: NodeInfo) -> Kernel:
                 np.add(y, c, out=y, casting="unsafe")
             else:  # C may broadcast A*B up (e.g. a 1x1 product with a bigger C)
                 y = (y + c).astype(y.dtype, copy=False)
-        return (y,)
+        return (y,) if y.dtype == a.dtype else (y.astype(a.dtype),)
 
     return run
 
@@ -104,8 +105,8 @@ def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
 
 
 _SOFTMAX: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
-    "Softmax": _softmax,
-    "LogSoftmax": _log_softmax,
+    "Softmax": widened(_softmax),
+    "LogSoftmax": widened(_log_softmax),
     "Hardmax": _hardmax,
 }
 

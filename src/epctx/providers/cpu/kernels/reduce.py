@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from epctx.providers.base import Kernel
+from epctx.providers.cpu.kernels.elementwise import widened
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []
@@ -30,7 +31,7 @@ def _sum(x: Any, axes: Any, keepdims: bool) -> Any:
 
 
 def _mean(x: Any, axes: Any, keepdims: bool) -> Any:
-    if x.dtype.kind == "f":  # float16 accumulates in float32 and comes back as float16
+    if x.dtype.kind == "f":
         return np.mean(x, axis=axes, keepdims=keepdims)
     return np.mean(x, axis=axes, dtype=x.dtype, keepdims=keepdims)  # integer mean truncates
 
@@ -87,17 +88,18 @@ def _log_sum_exp(x: Any, axes: Any, keepdims: bool) -> Any:
         return r if keepdims else np.squeeze(r, axis=axes)
 
 
+# Sums of float16 / bfloat16 accumulate in float32 (``widened``), like onnxruntime.
 _REDUCERS: dict[str, Reducer] = {
-    "ReduceSum": _sum,
-    "ReduceMean": _mean,
+    "ReduceSum": widened(_sum),
+    "ReduceMean": widened(_mean),
     "ReduceMax": _max,
     "ReduceMin": _min,
-    "ReduceProd": _prod,
-    "ReduceL1": _l1,
-    "ReduceL2": _same_dtype(_l2),
-    "ReduceLogSum": _same_dtype(_log_sum),
-    "ReduceLogSumExp": _same_dtype(_log_sum_exp),
-    "ReduceSumSquare": _sum_square,
+    "ReduceProd": widened(_prod),
+    "ReduceL1": widened(_l1),
+    "ReduceL2": widened(_same_dtype(_l2)),
+    "ReduceLogSum": widened(_same_dtype(_log_sum)),
+    "ReduceLogSumExp": widened(_same_dtype(_log_sum_exp)),
+    "ReduceSumSquare": widened(_sum_square),
 }
 
 
