@@ -491,8 +491,8 @@ def _float_str(v: float) -> str:
 def _to_strings(x: np.ndarray) -> np.ndarray:
     flat = np.asarray(x).ravel()
     kind = flat.dtype.kind
-    if kind == "O":
-        items = [s if isinstance(s, str) else s.decode() if isinstance(s, bytes) else str(s) for s in flat]
+    if kind in "OSU":
+        items = [s.decode() if isinstance(s, bytes) else str(s) for s in flat.tolist()]
     elif kind == "f":
         items = [_float_str(v) for v in flat.tolist()]
     elif kind == "b":
@@ -570,9 +570,8 @@ def _cast_like(info: NodeInfo) -> Kernel:
 
     def run(x: Any, like: Any) -> Any:
         dtype = like.dtype
-        if (
-            dtype not in NATIVE_DTYPES
-        ):  # bfloat16, float8, int4 (ml_dtypes): saturation rules in the reference
+        if dtype not in NATIVE_DTYPES:
+            # bfloat16, float8, int4 (ml_dtypes): their rounding and saturation rules are in the reference
             if not fallback:
                 fallback.append(reference_kernel(info))
             return fallback[0](x, like)
