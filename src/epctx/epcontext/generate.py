@@ -163,7 +163,11 @@ def _node_proto(view: EPContextNode) -> onnx.NodeProto:
     proto.input.extend(view.inputs)
     proto.output.extend(view.outputs)
     for attr in view.attributes():
-        proto.attribute.append(ir.serde.serialize_attribute(attr))
+        if attr.name == "ep_cache_context":
+            # A binary payload is not UTF-8: written as raw bytes, as onnxruntime's EPs do.
+            proto.attribute.append(onnx.helper.make_attribute(attr.name, view.ep_cache_context))
+        else:
+            proto.attribute.append(ir.serde.serialize_attribute(attr))
     return proto
 
 
@@ -231,6 +235,7 @@ def write_atomic(path: Path, write: Callable[[Callable[[bytes], object]], object
 def save_context_model(ctx: ContextModel, path: Path) -> None:
     """Binaries first, then the external initializers, then the model (atomic each)."""
     folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
     for name, writer in ctx.binaries.items():
         writer.write(folder / name)
     for name, blob in ctx.external_files.items():

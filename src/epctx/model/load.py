@@ -19,6 +19,17 @@ __all__ = ["LoadedModel", "load_model"]
 
 logger = logging.getLogger("epctx")
 
+
+class _BinaryPayloadFilter(logging.Filter):
+    """EPContext payloads (embed_mode=1) are bytes in a STRING attribute, as onnxruntime writes them;
+    onnx-ir warns about every such attribute. That is the format, not a defect: drop those warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "'ep_cache_context'" not in record.getMessage()
+
+
+logging.getLogger("onnx_ir.serde").addFilter(_BinaryPayloadFilter())
+
 # onnx.checker refuses protos over 2 GiB (after hiding large initializers, see _checkable).
 _CHECKER_LIMIT = 2**31 - 1
 # Initializers larger than this are hidden from onnx.checker (see _checkable).
@@ -35,9 +46,13 @@ class LoadedModel:
 
 
 def load_model(
-    source: str | os.PathLike[str] | bytes, *, external_data_folder: str | None = None
+    source: str | os.PathLike[str] | bytes,
+    *,
+    external_data_folder: str | None = None,
+    infer_types: bool = False,
 ) -> LoadedModel:
-    """Parse, check and convert a model. External tensors stay on disk (onnx-ir memory-maps them on use)."""
+    """Parse, check and convert a model. External tensors stay on disk (onnx-ir memory-maps them on use).
+    ``infer_types`` runs ONNX shape inference so intermediate values carry types (compiling EPs need them)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         if not data:
@@ -78,7 +93,27 @@ def load_model(
         # Model-local functions are inlined so every node left is a plain operator.
         onnx_ir.passes.common.InlinePass()(model)
     _check_external_data(model, base_dir, what)
+    if infer_types and len(checkable) < _CHECKER_LIMIT:
+        _infer_types(model, checkable, what)
     return LoadedModel(model=model, path=path, base_dir=base_dir)
+
+
+def _infer_types(model: ir.Model, checkable: bytes, what: str) -> None:
+    """Copy types and shapes from ONNX shape inference onto values of the main graph that lack them."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(checkable)
+    except Exception as exc:  # inference is best effort: EPs then see fewer typed values
+        logger.debug("shape inference failed on %s: %s", what, exc)
+        return
+    by_name = {v.name: v for node in model.graph for v in node.outputs if v.name}
+    for info in (*inferred.graph.value_info, *inferred.graph.output):
+        value = by_name.get(info.name)
+        if value is None or not info.type.HasField("tensor_type"):
+            continue
+        if value.type is None:
+            value.type = ir.serde.deserialize_type_proto_for_type(info.type)
+        if value.shape is None and info.type.tensor_type.HasField("shape"):
+            value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
 
 
 def _checkable(proto: onnx.ModelProto, data: bytes) -> bytes:

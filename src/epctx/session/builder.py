@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +21,8 @@ from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_pla
 
 __all__ = ["StepBuilder", "no_compile"]
 
+logger = logging.getLogger("epctx")
+
 _COMPILE_FORBIDDEN: contextvars.ContextVar[bool] = contextvars.ContextVar("epctx_no_compile", default=False)
 
 
@@ -30,6 +34,12 @@ def no_compile() -> Iterator[None]:
         yield
     finally:
         _COMPILE_FORBIDDEN.reset(token)
+
+
+def _one(ep: ExecutionProvider, results: Sequence[CompiledPartition]) -> Sequence[CompiledPartition]:
+    if len(results) != 1:
+        raise Fail(f"{ep.name}.compile returned {len(results)} results for 1 partition")
+    return results
 
 
 class StepBuilder:
@@ -57,15 +67,24 @@ class StepBuilder:
                 loaded[k] = loader.load(unit.ep, unit.nodes[0], unit.partition)
             else:
                 by_ep.setdefault(id(unit.ep), []).append(k)
+        total = sum(len(ks) for ks in by_ep.values())
+        done = 0
         for ks in by_ep.values():
             ep = units[ks[0]].ep
-            parts = [p for p in (units[k].partition for k in ks) if p is not None]
             if _COMPILE_FORBIDDEN.get():
                 raise AssertionError(f"{ep.name}.compile was called inside no_compile()")
-            results = ep.compile(parts)
-            if len(results) != len(ks):
-                raise Fail(f"{ep.name}.compile returned {len(results)} results for {len(ks)} partitions")
-            compiled.update(zip(ks, results))
+            # One partition per call, so long compiles report progress partition by partition.
+            for k in ks:
+                part = units[k].partition
+                assert part is not None
+                started = time.perf_counter()
+                (result,) = _one(ep, ep.compile([part]))
+                compiled[k] = result
+                done += 1
+                logger.info(
+                    "compiled partition %d/%d %s (%d nodes) on %s in %.2f s",
+                    done, total, part.name, len(part.nodes), ep.name, time.perf_counter() - started,
+                )  # fmt: skip
         return compiled, loaded
 
     def steps_for_units(

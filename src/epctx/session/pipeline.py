@@ -41,7 +41,11 @@ class Pipeline:
         options: opt.SessionOptions,
     ) -> Pipeline:
         config = options.config
-        loaded = load_model(source, external_data_folder=config.get(opt.EXTERNAL_INITIALIZERS_FOLDER))
+        loaded = load_model(
+            source,
+            external_data_folder=config.get(opt.EXTERNAL_INITIALIZERS_FOLDER),
+            infer_types=any(ep.compiles for ep in providers),
+        )
         graph = loaded.model.graph
         opsets = dict(loaded.model.opset_imports)
         loader = ContextLoader(model_path=loaded.path, config=config)

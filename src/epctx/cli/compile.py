@@ -1,0 +1,67 @@
+"""``epctx compile MODEL [-p EP[:k=v,...]]... [-o OUT] [--embed] [--prefix P]``: write a context model."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "parse_provider"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("compile", help="compile a model into a context model (<stem>_ctx.onnx + .bin)")
+    p.add_argument("model")
+    p.add_argument("-p", "--provider", action="append", default=[], metavar="EP[:k=v,...]")
+    p.add_argument("-o", "--output", help="output model path (default: <stem>_ctx.onnx beside MODEL)")
+    p.add_argument("--embed", action="store_true", help="embed binaries in the model (embed mode 1)")
+    p.add_argument("--prefix", default="", help="ep.context_node_name_prefix (for merging)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.set_defaults(func=compile_model)
+
+
+def parse_provider(spec: str) -> tuple[str, dict[str, str]]:
+    """``Name`` or ``Name:key=value,key=value``."""
+    name, _, rest = spec.partition(":")
+    options: dict[str, str] = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"provider option {item!r} in {spec!r} is not key=value")
+        options[key.strip()] = value.strip()
+    return name.strip(), options
+
+
+def compile_model(args: argparse.Namespace) -> int:
+    import epctx
+
+    if not args.quiet:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("epctx: %(message)s"))
+        log = logging.getLogger("epctx")
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    so = epctx.SessionOptions()
+    if args.prefix:
+        so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
+    providers = [parse_provider(p) for p in args.provider] or [("ExampleExecutionProvider", {})]
+    for name, options in providers:
+        so.add_provider(name, options)
+    source = Path(args.model)
+    output = Path(args.output) if args.output else source.with_name(f"{source.stem}_ctx.onnx")
+    flags = epctx.CompileFlags.NONE if args.force else epctx.CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
+    started = time.perf_counter()
+    epctx.ModelCompiler(
+        so, str(source), embed_compiled_data_into_model=args.embed, flags=flags
+    ).compile_to_file(str(output))
+    written = sorted(
+        p.name for p in output.parent.iterdir() if p.name.startswith(output.stem.removesuffix("_ctx"))
+    )
+    print(f"wrote {output} in {time.perf_counter() - started:.2f} s")
+    for name in written:
+        print(f"  {name}  {(output.parent / name).stat().st_size} bytes")
+    return 0

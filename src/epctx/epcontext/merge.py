@@ -1,0 +1,109 @@
+"""Merge context models (generated with different ``ep.context_node_name_prefix``) into one model.
+
+Values connect by name: an output of one model that another model reads becomes an internal edge. The
+merged model's inputs are the inputs no model produces; its outputs are the outputs no other model reads.
+Binaries stay where they are (the merged model must be written in the same folder as its inputs, so the
+relative ``ep_cache_context`` paths keep pointing at them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import onnx
+
+from epctx.epcontext.generate import write_bytes_atomic
+from epctx.epcontext.schema import DOMAIN, OP_TYPE
+from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
+
+__all__ = ["merge_context_models"]
+
+
+def merge_context_models(
+    paths: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str]
+) -> onnx.ModelProto:
+    if len(paths) < 2:
+        raise InvalidArgument("merge needs at least two context models")
+    out_path = Path(output)
+    models = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise NoSuchFile(f"context model not found: {str(path)!r}")
+        if path.resolve().parent != out_path.resolve().parent:
+            raise InvalidArgument(
+                f"{str(path)!r} is not in the output's folder {str(out_path.resolve().parent)!r}: merged models "
+                "refer to their binaries by relative path, so inputs and output must share a folder"
+            )
+        models.append((path, onnx.load(path, load_external_data=False)))
+
+    merged = onnx.ModelProto()
+    merged.ir_version = max(m.ir_version for _, m in models)
+    merged.producer_name = "epctx"
+    merged.graph.name = "_".join(m.graph.name or path.stem for path, m in models)
+    opsets: dict[str, int] = {}
+    metadata: dict[str, str] = {}
+    node_names: dict[str, Path] = {}
+    init_names: dict[str, tuple[Path, bytes]] = {}
+    produced: dict[str, Path] = {}
+    for path, model in models:
+        for op in model.opset_import:
+            if op.domain in opsets and opsets[op.domain] != op.version and op.domain != DOMAIN:
+                raise InvalidGraph(
+                    f"{str(path)!r} imports opset {op.domain or 'ai.onnx'}:{op.version}, another model "
+                    f"{opsets[op.domain]}; merged models must agree"
+                )
+            opsets[op.domain] = max(op.version, opsets.get(op.domain, 0))
+        for prop in model.metadata_props:
+            metadata.setdefault(prop.key, prop.value)
+        for node in model.graph.node:
+            if node.name:
+                if node.name in node_names:
+                    raise InvalidGraph(
+                        f"node name {node.name!r} is in {str(node_names[node.name])!r} and {str(path)!r}; "
+                        "generate the models with different ep.context_node_name_prefix values"
+                    )
+                node_names[node.name] = path
+            for name in node.output:
+                if name and name in produced:
+                    raise InvalidGraph(
+                        f"value {name!r} is produced in {str(produced[name])!r} and {str(path)!r}"
+                    )
+                produced[name] = path
+            merged.graph.node.append(node)
+        for init in model.graph.initializer:
+            data = init.SerializeToString(deterministic=True)
+            if init.name in init_names:
+                if init_names[init.name][1] != data:
+                    raise InvalidGraph(
+                        f"initializer {init.name!r} differs between {str(init_names[init.name][0])!r} and "
+                        f"{str(path)!r}"
+                    )
+                continue
+            init_names[init.name] = (path, data)
+            merged.graph.initializer.append(init)
+    graph_inputs: dict[str, onnx.ValueInfoProto] = {}
+    for _, model in models:
+        for vi in model.graph.input:
+            if vi.name not in produced and vi.name not in graph_inputs:
+                graph_inputs[vi.name] = vi
+    merged.graph.input.extend(graph_inputs.values())
+    seen: set[str] = set()
+    for index, (_, model) in enumerate(models):
+        later_reads = {
+            name for _, m in models[index + 1 :] for node in m.graph.node for name in node.input if name
+        }
+        for vi in model.graph.output:
+            if vi.name not in later_reads and vi.name not in seen:
+                merged.graph.output.append(vi)
+                seen.add(vi.name)
+    for domain, version in sorted(opsets.items()):
+        merged.opset_import.add(domain=domain, version=version)
+    for key, value in sorted(metadata.items()):
+        merged.metadata_props.add(key=key, value=value)
+    if not any(n.op_type == OP_TYPE and n.domain == DOMAIN for n in merged.graph.node):
+        raise InvalidGraph("none of the models has an EPContext node; nothing to merge")
+    write_bytes_atomic(out_path, merged.SerializeToString(deterministic=True))
+    return merged
