@@ -20,8 +20,6 @@ SKIPS: list[tuple[str, str]] = [
         r"test_flexattention_(causal_mask|prob_mod|relative_positional|score_mod|soft_cap)",
         "ai.onnx.preview FlexAttention with modifier subgraphs is not implemented",
     ),
-    # Scatter was deprecated in opset 11 (replaced by ScatterElements) and onnx.reference has no implementation.
-    (r"test_scatter_(with|without)_axis", "deprecated Scatter (opset 9-10)"),
     # Optional-typed control flow values.
     (r"test_if_opt", "If returning optional(seq) values"),
     (r"test_loop16_seq_none", "Loop with an empty optional(seq) loop-carried value"),

@@ -310,3 +310,33 @@ def test_negative_dim_value_is_dynamic():
     sess = epctx.InferenceSession(model.SerializeToString())
     assert sess.get_inputs()[0].shape == [None, 3]
     assert sess.run(None, {"x": np.ones((5, 3), np.float32)})[0].shape == (5, 3)
+
+
+def test_string_initializers_compare_with_str_feeds():
+    graph = helper.make_graph(
+        [helper.make_node("Equal", ["s", "c"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, [2])],
+        [helper.make_tensor("c", TensorProto.STRING, [2], [b"a", b"b"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert_matches_ort(model, {"s": np.array(["a", "x"], dtype=object)})
+
+
+def test_numpy_floating_point_warnings_are_silent():
+    graph = helper.make_graph(
+        [helper.make_node("Log", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    sess = epctx.InferenceSession(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (y,) = sess.run(None, {"x": np.array([0.0, -1.0], np.float32)})
+    assert np.isneginf(y[0]) and np.isnan(y[1])

@@ -9,6 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from epctx.errors import InvalidArgument
+from epctx.model.tensors import to_numpy
 from epctx.session.node_arg import type_string
 
 __all__ = ["FeedBinder"]
@@ -20,7 +21,7 @@ class _InputSpec:
     def __init__(self, value: ir.Value) -> None:
         self.name = value.name or ""
         self.type = type_string(value.type)
-        self.default = value.const_value.numpy() if value.const_value is not None else None
+        self.default = to_numpy(value.const_value) if value.const_value is not None else None
         self.dtype: np.dtype[Any] | None = None
         self.rank: int | None = None
         self.dims: tuple[tuple[int, int], ...] = ()

@@ -6,7 +6,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
+
+from epctx.model.tensors import to_numpy
 
 __all__ = ["ExecutionPlan", "PlanStep", "build_plan"]
 
@@ -51,12 +54,14 @@ class ExecutionPlan:
         slots = self.template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
-        for fn, ins, outs, frees in self.steps:
-            results = fn(*[slots[i] for i in ins])
-            for slot, value in zip(outs, results):
-                slots[slot] = value
-            for slot in frees:
-                slots[slot] = None
+        # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings.
+        with np.errstate(all="ignore"):
+            for fn, ins, outs, frees in self.steps:
+                results = fn(*[slots[i] for i in ins])
+                for slot, value in zip(outs, results):
+                    slots[slot] = value
+                for slot in frees:
+                    slots[slot] = None
         return [slots[i] for i in self.output_slots]
 
 
@@ -88,7 +93,7 @@ def build_plan(
         if value in constant:
             return constant[value]
         if value.const_value is not None and value not in known_inputs:
-            array = value.const_value.numpy()
+            array = to_numpy(value.const_value)
             constant[value] = array
             return array
         raise KeyError(value)

@@ -8,6 +8,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from epctx.model.tensors import to_numpy
 from epctx.providers.base import Kernel, NodeContext
 
 __all__ = ["NodeInfo", "find_factory", "kernel"]
@@ -49,7 +50,7 @@ def _norm_domain(domain: str) -> str:
 def _attr_value(attr: ir.Attr) -> Any:
     value = attr.value
     if attr.type == ir.AttributeType.TENSOR:
-        return value.numpy()
+        return to_numpy(value)
     if attr.type in (ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS):
         return list(value)
     if attr.type == ir.AttributeType.TENSORS:
@@ -93,4 +94,4 @@ class NodeInfo:
         value = self.node.inputs[i]
         if value is None or value.const_value is None:
             return None
-        return value.const_value.numpy()
+        return to_numpy(value.const_value)
