@@ -320,7 +320,7 @@ def test_string_initializers_compare_with_str_feeds():
         [helper.make_tensor_value_info("y", TensorProto.BOOL, [2])],
         [helper.make_tensor("c", TensorProto.STRING, [2], [b"a", b"b"])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     assert_matches_ort(model, {"s": np.array(["a", "x"], dtype=object)})
 
 

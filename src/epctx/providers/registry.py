@@ -17,6 +17,7 @@ __all__ = ["available_providers", "create_provider", "register_provider_class"]
 # name -> ("module:Class", modules that must be importable for the EP to be available)
 _BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
     "CPUExecutionProvider": ("epctx.providers.cpu:CPUExecutionProvider", ()),
+    "ExampleExecutionProvider": ("epctx.providers.example:ExampleExecutionProvider", ()),
 }
 _REGISTERED: dict[str, type[ExecutionProvider]] = {}
 
