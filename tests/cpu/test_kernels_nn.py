@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 import epctx
 import epctx.providers.cpu.kernels
+from epctx.providers.cpu.kernels import conv as conv_kernels
 from epctx.providers.cpu.registry import find_factory
 from tests.oracle import assert_matches_ort
 
@@ -126,6 +127,27 @@ def test_conv(
     x, w = _f(*xs), _f(*ws)
     inputs = [x, w, _f(ws[0])] if bias else [x, w]
     _check("Conv", inputs, attrs, const=const, atol=1e-4, rtol=1e-4)
+
+
+WINOGRAD_CASES = [c for c in CONV_CASES if c[1][2:] == (3, 3) and c[0][1] >= 16 and not c[2].get("strides")]
+
+
+@pytest.mark.parametrize("const", [(), (1, 2)], ids=["runtime_w", "const_w"])
+@pytest.mark.parametrize(("xs", "ws", "attrs"), WINOGRAD_CASES)
+def test_conv_winograd(
+    xs: tuple[int, ...],
+    ws: tuple[int, ...],
+    attrs: dict[str, Any],
+    const: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Winograd runs only when BLAS is single-threaded; force it so the path is tested on any machine.
+    monkeypatch.setattr(conv_kernels, "_blas_single_threaded", lambda: True)
+    geo = conv_kernels.spatial_geometry(
+        xs[2:], ws[2:], (1, 1), (1, 1), attrs.get("pads"), attrs.get("auto_pad", "NOTSET")
+    )
+    assert conv_kernels._ConvPlan(xs, ws, geo, 1).winograd is not None
+    _check("Conv", [_f(*xs), _f(*ws), _f(ws[0])], attrs, const=const, atol=1e-4, rtol=1e-4)
 
 
 def test_conv_opset1_and_kernel_shape_attr() -> None:

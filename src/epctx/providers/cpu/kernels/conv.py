@@ -6,8 +6,10 @@ the hot path is a padding copy, one strided gather, one BLAS call and a bias add
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -299,12 +301,30 @@ class _ConvPlan:
 # Winograd F(2x2, 3x3): 3x3 stride-1 convs as 16 GEMMs over 2x2 output tiles (2.25x fewer multiplies)
 
 _WINO_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
-_WINO_MIN_TILES = 64  # below this many tiles per GEMM, im2col + one GEMM is faster
+_WINO_MIN_TILES = 36  # below this many tiles per GEMM, im2col + one GEMM is faster
 _WINO_MIN_CHANNELS = 16
 
 
+@functools.cache
+def _blas_single_threaded() -> bool:
+    """True when numpy's BLAS runs one thread (thread-count variables set to 1, or a single CPU).
+
+    Winograd's 16 small GEMMs only pay off then: a multi-threaded OpenBLAS synchronizes its threads on
+    every call, which makes them slower than the one large im2col GEMM (measured 2x slower end to end).
+    """
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        value = os.environ.get(var, "").strip()
+        if value:
+            return value == "1"
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return cpus == 1
+
+
 def _winograd_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry, group: int) -> bool:
-    if group != 1 or len(geo.kernel) != 2 or geo.kernel != (3, 3):
+    if group != 1 or len(geo.kernel) != 2 or geo.kernel != (3, 3) or not _blas_single_threaded():
         return False
     if geo.strides != (1, 1) or geo.dilations != (1, 1):
         return False
@@ -328,26 +348,11 @@ class _Winograd:
         self.pad_h, self.pad_w = geo.pad_begin
 
     def run(self, x: np.ndarray, u: np.ndarray) -> np.ndarray:
-        n, c, h, w = x.shape
+        n, c = x.shape[0], x.shape[1]
         m = u.shape[1]
         th, tw = self.th, self.tw
         dt = np.result_type(x.dtype, u.dtype)
-        # Padded input laid out (C, N, Hp, Wp) so one GEMM covers the whole batch.
-        xp = np.zeros((c, n, 2 * th + 2, 2 * tw + 2), dtype=dt)
-        ph, pw = self.pad_h, self.pad_w
-        xp[:, :, ph : ph + h, pw : pw + w] = x.transpose(1, 0, 2, 3)[
-            :, :, : 2 * th + 2 - ph, : 2 * tw + 2 - pw
-        ]
-        # V = B^T d B for every 4x4 input tile d (rows first, then columns).
-        r = [xp[:, :, i : i + 2 * th : 2, :] for i in range(4)]
-        rows = (r[0] - r[2], r[1] + r[2], r[2] - r[1], r[1] - r[3])
-        v = np.empty((16, c, n, th, tw), dtype=dt)
-        for a, ra in enumerate(rows):
-            q = [ra[..., j : j + 2 * tw : 2] for j in range(4)]
-            np.subtract(q[0], q[2], out=v[4 * a])
-            np.add(q[1], q[2], out=v[4 * a + 1])
-            np.subtract(q[2], q[1], out=v[4 * a + 2])
-            np.subtract(q[1], q[3], out=v[4 * a + 3])
+        v = self._transform_input(x, dt)
         prod = np.matmul(u, v.reshape(16, c, n * th * tw)).reshape(4, 4, m, n, th, tw)
         # Y = A^T M A with A^T = [[1, 1, 1, 0], [0, 1, -1, -1]].
         p0 = prod[0] + prod[1]
@@ -361,6 +366,37 @@ class _Winograd:
             np.subtract(pr[1], pr[2], out=y[:, :, i::2, 1::2])
             y[:, :, i::2, 1::2] -= pr[3]
         return np.ascontiguousarray(y[:, :, : self.oh, : self.ow].transpose(1, 0, 2, 3))
+
+    def _transform_input(self, x: np.ndarray, dt: Any) -> np.ndarray:
+        """V = B^T d B for every 4x4 input tile d, as (16, C, N, th, tw)."""
+        n, c = x.shape[0], x.shape[1]
+        th, tw = self.th, self.tw
+        ph, pw = self.pad_h, self.pad_w
+        rows = 2 * th + 2
+        # Padded input, (C, N, rows, cols) with the even and odd columns de-interleaved into two planes
+        # so that every tile column below is a unit-stride view.
+        planes = np.zeros((2, c, n, rows, tw + 1), dtype=dt)
+        xt = x.transpose(1, 0, 2, 3)[:, :, : rows - ph]
+        for parity in range(2):
+            first = (parity - pw) % 2  # first input column landing on this parity
+            src = xt[..., first::2]
+            dst0 = (pw + first) // 2
+            k = min(src.shape[-1], tw + 1 - dst0)
+            planes[parity, :, :, ph : ph + src.shape[2], dst0 : dst0 + k] = src[..., :k]
+        ev, od = planes[0], planes[1]
+        q = (ev[..., :tw], od[..., :tw], ev[..., 1:], od[..., 1:])  # tile columns 0..3
+        cols = np.empty((4, c, n, rows, tw), dtype=dt)
+        np.subtract(q[0], q[2], out=cols[0])
+        np.add(q[1], q[2], out=cols[1])
+        np.subtract(q[2], q[1], out=cols[2])
+        np.subtract(q[1], q[3], out=cols[3])
+        r = [cols[:, :, :, i : i + 2 * th : 2] for i in range(4)]  # tile rows 0..3
+        v = np.empty((4, 4, c, n, th, tw), dtype=dt)
+        np.subtract(r[0], r[2], out=v[0])
+        np.add(r[1], r[2], out=v[1])
+        np.subtract(r[2], r[1], out=v[2])
+        np.subtract(r[1], r[3], out=v[3])
+        return v
 
 
 # --------------------------------------------------------------------------------------------------------
