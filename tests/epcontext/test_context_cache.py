@@ -51,7 +51,7 @@ def _load(path: Path | bytes, **config: str) -> epctx.InferenceSession:
 
 
 def test_generate_from_path_embed0_default_names(tmp_path):
-    src, expected = _generate(tmp_path)
+    _, expected = _generate(tmp_path)
     np.testing.assert_allclose(expected, run_ort(two_partition_model(), feed())[0], atol=1e-5)
     ctx = tmp_path / "model_ctx.onnx"
     assert {p.name for p in tmp_path.iterdir()} == {"model.onnx", "model_ctx.onnx", f"model_{EXAMPLE}.bin"}
@@ -186,7 +186,9 @@ def test_generation_is_byte_identical(tmp_path):
         folder = tmp_path / name
         folder.mkdir()
         _generate(folder)
-        outs.append(((folder / "model_ctx.onnx").read_bytes(), (folder / f"model_{EXAMPLE}.bin").read_bytes()))
+        outs.append(
+            ((folder / "model_ctx.onnx").read_bytes(), (folder / f"model_{EXAMPLE}.bin").read_bytes())
+        )
     assert outs[0] == outs[1]
 
 
