@@ -59,6 +59,7 @@ class InferenceSession:
             else:
                 save_context_model(build_context_model(pipeline, ctx_path), ctx_path)
                 logger.info("wrote context model %s", ctx_path)
+        self._units = pipeline.units
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
