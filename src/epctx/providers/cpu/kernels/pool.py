@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from epctx.providers.base import Kernel
-from epctx.providers.cpu.kernels.conv import Geometry, ints, pad_input, spatial_geometry, window_slices
+from epctx.providers.cpu.kernels.conv import (
+    Geometry,
+    ints,
+    pad_input,
+    release_padded,
+    spatial_geometry,
+    window_slices,
+)
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []
@@ -103,9 +110,9 @@ def _max_pool(info: NodeInfo) -> Kernel:
     def run(x: np.ndarray) -> tuple[np.ndarray, ...]:
         plan = plans(x.shape)
         xp = pad_input(x, plan.geo, _lowest(x.dtype))
-        if not with_indices:
-            return (plan.reduce_max(xp),)
-        return _max_with_indices(plan, xp, x.shape)
+        result = (plan.reduce_max(xp),) if not with_indices else _max_with_indices(plan, xp, x.shape)
+        release_padded(x, xp)
+        return result
 
     return run
 
@@ -184,7 +191,9 @@ def _average_pool(info: NodeInfo) -> Kernel:
         recip = recips.get(key)
         if recip is None:
             recip = recips[key] = (1.0 / plan.counts).astype(x.dtype)
-        y = plan.reduce_sum(pad_input(x, plan.geo))
+        xp = pad_input(x, plan.geo)
+        y = plan.reduce_sum(xp)
+        release_padded(x, xp)
         y *= recip
         return (y,)
 
@@ -199,7 +208,9 @@ def _lp_pool(info: NodeInfo) -> Kernel:
     def run(x: np.ndarray) -> tuple[np.ndarray]:
         plan = plans(x.shape)
         powered = _abs_pow(x, p)
-        y = plan.reduce_sum(pad_input(powered, plan.geo))
+        xp = pad_input(powered, plan.geo)
+        y = plan.reduce_sum(xp)
+        release_padded(powered, xp)
         return (_root(y, p),)
 
     return run
