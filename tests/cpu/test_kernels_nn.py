@@ -195,6 +195,22 @@ def test_conv_does_not_modify_inputs() -> None:
         np.testing.assert_array_equal(a, c)
 
 
+def test_conv_concurrent_runs_share_no_scratch() -> None:
+    """Scratch buffers are reused between calls: concurrent runs must still get their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, _ = _model(
+        "Conv", [_f(1, 16, 20, 20), _f(16, 16, 3, 3), _f(16)], {"pads": [1, 1, 1, 1]}, const=(1, 2)
+    )
+    session = epctx.InferenceSession(model.SerializeToString())
+    inputs = [_f(1, 16, 20, 20) for _ in range(8)]
+    expected = [session.run(None, {"in0": x})[0] for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: session.run(None, {"in0": x})[0], inputs * 4))
+    for k, y in enumerate(got):
+        np.testing.assert_array_equal(y, expected[k % len(inputs)])
+
+
 # --------------------------------------------------------------------------------------------------------
 # Pools
 
