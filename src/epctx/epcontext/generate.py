@@ -27,7 +27,8 @@ from epctx.epcontext import paths
 from epctx.epcontext.container import ContextBinaryWriter
 from epctx.epcontext.schema import DOMAIN, OPSET_VERSION, EPContextNode
 from epctx.epcontext.store import ContextStore
-from epctx.errors import Fail
+from epctx.epcontext.workspace import workspace
+from epctx.errors import Fail, InvalidArgument
 from epctx.model.scopes import outer_scope_values
 from epctx.partition import Unit
 from epctx.providers.base import CompiledPartition, ExecutionProvider
@@ -75,8 +76,14 @@ def build_context_model(
         ext_name = config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
         placement = (lambda value: ext_name) if ext_name else (lambda value: None)
     prefix = config.get(opt.EP_CONTEXT_NODE_NAME_PREFIX, "")
+    share = opt.config_flag(config, opt.SHARE_EP_CONTEXTS)
+    if share and embed:
+        raise InvalidArgument(
+            "ep.share_ep_contexts=1 shares one binary file among models: it needs ep.context_embed_mode=0"
+        )
     graph = model.graph
     writers: dict[str, ContextBinaryWriter] = {}
+    file_names: dict[str, str] = {}
     eps: dict[str, ExecutionProvider] = {}
     nodes: list[onnx.NodeProto] = []
     mains: set[str] = set()  # EPs whose main context node is placed
@@ -89,12 +96,21 @@ def build_context_model(
         ep = unit.ep
         writer = writers.get(ep.name)
         if writer is None:
-            writer = writers[ep.name] = ContextBinaryWriter(
-                ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware()
-            )
+            if share:
+                writer, file_names[ep.name] = workspace(ep.name).generation_target(
+                    ep, model_name, ctx_path.parent
+                )
+            else:
+                writer = ContextBinaryWriter(
+                    ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware()
+                )
+                file_names[ep.name] = paths.binary_file_name(model_name, ep.name)
+            writers[ep.name] = writer
             eps[ep.name] = ep
-        graph_name = f"{prefix}{part.name}"
-        ep.save_partition(part, compiled[k], ContextStore(writer, graph_name))
+        # Graphs of several models share a binary: their names carry the model's name.
+        graph_name = f"{prefix}{model_name}_{part.name}" if share else f"{prefix}{part.name}"
+        with workspace(ep.name).lock:
+            ep.save_partition(part, compiled[k], ContextStore(writer, graph_name))
         is_main = ep.name not in mains
         view = EPContextNode(
             name=graph_name,
@@ -120,10 +136,17 @@ def build_context_model(
             if embed:
                 payload = writer.to_bytes()
             else:
-                file_name = paths.binary_file_name(model_name, ep_name_of(view))
-                binaries[file_name] = writer
-                payload = file_name.encode()
+                payload = file_names[ep_name_of(view)].encode()
         nodes[index] = _node_proto(dataclasses.replace(view, ep_cache_context=payload))
+    stop = opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS)
+    for name, writer in writers.items():
+        if embed:
+            continue
+        if not share:
+            binaries[file_names[name]] = writer
+        elif stop:  # the last session of the group writes the shared binary and clears the workspace
+            binaries[file_names[name]] = writer
+            workspace(name).finish_generation()
 
     initializers = _used_initializers(graph, units, compiled)
     out = onnx.ModelProto()

@@ -12,6 +12,7 @@ from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.paths import resolve_context_file
 from epctx.epcontext.schema import EPContextNode, is_ep_context
 from epctx.epcontext.store import ContextSource
+from epctx.epcontext.workspace import workspace
 from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph
 from epctx.providers.base import CompiledPartition, ExecutionProvider, Partition
 
@@ -31,6 +32,8 @@ class ContextLoader:
         self._views: dict[ir.Node, EPContextNode] = {}
         self._mains: dict[str, list[EPContextNode]] = {}  # EP name -> its main context nodes
         self._binaries: dict[str, ContextBinary] = {}  # resolved path or node name -> opened binary
+        self._share = opt.config_flag(config, opt.SHARE_EP_CONTEXTS)
+        self._stop_share = opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS)
 
     def route(
         self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
@@ -109,5 +112,14 @@ class ContextLoader:
         path = resolve_context_file(self._base, view.cache_path, node=view.name)
         key = str(path)
         if key not in self._binaries:
-            self._binaries[key] = ContextBinary.open(path)
+            if self._share:  # weight sharing: the group's sessions open a shared binary once
+                self._binaries[key] = workspace(view.source or "").open(path)
+            else:
+                self._binaries[key] = ContextBinary.open(path)
         return self._binaries[key]
+
+    def finish(self) -> None:
+        """After every node is loaded: the last session of a sharing group releases the workspace."""
+        if self._share and self._stop_share:
+            for ep_name in self._mains:
+                workspace(ep_name).release_loaded()

@@ -85,6 +85,8 @@ class StepBuilder:
                     "compiled partition %d/%d %s (%d nodes) on %s in %.2f s",
                     done, total, part.name, len(part.nodes), ep.name, time.perf_counter() - started,
                 )  # fmt: skip
+        if loader is not None:
+            loader.finish()
         return compiled, loaded
 
     def steps_for_units(
