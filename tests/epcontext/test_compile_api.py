@@ -186,3 +186,13 @@ def test_callback_and_write_errors_surface_as_fail(src):
 
     with pytest.raises(epctx.Fail, match="disk full"):
         epctx.ModelCompiler(_so(EXAMPLE), str(src)).compile_to_stream(bad_write)
+
+
+def test_over_2gb_to_bytes_or_stream_fails_clearly(src, monkeypatch):
+    import epctx.compiler
+
+    monkeypatch.setattr(epctx.compiler, "_TWO_GB", 64)  # stand-in for 2 GB: the check, not the allocation
+    with pytest.raises(epctx.Fail, match="2 GB"):
+        epctx.ModelCompiler(_so(EXAMPLE), str(src)).compile_to_bytes()
+    with pytest.raises(epctx.Fail, match="2 GB"):
+        epctx.ModelCompiler(_so(EXAMPLE), str(src)).compile_to_stream(lambda chunk: None)
