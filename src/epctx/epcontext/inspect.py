@@ -1,0 +1,595 @@
+"""Inspect a context model: its EPContext nodes, the binaries they carry or name, and what is left for the CPU.
+
+``inspect_model(path)`` returns a :class:`ModelReport` (frozen dataclasses, ``to_dict()`` for JSON); problems
+that would stop a session from loading the model (bad attributes, absolute / ``..`` / escaping / missing binary
+paths, corrupt epctx containers, version disagreements) are :class:`Finding` entries, never exceptions. Only a
+file that is not an ONNX model at all raises (InvalidGraph / NoSuchFile / InvalidArgument).
+
+Payload formats are told apart by their bytes, not by the node's ``source``:
+
+- ``epctx-container``: magic ``b"EPCTXBIN"``; the header is read with :class:`ContextBinary`.
+- ``qnn-context-binary``: what ``QnnContext_getBinary`` returns (ORT's QNN EP stores it as is). Not a documented
+  format: recognised by the layout seen in binaries of QNN SDK 2.51 (onnxruntime-qnn 2.7.0): big-endian u32
+  major and minor header versions, then at 0x10 three little-endian u64 (metadata size, header section size,
+  body size) where header section + body = the payload size.
+- ``openvino-blob``: ``CompiledModel.export_model()`` output, which ORT's OpenVINO EP embeds or writes: the CPU
+  plugin's stream (a ``meta=...;ov=<version>;isa=...`` preamble in recent releases, or the bare data header
+  followed by XML in older ones) or an NPU blob (``OVNPU`` magic at the start or in its trailer).
+- ``openvino-ep-bin``: the multi-blob file of ORT's OpenVINO EP (magic ``OVEP_BIN``, a 40-byte header, BSON
+  metadata naming each blob's offset and size).
+- ``tensorrt-engine``: a serialized TensorRT engine (``ptrt`` / ``ftrt`` signature, possibly after a
+  length-prefixed JSON preamble), as ORT's TensorRT EP embeds it or names it in ``ep_cache_context``.
+- ``unknown``: anything else.
+"""
+
+from __future__ import annotations
+
+import collections
+import mmap
+import os
+import re
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from epctx.epcontext.container import MAGIC, ContextBinary
+from epctx.epcontext.paths import resolve_context_file
+from epctx.epcontext.schema import DOMAIN, OP_TYPE, EPContextNode
+from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph, NoSuchFile
+
+__all__ = [
+    "FORMAT_EPCTX", "FORMAT_OPENVINO", "FORMAT_OPENVINO_BIN", "FORMAT_QNN", "FORMAT_TENSORRT", "FORMAT_UNKNOWN",
+    "BinaryFile", "EPContextInfo", "Finding", "ModelReport", "Payload", "PayloadEntry", "detect_payload",
+    "inspect_model",
+]  # fmt: skip
+
+FORMAT_EPCTX = "epctx-container"
+FORMAT_QNN = "qnn-context-binary"
+FORMAT_OPENVINO = "openvino-blob"
+FORMAT_OPENVINO_BIN = "openvino-ep-bin"
+FORMAT_TENSORRT = "tensorrt-engine"
+FORMAT_UNKNOWN = "unknown"
+
+COMPATIBILITY_PREFIX = "ep_compatibility_info."
+_INT_ATTRS = {"main_context": 1, "embed_mode": 1, "max_size": 0}
+_STRING_ATTRS = frozenset(
+    ("ep_cache_context", "ep_sdk_version", "onnx_model_filename", "hardware_architecture", "partition_name",
+     "source", "notes")
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem found. ``severity`` is "error" (a session would refuse the model) or "warning"."""
+
+    severity: str
+    message: str
+    node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadEntry:
+    """One entry of a multi-entry payload (an epctx container's entries, an OVEP_BIN file's blobs)."""
+
+    name: str
+    kind: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """What a context payload is. ``details`` holds header fields (for epctx containers ``ep_name``,
+    ``sdk_version``, ``hardware``, ``checksum``, ``alignment`` and ``metadata.<key>``)."""
+
+    format: str
+    size: int
+    details: Mapping[str, str] = field(default_factory=dict)
+    entries: tuple[PayloadEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryFile:
+    """A context binary named by ``ep_cache_context`` (embed_mode=0). ``status``: "ok", "missing" or
+    "rejected" (absolute, ``..`` or a symlink leaving the model folder; such files are never read)."""
+
+    reference: str
+    path: str
+    status: str
+    exists: bool
+    size: int | None
+    payload: Payload | None
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EPContextInfo:
+    """One EPContext node. ``attributes`` has every attribute present, display-ready (``ep_cache_context`` is the
+    path with embed_mode=0, ``"<N bytes embedded>"`` with embed_mode=1); ``graph`` is "main" or the subgraph's
+    location (``main/<node>.<attribute>``)."""
+
+    name: str
+    graph: str
+    source: str | None
+    main_context: int
+    embed_mode: int
+    partition_name: str | None
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attributes: Mapping[str, Any]
+    file: str | None = None
+    payload: Payload | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReport:
+    path: str
+    ir_version: int
+    producer: str
+    opset_imports: Mapping[str, int]
+    ep_compatibility_info: Mapping[str, str]
+    ep_context_nodes: tuple[EPContextInfo, ...]
+    binary_files: tuple[BinaryFile, ...]
+    other_nodes: Mapping[str, int]
+    findings: tuple[Finding, ...]
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (no bytes), keys as in the dataclasses."""
+        return asdict(self)
+
+
+def detect_payload(
+    data: object, *, verify: bool = False, where: str = "embedded context"
+) -> tuple[Payload, list[str]]:
+    """The format of a context payload (bytes-like) and the problems met reading its header (``where`` names
+    it in them). ``verify`` checks every entry checksum of an epctx container."""
+    buf = memoryview(data).cast("B")  # type: ignore[arg-type]
+    try:
+        if bytes(buf[: len(MAGIC)]) == MAGIC:
+            problems: list[str] = []
+            payload = _epctx_payload(
+                lambda: ContextBinary.from_bytes(buf, where=where), buf.nbytes, problems, verify=verify
+            )
+            return payload, problems
+        for fmt, detect in _DETECTORS:
+            try:
+                found = detect(buf)
+            except (ValueError, struct.error, IndexError) as exc:
+                return Payload(fmt, buf.nbytes), [f"{fmt} header could not be read: {exc}"]
+            if found is not None:
+                return Payload(fmt, buf.nbytes, found[0], found[1]), []
+        return Payload(FORMAT_UNKNOWN, buf.nbytes), []
+    finally:
+        buf.release()
+
+
+def _epctx_payload(opener: Any, size: int, problems: list[str], *, verify: bool = False) -> Payload:
+    try:
+        with opener() as binary:
+            details = dict(ep_name=binary.ep_name, sdk_version=binary.sdk_version, hardware=binary.hardware,
+                           checksum=binary.checksum_algorithm, alignment=str(binary.alignment))  # fmt: skip
+            details.update({f"metadata.{k}": v for k, v in sorted(binary.metadata.items())})
+            infos = [binary.entry(n) for n in binary.names()]
+            for info in infos if verify else ():  # every corrupt entry, not only the first
+                try:
+                    binary.read(info.name)
+                except InvalidGraph as exc:
+                    problems.append(str(exc))
+    except EPCtxError as exc:
+        problems.append(str(exc))
+        return Payload(FORMAT_EPCTX, size)
+    return Payload(FORMAT_EPCTX, size, details, tuple(PayloadEntry(i.name, i.kind, i.size) for i in infos))
+
+
+_Found = tuple[dict[str, str], tuple[PayloadEntry, ...]] | None
+_QNN_SDK = re.compile(rb"v(\d+\.\d+\.\d+\.\d+)")
+
+
+def _qnn(buf: memoryview) -> _Found:
+    if buf.nbytes < 0x30:  # header versions (big-endian), then metadata / header section / body sizes
+        return None
+    major, minor = struct.unpack_from(">II", buf, 0)
+    meta_size, head_size, body_size = struct.unpack_from("<QQQ", buf, 0x10)
+    if not (0 < major < 256 and minor < 256 and meta_size <= head_size == buf.nbytes - body_size >= 0x30):
+        return None
+    details = {"header_version": f"{major}.{minor}", "metadata_bytes": str(meta_size)}
+    sdk = _QNN_SDK.search(bytes(buf[0x30 : 0x30 + min(meta_size, 1 << 16)]))
+    if sdk:
+        details["sdk_version"] = sdk.group(1).decode()
+    return details, ()
+
+
+_OV_CPU_MAGIC = b"RR_UPCVO"
+_OV_NPU_MAGIC = b"OVNPU"
+_OV_VERSION = re.compile(rb"meta=[^;\x00]*;ov=([0-9][\w.\-]*)")
+_OV_META_KEYS = {"meta": "meta_version", "ov": "openvino_version", "isa": "isa"}
+
+
+def _openvino(buf: memoryview) -> _Found:
+    head = bytes(buf[:512])
+    if head.startswith(_OV_NPU_MAGIC) or _OV_NPU_MAGIC in bytes(buf[-256:]):
+        return {"device": "NPU"}, ()
+    if head.startswith(_OV_CPU_MAGIC) and len(head) >= 20:
+        # Recent CPU plugin streams: magic, u32 version, u64 length, "meta=...;ov=...;isa=..." text.
+        (length,) = struct.unpack_from("<Q", head, 12)
+        details = {"device": "CPU"}
+        text = bytes(buf[20 : 20 + min(length, 4096)]).decode("utf-8", "replace")
+        for item in text.split(";"):
+            key, _, value = item.partition("=")
+            if key in _OV_META_KEYS and value:
+                details[_OV_META_KEYS[key]] = value
+        return details, ()
+    found = _OV_VERSION.search(head)
+    if found is not None:
+        return {"openvino_version": found.group(1).decode("ascii", "replace")}, ()
+    # Older CPU plugin streams: the data header (6 u64: custom data offset/size, constants, model) and its XML.
+    if len(head) >= 56 and struct.unpack_from("<Q", head, 0)[0] == 48 and head[48:53] == b"<?xml":
+        return {"device": "CPU"}, ()
+    return None
+
+
+_OVEP_BIN_MAGIC = b"OVEP_BIN"
+_OVEP_HEADER = struct.Struct("<8sQQQQ")  # magic, version, header size, BSON offset, BSON size
+
+
+def _openvino_bin(buf: memoryview) -> _Found:
+    if bytes(buf[:8]) != _OVEP_BIN_MAGIC:
+        return None
+    _, version, header_size, bson_at, bson_size = _OVEP_HEADER.unpack_from(buf, 0)
+    details = {"version": str(version)}
+    if header_size != _OVEP_HEADER.size or bson_at + bson_size > buf.nbytes:
+        raise ValueError(f"header size {header_size}, BSON at {bson_at} + {bson_size} of {buf.nbytes} bytes")
+    meta = _bson(bytes(buf[bson_at : bson_at + bson_size]))
+    for key in ("version", "producer"):
+        if isinstance(meta.get(key), str):
+            details[f"metadata.{key}"] = meta[key]
+    blobs = meta.get("blob_metadata_map")
+    entries = []
+    if isinstance(blobs, dict):
+        for name, info in blobs.items():
+            size = info.get("size") if isinstance(info, dict) else None
+            entries.append(PayloadEntry(name, "blob", int(size) if isinstance(size, int) else -1))
+    weights = meta.get("weights_metadata_map")
+    if isinstance(weights, dict):
+        details["shared_weights"] = str(len(weights))
+    return details, tuple(entries)
+
+
+def _bson(raw: bytes) -> dict[str, Any]:
+    """A small BSON reader (documents, arrays, strings, numbers, booleans, null): enough for OVEP_BIN."""
+
+    def doc(at: int) -> tuple[dict[str, Any], int]:
+        (size,) = struct.unpack_from("<i", raw, at)
+        end = at + size
+        if size < 5 or end > len(raw):
+            raise ValueError(f"BSON document of {size} bytes at {at} runs past the end")
+        out: dict[str, Any] = {}
+        at += 4
+        while raw[at] != 0:
+            kind = raw[at]
+            name_end = raw.index(b"\0", at + 1)
+            name = raw[at + 1 : name_end].decode("utf-8", "replace")
+            at = name_end + 1
+            if kind in (0x03, 0x04):
+                out[name], at = doc(at)
+            elif kind == 0x02:
+                (n,) = struct.unpack_from("<i", raw, at)
+                out[name] = raw[at + 4 : at + 3 + n].decode("utf-8", "replace")
+                at += 4 + n
+            elif kind in _BSON_SCALARS:
+                fmt = _BSON_SCALARS[kind]
+                (out[name],) = struct.unpack_from(fmt, raw, at) if fmt else (None,)
+                at += struct.calcsize(fmt) if fmt else 0
+            else:
+                raise ValueError(f"unsupported BSON element type 0x{kind:02x} for {name!r}")
+            if at >= end:
+                raise ValueError("BSON document ends inside an element")
+        return out, end
+
+    return doc(0)[0]
+
+
+_BSON_SCALARS = {0x01: "<d", 0x08: "<?", 0x0A: "", 0x10: "<i", 0x11: "<Q", 0x12: "<q"}
+_TRT_SIGNATURES = (b"ptrt", b"ftrt")
+
+
+def _tensorrt(buf: memoryview) -> _Found:
+    at = 0
+    if buf.nbytes >= 8 and bytes(buf[4:5]) == b"{":  # a length-prefixed JSON preamble before the engine
+        at = struct.unpack_from("<I", buf, 0)[0] + 4
+    if buf.nbytes < at + 8 or bytes(buf[at : at + 4]) not in _TRT_SIGNATURES:
+        return None
+    version = struct.unpack_from("<I", buf, at + 4)[0]
+    details = {"signature": bytes(buf[at : at + 4]).decode(), "serialization_version": f"0x{version:x}"}
+    if at:
+        details["preamble_bytes"] = str(at)
+    return details, ()
+
+
+_DETECTORS = (
+    (FORMAT_OPENVINO_BIN, _openvino_bin),
+    (FORMAT_TENSORRT, _tensorrt),
+    (FORMAT_OPENVINO, _openvino),
+    (FORMAT_QNN, _qnn),
+)
+
+
+def inspect_model(path: str | os.PathLike[str], *, verify: bool = False) -> ModelReport:
+    """Report on the context model at ``path``. ``verify=True`` also checks every entry checksum of epctx
+    containers (reads all their bytes)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    model_path = Path(path)
+    if not model_path.is_file():
+        if model_path.is_dir():
+            raise InvalidArgument(f"{str(model_path)!r} is a folder, expected an ONNX model file")
+        raise NoSuchFile(f"model file not found: {str(model_path)!r}")
+    data = model_path.read_bytes()
+    what = repr(str(model_path))
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise InvalidGraph(f"{what} is not an ONNX model (protobuf decoding failed: {exc})") from exc
+    if not proto.HasField("graph") or not proto.ir_version:
+        raise InvalidGraph(f"{what} is not an ONNX model (no graph or IR version)")
+    del data
+    inspector = _Inspector(model_path.resolve().parent, verify=verify)
+    for graph_at, node in _walk(proto.graph, "main"):
+        if node.op_type == OP_TYPE and node.domain == DOMAIN:
+            inspector.add_node(node, graph_at)
+        else:
+            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+            inspector.op_counts[key] += 1
+    inspector.cross_check()
+
+    meta = {p.key: p.value for p in proto.metadata_props}
+    return ModelReport(
+        path=str(model_path.resolve()),
+        ir_version=int(proto.ir_version),
+        producer=" ".join(s for s in (proto.producer_name, proto.producer_version) if s),
+        opset_imports={(o.domain or "ai.onnx"): int(o.version) for o in proto.opset_import},
+        ep_compatibility_info={
+            k[len(COMPATIBILITY_PREFIX) :]: v for k, v in meta.items() if k.startswith(COMPATIBILITY_PREFIX)
+        },
+        ep_context_nodes=tuple(inspector.nodes),
+        binary_files=tuple(inspector.files()),
+        other_nodes=dict(sorted(inspector.op_counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        findings=tuple(inspector.findings),
+    )
+
+
+def _walk(graph: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """Every node of ``graph`` and of its subgraphs (If / Loop / Scan bodies), with the graph's location."""
+    from onnx import AttributeProto
+
+    for i, node in enumerate(graph.node):
+        yield where, node
+        for attr in node.attribute:
+            label = f"{where}/{node.name or f'{node.op_type}#{i}'}.{attr.name}"
+            if attr.type == AttributeProto.GRAPH:
+                yield from _walk(attr.g, label)
+            elif attr.type == AttributeProto.GRAPHS:
+                for j, sub in enumerate(attr.graphs):
+                    yield from _walk(sub, f"{label}[{j}]")
+
+
+class _Inspector:
+    def __init__(self, base_dir: Path, *, verify: bool) -> None:
+        self.base_dir = base_dir
+        self.verify = verify
+        self.nodes: list[EPContextInfo] = []
+        self.findings: list[Finding] = []
+        self.op_counts: collections.Counter[str] = collections.Counter()
+        self._files: dict[str, dict[str, Any]] = {}  # display path -> BinaryFile fields
+
+    def add_node(self, node: Any, graph_at: str) -> None:
+        name = node.name
+        values, extra, display = self._attributes(node)
+        embed_mode = values.get("embed_mode", 1)
+        cache = values.get("ep_cache_context")
+        if "ep_cache_context" in display:
+            display["ep_cache_context"] = (
+                _text(cache) if embed_mode == 0 else f"<{len(cache or b'')} bytes embedded>"
+            )
+        view = EPContextNode(
+            name=name, inputs=tuple(node.input), outputs=tuple(node.output), extra=extra, **values
+        )
+        try:
+            view.validate()
+        except InvalidGraph as exc:
+            self._error(str(exc), name)
+        file_ref, payload = None, None
+        if cache and embed_mode == 0:
+            file_ref = _text(cache)
+            if file_ref.encode("utf-8", "surrogatepass") != cache:
+                self._error(f"ep_cache_context is not a UTF-8 path: {file_ref!r}", name)
+            payload = self._file(file_ref, name)
+        elif cache:
+            where = f"embedded context of EPContext node {name!r}"
+            payload, problems = detect_payload(cache, verify=self.verify, where=where)
+            for problem in problems:
+                self._error(problem, name)
+        info = EPContextInfo(
+            name=name, graph=graph_at, source=view.source, main_context=view.main_context,
+            embed_mode=view.embed_mode, partition_name=view.partition_name, inputs=view.inputs,
+            outputs=view.outputs, attributes=display, file=file_ref, payload=payload,
+        )  # fmt: skip
+        self.nodes.append(info)
+
+    def _attributes(self, node: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """Typed EPContext attributes (wrong types become findings), the unknown ones, and all for display."""
+        from onnx import AttributeProto
+
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        display: dict[str, Any] = {}
+        for attr in node.attribute:
+            shown = _display(attr)
+            display[attr.name] = shown
+            if attr.name in _INT_ATTRS:
+                if attr.type != AttributeProto.INT:
+                    self._error(f"attribute {attr.name!r} must be INT, not {_type_name(attr)}", node.name)
+                    continue
+                values[attr.name] = int(attr.i)
+            elif attr.name in _STRING_ATTRS:
+                if attr.type != AttributeProto.STRING:
+                    self._error(f"attribute {attr.name!r} must be STRING, not {_type_name(attr)}", node.name)
+                    continue
+                raw = bytes(attr.s)
+                values[attr.name] = raw if attr.name == "ep_cache_context" else _text(raw)
+            else:
+                extra[attr.name] = shown
+        return values, extra, display
+
+    def _file(self, reference: str, node: str) -> Payload | None:
+        status = "ok"
+        try:
+            target = resolve_context_file(self.base_dir, reference, node=node)
+        except InvalidGraph as exc:
+            self._error(str(exc), node)
+            target, inside = _locate(self.base_dir, reference)
+            status = "missing" if inside and not target.is_file() else "rejected"
+        key = str(target)
+        entry = self._files.get(key)
+        if entry is None:
+            exists = target.is_file()
+            size = target.stat().st_size if exists else None
+            payload = self._read_file(target, node) if status == "ok" else None
+            entry = dict(reference=reference, path=key, status=status, exists=exists, size=size,
+                         payload=payload, nodes=[])  # fmt: skip
+            self._files[key] = entry
+        entry["nodes"].append(node)
+        payload = entry["payload"]
+        return payload if isinstance(payload, Payload) else None
+
+    def _read_file(self, target: Path, node: str) -> Payload:
+        problems: list[str] = []
+        try:
+            with open(target, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 0:
+                    self._error(f"the context binary {str(target)!r} is empty", node)
+                    return Payload(FORMAT_UNKNOWN, 0)
+                if fh.read(len(MAGIC)) == MAGIC:  # the container's own reader maps it
+                    payload = _epctx_payload(
+                        lambda: ContextBinary.open(target),
+                        target.stat().st_size,
+                        problems,
+                        verify=self.verify,
+                    )
+                else:
+                    with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                        payload, problems = detect_payload(mapped)
+        except OSError as exc:
+            self._error(f"cannot read the context binary {str(target)!r}: {exc}", node)
+            return Payload(FORMAT_UNKNOWN, 0)
+        for problem in problems:
+            self._error(problem, node)
+        return payload
+
+    def files(self) -> Iterator[BinaryFile]:
+        for entry in self._files.values():
+            yield BinaryFile(**{**entry, "nodes": tuple(entry["nodes"])})
+
+    def cross_check(self) -> None:
+        """What a session would also refuse: duplicate names, SDK versions that disagree with the binary's,
+        graphs an epctx container does not hold."""
+        seen = collections.Counter(n.name for n in self.nodes)
+        for name, count in seen.items():
+            if count > 1:
+                self._error(f"{count} EPContext nodes are named {name!r}; node names must be unique", name)
+        mains: dict[str, list[Payload]] = {}
+        for info in self.nodes:
+            payload = info.payload
+            if (
+                info.main_context
+                and payload is not None
+                and payload.format == FORMAT_EPCTX
+                and payload.details
+            ):
+                mains.setdefault(info.source or "", []).append(payload)
+                sdk = info.attributes.get("ep_sdk_version")
+                found, ep_name = payload.details.get("sdk_version"), payload.details.get("ep_name")
+                if sdk is not None and sdk != found:
+                    self._error(f"ep_sdk_version {sdk!r} disagrees with its binary's {found!r}", info.name)
+                if ep_name != info.source:
+                    self._warn(
+                        f"source {info.source!r} differs from the binary's ep_name {ep_name!r}", info.name
+                    )
+        main_sources = {n.source for n in self.nodes if n.main_context}
+        for info in self.nodes:
+            graph = info.partition_name or info.name
+            if not info.main_context and info.source not in main_sources:
+                self._error(f"main_context=0 but no main context node has source {info.source!r}", info.name)
+                continue
+            candidates = (
+                [info.payload]
+                if info.main_context and info.payload is not None
+                else mains.get(info.source or "", [])
+            )
+            epctx = [p for p in candidates if p.format == FORMAT_EPCTX and p.details]
+            if epctx and not any(e.name.startswith(f"{graph}/") for p in epctx for e in p.entries):
+                where = "its binary" if info.main_context else "no main context of the same source"
+                self._error(f"{where} holds no graph named {graph!r}", info.name)
+
+    def _error(self, message: str, node: str | None) -> None:
+        text = re.sub(r"^\[[A-Z_]+\] ", "", message)  # no "[STATUS] " nor "EPContext node 'name': " prefix
+        self.findings.append(Finding("error", text.removeprefix(f"EPContext node {node!r}: "), node))
+
+    def _warn(self, message: str, node: str | None) -> None:
+        self.findings.append(Finding("warning", message, node))
+
+
+def _locate(base_dir: Path, reference: str) -> tuple[Path, bool]:
+    """Where a reference that failed to resolve points (for display, never read), and whether it stays in the
+    model folder (relative, no ``..``, no symlink leaving it), i.e. whether the file is just missing."""
+    pure = PurePosixPath(reference.replace("\\", "/"))
+    if Path(reference).is_absolute() or pure.is_absolute() or (len(reference) > 1 and reference[1] == ":"):
+        return Path(reference), False
+    root = base_dir.resolve()
+    target = Path(os.path.normpath((root / Path(*pure.parts)).resolve()))
+    inside = bool(reference) and ".." not in pure.parts and (target == root or root in target.parents)
+    return target, inside
+
+
+def _text(raw: bytes | None) -> str:
+    if raw is None:
+        return ""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "backslashreplace")
+
+
+def _type_name(attr: Any) -> str:
+    from onnx import AttributeProto
+
+    return str(AttributeProto.AttributeType.Name(attr.type))
+
+
+def _display(attr: Any) -> Any:
+    """An attribute value as plain JSON data: numbers, text, lists; tensors and graphs summarized."""
+    from onnx import AttributeProto as A
+    from onnx import TensorProto
+
+    kind = attr.type
+    if kind == A.STRING:
+        raw = bytes(attr.s)
+        text = _text(raw)
+        return text if text.encode("utf-8", "surrogatepass") == raw else f"<{len(raw)} bytes, not UTF-8>"
+    if kind in (A.INT, A.FLOAT):
+        return int(attr.i) if kind == A.INT else float(attr.f)
+    if kind in (A.INTS, A.FLOATS, A.STRINGS):
+        values = attr.ints if kind == A.INTS else attr.floats if kind == A.FLOATS else attr.strings
+        return [_text(v) if isinstance(v, bytes) else v for v in values]
+    if kind == A.TENSOR:
+        return f"<tensor {TensorProto.DataType.Name(attr.t.data_type).lower()} {list(attr.t.dims)}>"
+    if kind == A.GRAPH:
+        return f"<graph {attr.g.name!r}: {len(attr.g.node)} nodes>"
+    return f"<{_type_name(attr).lower()}>"
