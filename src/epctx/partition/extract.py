@@ -1,0 +1,177 @@
+"""A partition as a standalone ONNX model: what compiling EPs hand to a backend's ONNX importer.
+
+``partition_model`` turns a :class:`~epctx.providers.base.Partition` into an ``onnx.ModelProto`` whose graph
+inputs are the partition's inputs, whose outputs are its outputs, whose initializers are its constants and
+whose nodes are its nodes (serialized with ``onnx_ir.serde``; subgraphs keep their references to outer values
+by name, and every outer value a subgraph reads is an input, an initializer or a node output of the
+partition, so they resolve). Values keep the types and shapes the loaded model declares or that shape
+inference gave them.
+
+Initializers are embedded by default. ``weights`` places some of them as external data instead, at offsets
+the caller chose: :func:`plan_weights_file` lays them out in one file (aligned, in partition order) and
+writes it, which is what backends that reference weights by file offset need (OpenVINO's weightless blobs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from epctx.errors import Fail, InvalidArgument
+from epctx.providers.base import Partition
+
+__all__ = ["ExternalRef", "WeightsFile", "partition_model", "plan_weights_file"]
+
+_PRODUCER = "epctx"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExternalRef:
+    """Where an initializer's bytes are: ``length`` bytes at ``offset`` in ``location`` (ONNX external data)."""
+
+    location: str
+    offset: int
+    length: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WeightsFile:
+    """A planned external data file: each initializer at an aligned offset, zeros between them."""
+
+    location: str
+    refs: Mapping[str, ExternalRef]  # initializer name -> where it is in the file
+    arrays: tuple[tuple[str, int, np.ndarray], ...]  # (name, offset, C-contiguous array), in file order
+    size: int
+
+    def chunks(self) -> Iterator[memoryview]:
+        """The file's bytes in order (padding included), without copying the arrays."""
+        position = 0
+        for _, offset, array in self.arrays:
+            if offset > position:
+                yield memoryview(bytes(offset - position))
+            yield memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+            position = offset + array.nbytes
+        if self.size > position:
+            yield memoryview(bytes(self.size - position))
+
+    def write(self, folder: str | os.PathLike[str]) -> str:
+        """Write the file as ``folder/location``; returns its path."""
+        path = os.path.join(os.fspath(folder), self.location)
+        try:
+            with open(path, "wb") as fh:
+                for chunk in self.chunks():
+                    fh.write(chunk)
+        except OSError as exc:
+            raise Fail(f"cannot write the weights file {path!r}: {exc}") from exc
+        return path
+
+
+def _align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def _tensor_array(tensor: ir.TensorProtocol) -> np.ndarray | None:
+    """The tensor's bytes as a flat C-contiguous array (no copy when possible); None for string tensors."""
+    if tensor.dtype == ir.DataType.STRING:
+        return None
+    array = np.asarray(tensor.numpy())
+    if array.dtype == object:
+        return None
+    if tensor.dtype.bitwidth < 8:  # packed 4-bit / 2-bit types: numpy holds them unpacked
+        return np.frombuffer(tensor.tobytes(), np.uint8)
+    return np.ascontiguousarray(array)
+
+
+def plan_weights_file(
+    initializers: Sequence[ir.Value], *, location: str, alignment: int = 64, min_size: int = 0
+) -> WeightsFile:
+    """Lay the initializers (at least ``min_size`` bytes, not strings) out in one external data file."""
+    if alignment < 1 or alignment & (alignment - 1):
+        raise InvalidArgument(f"alignment must be a power of two, got {alignment}")
+    if not location or os.path.basename(location) != location:
+        raise InvalidArgument(f"location must be a plain file name, got {location!r}")
+    refs: dict[str, ExternalRef] = {}
+    arrays: list[tuple[str, int, np.ndarray]] = []
+    cursor = 0
+    for value in initializers:
+        tensor = value.const_value
+        if tensor is None or not value.name or value.name in refs:
+            continue
+        array = _tensor_array(tensor)
+        if array is None or array.nbytes < min_size or array.nbytes == 0:
+            continue
+        offset = _align(cursor, alignment)
+        refs[value.name] = ExternalRef(location, offset, array.nbytes)
+        arrays.append((value.name, offset, array))
+        cursor = offset + array.nbytes
+    return WeightsFile(location, refs, tuple(arrays), cursor)
+
+
+def _initializer_proto(value: ir.Value, ref: ExternalRef | None) -> onnx.TensorProto:
+    tensor = value.const_value
+    if tensor is None:
+        raise InvalidArgument(f"initializer {value.name!r} has no value")
+    name = value.name or ""
+    if ref is None and not isinstance(tensor, ir.ExternalTensor):
+        proto = ir.serde.serialize_tensor(tensor)
+        proto.name = name
+        return proto
+    proto = onnx.TensorProto(
+        name=name, data_type=int(tensor.dtype), dims=[int(d) for d in tensor.shape.numpy()]
+    )
+    if ref is None:  # external in the source model: embed its bytes (the extracted model stands alone)
+        if tensor.dtype == ir.DataType.STRING:
+            proto = ir.serde.serialize_tensor(ir.Tensor(np.asarray(tensor.numpy()), dtype=tensor.dtype))
+            proto.name = name
+            return proto
+        proto.raw_data = tensor.tobytes()
+        return proto
+    proto.data_location = onnx.TensorProto.EXTERNAL
+    for key, item in (("location", ref.location), ("offset", str(ref.offset)), ("length", str(ref.length))):
+        proto.external_data.add(key=key, value=item)
+    return proto
+
+
+def _value_info(value: ir.Value, what: str) -> onnx.ValueInfoProto:
+    if not value.name:
+        raise InvalidArgument(f"partition {what} has no name: every boundary value must be named")
+    return ir.serde.serialize_value(value)
+
+
+def partition_model(
+    partition: Partition,
+    *,
+    opset_imports: Mapping[str, int] | None = None,
+    ir_version: int | None = None,
+    weights: Mapping[str, ExternalRef] | None = None,
+    graph_name: str | None = None,
+) -> onnx.ModelProto:
+    """The partition as a standalone ONNX model.
+
+    ``opset_imports`` defaults to the partition's; ``ir_version`` to the lowest the opsets allow (at least 7).
+    Initializers named in ``weights`` become external data at the given location and offset (the caller
+    writes that file, e.g. with :meth:`WeightsFile.write`); the others are embedded, including those that
+    were external in the source model. The partition is not modified."""
+    opsets = dict(partition.opset_imports if opset_imports is None else opset_imports)
+    opsets.setdefault("", 1)
+    refs = weights or {}
+    graph = onnx.GraphProto(name=graph_name or partition.name or "partition")
+    for value in partition.inputs:
+        graph.input.append(_value_info(value, f"input {value.name!r}"))
+    for value in partition.outputs:
+        graph.output.append(_value_info(value, f"output {value.name!r}"))
+    for value in partition.initializers:
+        graph.initializer.append(_initializer_proto(value, refs.get(value.name or "")))
+    for node in partition.nodes:
+        graph.node.append(ir.serde.serialize_node(node))
+    opset_list = [onnx.helper.make_opsetid(domain, version) for domain, version in sorted(opsets.items())]
+    if ir_version is None:
+        ir_version = max(7, onnx.helper.find_min_ir_version_for(opset_list, True))
+    model = onnx.helper.make_model(graph, opset_imports=opset_list, producer_name=_PRODUCER)
+    model.ir_version = ir_version
+    return model
