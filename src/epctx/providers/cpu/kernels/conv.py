@@ -222,6 +222,11 @@ def _conv(info: NodeInfo) -> Kernel:
     group = int(info.get("group", 1))
     w_const = info.const_input(1)
     b_const = info.const_input(2) if info.has_input(2) else None
+    # float16 convolutions accumulate in float32, as onnxruntime's do (float16 sums drift by whole ulps).
+    if w_const is not None and w_const.dtype == np.float16:
+        w_const = w_const.astype(np.float32)
+    if b_const is not None and b_const.dtype == np.float16:
+        b_const = b_const.astype(np.float32)
     node = info.name
     cache: dict[tuple[int, ...], _ConvPlan] = {}
     prepared: dict[str, Any] = {}
@@ -241,6 +246,11 @@ def _conv(info: NodeInfo) -> Kernel:
         return _ConvPlan(x.shape, w.shape, geo, group)
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        if x.dtype == np.float16:
+            (y32,) = run(
+                x.astype(np.float32), w.astype(np.float32), None if b is None else b.astype(np.float32)
+            )
+            return (y32.astype(np.float16),)
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = plan_for(x, w)
@@ -483,6 +493,11 @@ def _conv_transpose(info: NodeInfo) -> Kernel:
     wt_const = None if w_const is None else _transpose_weight(w_const, group)
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        if x.dtype == np.float16:
+            (y32,) = run(
+                x.astype(np.float32), w.astype(np.float32), None if b is None else b.astype(np.float32)
+            )
+            return (y32.astype(np.float16),)
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = _ConvTransposePlan(info, x.shape, w.shape, group, node)
