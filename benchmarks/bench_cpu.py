@@ -539,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.openblas_coretype:
         core = args.openblas_coretype
         env["OPENBLAS_CORETYPE"] = None if core == "auto" else core
+        if core == "auto":  # the two are set together on this machine; unset together
+            env["OPENBLAS_L2_SIZE"] = None
     if env and argv is None:
         _reexec_with_env(env)
     ORT_THREADS[0] = max(args.threads, 0)
