@@ -25,7 +25,7 @@ import onnx_ir as ir
 from epctx.errors import Fail, InvalidArgument
 from epctx.providers.base import Partition
 
-__all__ = ["ExternalRef", "WeightsFile", "partition_model", "plan_weights_file"]
+__all__ = ["ExternalRef", "WeightsFile", "initializer_array", "partition_model", "plan_weights_file"]
 
 _PRODUCER = "epctx"
 
@@ -75,8 +75,9 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def _tensor_array(tensor: ir.TensorProtocol) -> np.ndarray | None:
-    """The tensor's bytes as a flat C-contiguous array (no copy when possible); None for string tensors."""
+def initializer_array(tensor: ir.TensorProtocol) -> np.ndarray | None:
+    """The tensor's payload as a C-contiguous array, as ONNX stores it (raw little-endian bytes for packed
+    sub-byte types), not copied when it already is one; None for string tensors."""
     if tensor.dtype == ir.DataType.STRING:
         return None
     array = np.asarray(tensor.numpy())
@@ -102,7 +103,7 @@ def plan_weights_file(
         tensor = value.const_value
         if tensor is None or not value.name or value.name in refs:
             continue
-        array = _tensor_array(tensor)
+        array = initializer_array(tensor)
         if array is None or array.nbytes < min_size or array.nbytes == 0:
             continue
         offset = _align(cursor, alignment)

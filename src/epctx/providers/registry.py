@@ -18,6 +18,7 @@ __all__ = ["available_providers", "create_provider", "register_provider_class"]
 _BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
     "CPUExecutionProvider": ("epctx.providers.cpu:CPUExecutionProvider", ()),
     "ExampleExecutionProvider": ("epctx.providers.example:ExampleExecutionProvider", ()),
+    "OpenVINOExecutionProvider": ("epctx.providers.openvino:OpenVINOExecutionProvider", ("openvino",)),
 }
 _REGISTERED: dict[str, type[ExecutionProvider]] = {}
 

@@ -1,0 +1,107 @@
+"""Which nodes OpenVINO runs, as OpenVINO itself says: no hand-kept op list.
+
+The candidate nodes (typed, not disabled, not EPContext) are extracted as one ONNX model and converted with
+OpenVINO's ONNX frontend in *partial* mode, so an op it cannot translate becomes a placeholder instead of
+failing the whole model; ``Core.query_model`` then names the OpenVINO operations the device supports. The
+frontend gives the operations that produce an ONNX value that value's name; the operations a translation
+creates in between carry no ONNX name and belong to the nodes that consume them. A node is claimed when it
+maps to at least one operation and the device supports all of its operations.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+
+from epctx.epcontext.schema import is_ep_context
+from epctx.model.scopes import outer_scope_values
+from epctx.partition.partitioner import make_partition
+from epctx.providers.openvino.onnx_bridge import in_memory_model
+
+__all__ = ["candidate_nodes", "supported_nodes"]
+
+_SKIPPED_OPS = ("Result",)
+
+
+def _typed(values: Sequence[ir.Value | None]) -> bool:
+    return all(v is None or v.type is not None or v.const_value is not None for v in values)
+
+
+def candidate_nodes(graph: ir.Graph, disabled_ops: frozenset[str]) -> list[ir.Node]:
+    """Nodes worth asking OpenVINO about: every value they read or write has a known type."""
+    return [
+        node
+        for node in graph
+        if not is_ep_context(node)
+        and node.op_type not in disabled_ops
+        and _typed(node.inputs)
+        and _typed(node.outputs)
+        and _typed(outer_scope_values(node))
+    ]
+
+
+def _ops_by_node(ov_model: Any, node_of_value: Mapping[str, ir.Node]) -> dict[ir.Node, list[str]]:
+    """Friendly names of the OpenVINO operations each ONNX node became."""
+    ops = list(ov_model.get_ordered_ops())
+    owners: dict[int, set[ir.Node]] = {}
+    for k, op in enumerate(ops):
+        names = {name for output in op.outputs() for name in output.get_names()}
+        owners[k] = {node_of_value[name] for name in names if name in node_of_value}
+    index = {op.get_friendly_name(): k for k, op in enumerate(ops)}
+    for k in range(len(ops) - 1, -1, -1):  # unnamed intermediate operations: owned by their consumers' nodes
+        op = ops[k]
+        if owners[k] or op.get_type_name() == "Parameter":
+            continue
+        for output in op.outputs():
+            for target in output.get_target_inputs():
+                j = index.get(target.get_node().get_friendly_name())
+                if j is not None:
+                    owners[k] |= owners[j]
+    result: dict[ir.Node, list[str]] = {}
+    for k, op in enumerate(ops):
+        if op.get_type_name() in _SKIPPED_OPS:
+            continue
+        for node in owners[k]:
+            result.setdefault(node, []).append(op.get_friendly_name())
+    return result
+
+
+def _is_placeholder(op: Any) -> bool:
+    """An operation the frontend could not translate (kept in place by partial conversion)."""
+    kind = op.get_type_name()
+    return "FrameworkNode" in kind or kind.startswith("NotSupported")
+
+
+def supported_nodes(
+    core: Any,
+    device: str,
+    config: Mapping[str, Any],
+    graph: ir.Graph,
+    opset_imports: Mapping[str, int],
+    candidates: Sequence[ir.Node],
+) -> list[ir.Node]:
+    """The candidates OpenVINO's ONNX frontend translates and ``device`` supports, in graph order.
+
+    Nodes the frontend cannot translate are dropped and the rest converted again, so that the device is
+    queried on a model whose every value has a known type (a placeholder's outputs have none)."""
+    from openvino.frontend import FrontEndManager
+
+    frontend = FrontEndManager().load_by_framework("onnx")
+    remaining = list(candidates)
+    while remaining:
+        part = make_partition("capability", "OpenVINOExecutionProvider", graph, remaining, opset_imports)
+        data, keep = in_memory_model(part)
+        ov_model = frontend.convert_partially(frontend.load(io.BytesIO(data)))
+        ops = _ops_by_node(ov_model, {v.name: n for n in remaining for v in n.outputs if v.name})
+        placeholders = {op.get_friendly_name() for op in ov_model.get_ordered_ops() if _is_placeholder(op)}
+        untranslated = {node for node, names in ops.items() if placeholders.intersection(names)}
+        if untranslated:
+            remaining = [n for n in remaining if n not in untranslated]
+            continue
+        supported = set(core.query_model(ov_model, device, dict(config)))
+        del ov_model, keep  # the model may point into the arrays: release it first
+        return [node for node in remaining if ops.get(node) and all(op in supported for op in ops[node])]
+    return []

@@ -1,0 +1,225 @@
+"""What an OpenVINO partition stores in the context binary, and how it is imported back without compiling.
+
+Entries of one graph (``<graph name>/<key>``):
+
+- ``meta`` (JSON, sorted keys): format and version, the device, the runtime properties the model was compiled
+  with (precision, streams, threads: given again to ``import_model``), the partition's input and output names
+  in order, and in weightless mode the weights layout;
+- ``blob``: ``CompiledModel.export_model()``, OpenVINO's own format (its header names the OpenVINO version
+  and the CPU ISA, which OpenVINO checks on import);
+- weightless mode only: ``weights/<j>``, one entry per initializer (so identical weights are stored once
+  across partitions and models); ``meta`` gives each one's offset in the weights file the blob references.
+
+Import reads the blob in place: the entry's memory (the memory-mapped ``.bin``, or the ``ep_cache_context``
+bytes of an embedded context) is wrapped in an ``ov.Tensor`` without a copy, and OpenVINO's CPU plugin keeps
+the constants of a full blob as views of it. OpenVINO only takes writable numpy arrays for shared tensors, so
+the read-only view is re-wrapped by address: OpenVINO never writes into an imported blob.
+
+Weightless import: OpenVINO (2026.4) reads the weights of a weightless blob from a *file path*
+(``WEIGHTS_PATH``), memory-mapped from offset 0, at the offsets recorded at compile time; it takes no file
+offset and no in-memory tensor (``MODEL_PTR`` is ignored by the CPU plugin). The weights therefore cannot be
+used in place inside the context binary; they are written once into an anonymous in-memory file
+(``memfd``; a temporary file elsewhere) that OpenVINO maps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from epctx.epcontext.store import ContextSource, ContextStore
+from epctx.errors import InvalidGraph
+from epctx.partition.extract import WeightsFile
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "BlobMeta",
+    "read_meta",
+    "shared_tensor",
+    "weights_file",
+    "write_entries",
+]
+
+FORMAT = "epctx.openvino"
+FORMAT_VERSION = 1
+
+
+class BlobMeta:
+    """The parsed ``meta`` entry."""
+
+    __slots__ = ("config", "device", "inputs", "outputs", "weights", "weights_size")
+
+    def __init__(
+        self,
+        *,
+        device: str,
+        config: Mapping[str, Any],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        weights: Sequence[tuple[str, int, int]] = (),
+        weights_size: int = 0,
+    ) -> None:
+        self.device = device
+        self.config = dict(config)
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.weights = tuple(weights)  # (entry key, offset in the weights file, size)
+        self.weights_size = weights_size
+
+    def to_json(self) -> bytes:
+        doc = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "device": self.device,
+            "config": self.config,
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+            "weights": [{"key": k, "offset": o, "size": s} for k, o, s in self.weights],
+            "weights_size": self.weights_size,
+        }
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _strs(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"expected a list of strings, found {value!r}")
+    return tuple(value)
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise TypeError(f"expected a non-negative integer, found {value!r}")
+    return value
+
+
+def read_meta(data: memoryview, where: str) -> BlobMeta:
+    """Parse and check ``meta``; anything malformed is InvalidGraph naming ``where``."""
+    try:
+        doc = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidGraph(f"{where}: 'meta' is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise InvalidGraph(f"{where}: format {found!r}, expected {FORMAT!r}")
+    if doc.get("version") != FORMAT_VERSION:
+        raise InvalidGraph(
+            f"{where}: format version {doc.get('version')!r}, this epctx reads {FORMAT_VERSION}"
+        )
+    try:
+        config = doc["config"]
+        if not isinstance(config, dict) or not all(isinstance(v, (str, int)) for v in config.values()):
+            raise TypeError(f"config must map names to strings or integers, found {config!r}")
+        weights = []
+        for item in doc["weights"]:
+            key = item["key"]
+            if not isinstance(key, str) or not key.startswith("weights/"):
+                raise TypeError(f"weights key {key!r} is not a weights entry")
+            weights.append((key, _count(item["offset"]), _count(item["size"])))
+        size = _count(doc["weights_size"])
+        if any(offset + length > size for _, offset, length in weights):
+            raise TypeError(f"a weight lies past the end of the {size}-byte weights file")
+        device = doc["device"]
+        if not isinstance(device, str):
+            raise TypeError(f"device must be a string, found {device!r}")
+        return BlobMeta(
+            device=device,
+            config=config,
+            inputs=_strs(doc["inputs"]),
+            outputs=_strs(doc["outputs"]),
+            weights=weights,
+            weights_size=size,
+        )
+    except (KeyError, TypeError) as exc:
+        raise InvalidGraph(f"{where}: malformed 'meta': {exc!r}") from exc
+
+
+def write_entries(
+    store: ContextStore,
+    *,
+    blob: bytes,
+    device: str,
+    config: Mapping[str, Any],
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    weights: WeightsFile | None,
+) -> None:
+    entries: list[tuple[str, int, int]] = []
+    if weights is not None:
+        for j, (_, offset, array) in enumerate(weights.arrays):
+            key = f"weights/{j}"
+            store.add(key, array.reshape(-1).view(np.uint8), kind="weights", attrs={"offset": str(offset)})
+            entries.append((key, offset, array.nbytes))
+    meta = BlobMeta(
+        device=device,
+        config=config,
+        inputs=inputs,
+        outputs=outputs,
+        weights=entries,
+        weights_size=weights.size if weights is not None else 0,
+    )
+    store.add("meta", meta.to_json(), kind="metadata")
+    store.add("blob", blob, kind="graph")
+
+
+def shared_tensor(view: memoryview) -> tuple[Any, np.ndarray]:
+    """An ``ov.Tensor`` (u8) over ``view``'s memory, not copied; returns it and the array it wraps."""
+    import openvino as ov
+
+    if view.nbytes == 0:
+        raise InvalidGraph("the OpenVINO blob is empty")
+    address = np.frombuffer(view, np.uint8).ctypes.data
+    array = np.ctypeslib.as_array((ctypes.c_uint8 * view.nbytes).from_address(address))
+    return ov.Tensor(array, shared_memory=True), array
+
+
+@contextlib.contextmanager
+def weights_file(source: ContextSource, meta: BlobMeta) -> Iterator[str]:
+    """A file holding the weights layout of a weightless blob, for ``WEIGHTS_PATH`` (closed on exit: OpenVINO
+    keeps its own mapping)."""
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None and os.path.isdir("/proc/self/fd"):
+        fd = memfd("epctx-openvino-weights", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            os.ftruncate(fd, meta.weights_size)
+            for key, offset, size in meta.weights:
+                _write_at(fd, source.read(key), offset, size, source)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    handle, path = tempfile.mkstemp(prefix="epctx-openvino-", suffix=".weights")
+    try:
+        os.ftruncate(handle, meta.weights_size)
+        for key, offset, size in meta.weights:
+            _write_at(handle, source.read(key), offset, size, source)
+        os.close(handle)
+        handle = -1
+        yield path
+    finally:
+        if handle >= 0:
+            os.close(handle)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _write_at(fd: int, data: memoryview, offset: int, size: int, source: ContextSource) -> None:
+    if data.nbytes != size:
+        raise InvalidGraph(
+            f"{source.binary.where}: graph {source.graph_name!r}: a weights entry has {data.nbytes} bytes, "
+            f"'meta' says {size}"
+        )
+    pwrite = getattr(os, "pwrite", None)
+    if pwrite is None:  # Windows: no pwrite
+        os.lseek(fd, offset, os.SEEK_SET)
+    written = 0
+    while written < size:
+        chunk = data[written:]
+        written += pwrite(fd, chunk, offset + written) if pwrite is not None else os.write(fd, chunk)

@@ -1,0 +1,180 @@
+"""OpenVINOExecutionProvider: partitions compiled by OpenVINO, context binaries through export / import.
+
+- ``get_capability`` asks OpenVINO (ONNX frontend + ``Core.query_model``) which nodes it runs;
+- ``compile`` extracts each partition as an ONNX model whose weights OpenVINO reads in place, reads it with
+  ``Core.read_model`` and compiles it with ``Core.compile_model``;
+- ``save_partition`` stores ``CompiledModel.export_model()`` (plus, in weightless mode, the weights apart)
+  and ``load_partition`` imports it with ``Core.import_model`` from the binary's memory, never compiling.
+
+Importing ``epctx`` does not import OpenVINO; this module does, when the EP is selected. Loading a context
+model uses OpenVINO's runtime only (the ONNX frontend is not asked: a graph that holds this EP's EPContext
+nodes was partitioned when it was generated, so its other nodes are not offered to OpenVINO again).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from epctx.epcontext.schema import EPContextNode, is_ep_context
+from epctx.errors import EPFail, InvalidArgument, InvalidGraph
+from epctx.providers.base import CompiledPartition, ExecutionProvider, Partition
+from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
+from epctx.providers.openvino.compiled import CompiledOpenVINO
+from epctx.providers.openvino.context import read_meta, shared_tensor, weights_file, write_entries
+from epctx.providers.openvino.onnx_bridge import in_memory_model, weightless_model_folder
+from epctx.providers.openvino.options import OpenVINOOptions, parse_options
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from epctx.epcontext.store import ContextSource, ContextStore
+
+__all__ = ["OpenVINOExecutionProvider", "shared_core"]
+
+_CORE: Any = None
+_CORE_LOCK = threading.Lock()
+
+
+def shared_core() -> Any:
+    """One ``ov.Core`` per process (thread-safe; plugins load once)."""
+    global _CORE
+    if _CORE is None:
+        with _CORE_LOCK:
+            if _CORE is None:
+                import openvino as ov
+
+                _CORE = ov.Core()
+    return _CORE
+
+
+class OpenVINOExecutionProvider(ExecutionProvider):
+    name = "OpenVINOExecutionProvider"
+    compiles = True
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        super().__init__(options)
+        self.config: OpenVINOOptions = parse_options(self.options)
+        self.core = shared_core()
+        if self.config.device != "CPU":
+            available = list(self.core.available_devices)
+            if self.config.device not in available and self.config.device.split(".")[0] not in available:
+                raise EPFail(
+                    f"{self.name}: device_type {self.config.device!r} is not available here "
+                    f"(OpenVINO reports {available})"
+                )
+        self._hardware: str | None = None
+
+    # -- capability -----------------------------------------------------------------------------------
+    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+        if any(is_ep_context(n) and self._owns(n) for n in graph):
+            return []  # a context model: its other nodes were offered to OpenVINO when it was generated
+        candidates = candidate_nodes(graph, self.config.disabled_ops)
+        try:
+            return supported_nodes(
+                self.core, self.config.device, self.config.runtime_config(), graph, opset_imports, candidates
+            )
+        except RuntimeError as exc:  # the frontend or the device refused the model as a whole
+            raise EPFail(f"{self.name}: OpenVINO could not query the model: {exc}") from exc
+
+    def _owns(self, node: ir.Node) -> bool:
+        attr = node.attributes.get("source")
+        value = getattr(attr, "value", None)
+        return isinstance(value, str) and self.accepts_source(value)
+
+    # -- compile --------------------------------------------------------------------------------------
+    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+        return [self._compile(p) for p in partitions]
+
+    def _compile(self, partition: Partition) -> CompiledOpenVINO:
+        where = f"{self.name} partition {partition.name!r}"
+        inputs = [v.name or "" for v in partition.inputs]
+        outputs = [v.name or "" for v in partition.outputs]
+        config = self.config.compile_config()
+        try:
+            if self.config.weightless:
+                with weightless_model_folder(partition) as (path, plan):
+                    model = self.core.read_model(path)
+                    compiled = self.core.compile_model(model, self.config.device, config)
+                return CompiledOpenVINO(compiled, inputs, outputs, where=where, weights=plan)
+            data, keep = in_memory_model(partition)
+            model = self.core.read_model(data)
+            compiled = self.core.compile_model(model, self.config.device, config)
+        except RuntimeError as exc:
+            raise EPFail(f"{where}: OpenVINO failed to compile it: {exc}") from exc
+        return CompiledOpenVINO(compiled, inputs, outputs, where=where, keep_alive=keep)
+
+    # -- EP context cache -----------------------------------------------------------------------------
+    def sdk_version(self) -> str:
+        import openvino as ov
+
+        return f"openvino-{ov.get_version()}"
+
+    def hardware(self) -> str:
+        """Device, architecture, full name and capabilities, e.g. ``CPU/intel64/<name>/BF16,FP32,...``."""
+        if self._hardware is None:
+            device = self.config.device
+            parts = [device]
+            for key in ("DEVICE_ARCHITECTURE", "FULL_DEVICE_NAME", "OPTIMIZATION_CAPABILITIES"):
+                try:
+                    value = self.core.get_property(device, key)
+                except RuntimeError:
+                    value = ""
+                parts.append(",".join(value) if isinstance(value, (list, tuple)) else str(value))
+            self._hardware = "/".join(parts)
+        return self._hardware
+
+    def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
+        if sdk_version != self.sdk_version():
+            return f"made by OpenVINO {sdk_version!r}, this process runs {self.sdk_version()!r}"
+        if hardware != self.hardware():
+            return f"compiled for {hardware!r}, this device is {self.hardware()!r}"
+        return None
+
+    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextStore) -> None:
+        if not isinstance(compiled, CompiledOpenVINO):
+            raise InvalidArgument(
+                f"{self.name}.save_partition: {partition.name!r} was not compiled by this EP "
+                f"({type(compiled).__name__})"
+            )
+        exported = compiled.compiled_model.export_model()
+        blob = exported.getvalue() if hasattr(exported, "getvalue") else bytes(exported)
+        write_entries(
+            store,
+            blob=blob,
+            device=self.config.device,
+            config=self.config.runtime_config(),
+            inputs=compiled.input_names,
+            outputs=compiled.output_names,
+            weights=compiled.weights,
+        )
+
+    def load_partition(
+        self, source: ContextSource, node: EPContextNode, partition: Partition
+    ) -> CompiledPartition:
+        where = f"{self.name} graph {source.graph_name!r}"
+        meta = read_meta(source.read("meta"), where)
+        names = ([v.name or "" for v in partition.inputs], [v.name or "" for v in partition.outputs])
+        if names != (list(meta.inputs), list(meta.outputs)):
+            raise InvalidGraph(
+                f"{where}: the blob reads {list(meta.inputs)} and writes {list(meta.outputs)}, but EPContext "
+                f"node {node.name!r} has inputs {names[0]} and outputs {names[1]}"
+            )
+        if meta.device != self.config.device:
+            raise InvalidGraph(
+                f"{where}: compiled for device {meta.device!r}, this EP runs on {self.config.device!r}"
+            )
+        view = source.read("blob")
+        tensor, array = shared_tensor(view)
+        config = dict(meta.config)
+        if meta.weights:
+            config["CACHE_MODE"] = "OPTIMIZE_SIZE"
+            with weights_file(source, meta) as path:
+                config["WEIGHTS_PATH"] = path
+                compiled = self.core.import_model(tensor, meta.device, config)
+        else:
+            compiled = self.core.import_model(tensor, meta.device, config)
+        return CompiledOpenVINO(
+            compiled, meta.inputs, meta.outputs, where=where, keep_alive=(view, array, tensor)
+        )
