@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -79,19 +80,26 @@ def _second_stage() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_merge_prefixed_context_models_loads_and_runs(tmp_path):
+def test_merge_prefixed_context_models_loads_and_runs(tmp_path, capsys):
     first, second = tmp_path / "first.onnx", tmp_path / "second.onnx"
     onnx.save(two_partition_model(), first)
     onnx.save(_second_stage(), second)
     assert cli_main(["compile", str(first), "-p", EXAMPLE, "--prefix", "a_", "-q"]) == 0
-    assert cli_main(["compile", str(second), "-p", EXAMPLE, "--prefix", "b_", "-q"]) == 0
+    capsys.readouterr()
+    assert cli_main(["compile", str(second), "-p", EXAMPLE, "--prefix", "b_", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {Path(p).name for p in report["files"]} == {"second_ctx.onnx", f"second_{EXAMPLE}.bin"}
     merged = tmp_path / "merged.onnx"
-    assert (
-        cli_main(
-            ["merge", str(tmp_path / "first_ctx.onnx"), str(tmp_path / "second_ctx.onnx"), "-o", str(merged)]
-        )
-        == 0
-    )
+    args = [
+        "merge",
+        str(tmp_path / "first_ctx.onnx"),
+        str(tmp_path / "second_ctx.onnx"),
+        "-o",
+        str(merged),
+        "--json",
+    ]
+    assert cli_main(args) == 0
+    assert json.loads(capsys.readouterr().out)["ep_context_nodes"] == 4
     with no_compile():
         sess = epctx.InferenceSession(str(merged), providers=[EXAMPLE])
     assert [i.name for i in sess.get_inputs()] == ["x"] and [o.name for o in sess.get_outputs()] == ["z"]

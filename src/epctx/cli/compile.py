@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -21,6 +22,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--prefix", default="", help="ep.context_node_name_prefix (for merging)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("--json", action="store_true", help="machine-readable output (implies --quiet)")
     p.set_defaults(func=compile_model)
 
 
@@ -39,7 +41,7 @@ def parse_provider(spec: str) -> tuple[str, dict[str, str]]:
 def compile_model(args: argparse.Namespace) -> int:
     import epctx
 
-    if not args.quiet:
+    if not (args.quiet or args.json):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("epctx: %(message)s"))
         log = logging.getLogger("epctx")
@@ -58,10 +60,33 @@ def compile_model(args: argparse.Namespace) -> int:
     epctx.ModelCompiler(
         so, str(source), embed_compiled_data_into_model=args.embed, flags=flags
     ).compile_to_file(str(output))
-    written = sorted(
-        p.name for p in output.parent.iterdir() if p.name.startswith(output.stem.removesuffix("_ctx"))
-    )
-    print(f"wrote {output} in {time.perf_counter() - started:.2f} s")
-    for name in written:
-        print(f"  {name}  {(output.parent / name).stat().st_size} bytes")
+    seconds = time.perf_counter() - started
+    files = [output, *_binaries_of(output)]
+    if args.json:
+        report = {
+            "output": str(output),
+            "seconds": seconds,
+            "files": {str(p): p.stat().st_size for p in files},
+        }
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"wrote {output} in {seconds:.2f} s")
+    for path in files:
+        print(f"  {path.name}  {path.stat().st_size} bytes")
     return 0
+
+
+def _binaries_of(model_path: Path) -> list[Path]:
+    """The context binary files a context model refers to (embed_mode=0 EPContext nodes)."""
+    import onnx
+
+    model = onnx.load(model_path, load_external_data=False)
+    files = set()
+    for node in model.graph.node:
+        if node.op_type != "EPContext":
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        embed = attrs["embed_mode"].i if "embed_mode" in attrs else 1
+        if embed == 0 and "ep_cache_context" in attrs:
+            files.add(model_path.parent / attrs["ep_cache_context"].s.decode())
+    return sorted(files)
