@@ -340,3 +340,17 @@ def test_numpy_floating_point_warnings_are_silent():
         warnings.simplefilter("error")
         (y,) = sess.run(None, {"x": np.array([0.0, -1.0], np.float32)})
     assert np.isneginf(y[0]) and np.isnan(y[1])
+
+
+def test_graph_outputs_of_unknown_rank_are_accepted():
+    # onnxruntime accepts value infos without a shape (unknown rank); so does epctx.
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = epctx.InferenceSession(model.SerializeToString())
+    assert sess.get_inputs()[0].shape is None
+    assert_matches_ort(model, {"x": np.array([[-1.0, 2.0]], np.float32)})

@@ -99,7 +99,7 @@ def test_merge_prefixed_context_models_loads_and_runs(tmp_path, capsys):
         "--json",
     ]
     assert cli_main(args) == 0
-    assert json.loads(capsys.readouterr().out)["ep_context_nodes"] == 4
+    assert json.loads(capsys.readouterr().out)["ep_context_nodes"] == 3  # two partitions + one
     with no_compile():
         sess = epctx.InferenceSession(str(merged), providers=[EXAMPLE])
     assert [i.name for i in sess.get_inputs()] == ["x"] and [o.name for o in sess.get_outputs()] == ["z"]

@@ -129,7 +129,12 @@ def _checkable(proto: onnx.ModelProto, data: bytes) -> bytes:
         for t in graph.initializer
         if t.data_location == onnx.TensorProto.EXTERNAL or len(t.raw_data) > _HEAVY_INITIALIZER
     ]
-    if not heavy:
+    unshaped = [
+        v
+        for v in (*graph.input, *graph.output)
+        if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")
+    ]
+    if not heavy and not unshaped:
         return data
     heavy_names = {t.name for t in heavy}
     skeleton = onnx.ModelProto()
@@ -141,6 +146,11 @@ def _checkable(proto: onnx.ModelProto, data: bytes) -> bytes:
     for t in heavy:
         if t.name not in declared:
             sk.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    # onnxruntime accepts graph inputs/outputs of unknown rank; onnx.checker insists on a shape field. For the
+    # checker only (it infers nothing without full_check), such values get an empty shape.
+    for v in (*sk.input, *sk.output):
+        if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape"):
+            v.type.tensor_type.shape.SetInParent()
     return skeleton.SerializeToString()
 
 

@@ -48,6 +48,10 @@ class Pipeline:
         )
         graph = loaded.model.graph
         opsets = dict(loaded.model.opset_imports)
+        if options.graph_optimization_level >= opt.GraphOptimizationLevel.ORT_ENABLE_BASIC:
+            from epctx.optimize import fold_conv_batchnorm
+
+            fold_conv_batchnorm(graph)
         loader = ContextLoader(model_path=loaded.path, config=config)
         routed = loader.route(graph, providers)
         units = GraphPartitioner(
