@@ -78,6 +78,7 @@ def _compiling_provider() -> str:
 
 def demo(args: argparse.Namespace) -> int:
     import epctx
+    from epctx.providers.registry import create_provider
     from epctx.session.builder import no_compile
 
     provider = args.provider or _compiling_provider()
@@ -90,6 +91,7 @@ def demo(args: argparse.Namespace) -> int:
         # One-time imports (CPU kernels, the backend) are paid here, so the two timings below compare
         # compiling with loading, not first use with second use.
         epctx.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        create_provider(provider)
         so = epctx.SessionOptions()
         so.add_session_config_entry("ep.context_enable", "1")
         t0 = time.perf_counter()
