@@ -361,3 +361,27 @@ def test_inputs_that_cannot_be_shared_are_copied(tmp_path: Path) -> None:
     y, z = sess.run(None, {"x": x, "k": k})
     _close(y, x @ np.arange(12, dtype=np.float32).reshape(4, 3))
     assert z.dtype == np.int64 and z.tolist() == [2, 4, 6]
+
+
+def test_control_flow_with_outer_references(tmp_path: Path) -> None:
+    from tests.test_partition_extract import _if_model
+
+    model = _if_model()
+    _, ctx = _generate(tmp_path, model)
+    assert [n.op_type for n in onnx.load(ctx).graph.node] == ["EPContext"]
+    sess = _load(ctx)
+    for cond in (True, False):
+        feeds = {"x": np.arange(8, dtype=np.float32).reshape(2, 4) - 3, "cond": np.array(cond)}
+        _close(sess.run(None, feeds)[0], run_ort(model, feeds)[0])
+
+
+def test_binary_records_precision_device_and_names(tmp_path: Path) -> None:
+    import json
+
+    _generate(tmp_path, SMALL["mlp"](), {"num_of_threads": "1"})
+    with ContextBinary.open(tmp_path / BIN) as binary:
+        (meta_name,) = [n for n in binary.names() if n.endswith("/meta")]
+        meta = json.loads(bytes(binary.read(meta_name)))
+        assert binary.hardware == OpenVINOExecutionProvider().hardware()
+    assert meta["device"] == "CPU" and meta["inputs"] == ["input"] and meta["outputs"] == ["output"]
+    assert meta["config"] == {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}

@@ -11,7 +11,8 @@
 | ``disabled_ops`` | none | comma-separated op types never claimed (they fall back to the next EP) |
 
 The precision and the stream / thread settings are recorded in the context binary and passed again on
-import, so a loaded blob runs as the compiled one did.
+import, so a loaded blob computes as the compiled one did; ``num_streams`` / ``num_of_threads`` given to the
+loading EP override the recorded ones (they tune speed, not results).
 """
 
 from __future__ import annotations

@@ -167,7 +167,11 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             )
         view = source.read("blob")
         tensor, array = shared_tensor(view)
+        # The precision the blob was compiled with; streams / threads given to this EP override the recorded ones.
         config = dict(meta.config)
+        config.update(
+            (k, v) for k, v in self.config.runtime_config().items() if k != "INFERENCE_PRECISION_HINT"
+        )
         if meta.weights:
             config["CACHE_MODE"] = "OPTIMIZE_SIZE"
             with weights_file(source, meta) as path:
