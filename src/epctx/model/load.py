@@ -79,7 +79,8 @@ def load_model(
         raise InvalidGraph(f"{what} is not a valid ONNX protobuf: {exc}") from exc
     if not proto.HasField("graph"):
         raise InvalidGraph(f"{what} has no graph (not an ONNX model?)")
-    checkable = _checkable(proto, data)
+    payloads = _take_payloads(proto)
+    checkable = _checkable(proto, data, stripped=bool(payloads))
     if len(checkable) < _CHECKER_LIMIT:
         try:
             onnx.checker.check_model(checkable)
@@ -89,6 +90,7 @@ def load_model(
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:
         raise InvalidGraph(f"{what} could not be read: {exc}") from exc
+    _restore_payloads(model, payloads)
     if model.functions:
         # Model-local functions are inlined so every node left is a plain operator.
         onnx_ir.passes.common.InlinePass()(model)
@@ -116,7 +118,30 @@ def _infer_types(model: ir.Model, checkable: bytes, what: str) -> None:
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
 
 
-def _checkable(proto: onnx.ModelProto, data: bytes) -> bytes:
+def _take_payloads(proto: onnx.ModelProto) -> dict[int, bytes]:
+    """Take embedded EP context payloads out of the proto (by node index), so the checker, shape inference
+    and onnx-ir never copy or decode them; ``_restore_payloads`` puts them back on the onnx-ir nodes."""
+    payloads: dict[int, bytes] = {}
+    for index, node in enumerate(proto.graph.node):
+        if node.op_type != "EPContext":
+            continue
+        for attr in node.attribute:
+            if attr.name == "ep_cache_context":
+                payloads[index] = attr.s
+                attr.s = b""
+    return payloads
+
+
+def _restore_payloads(model: ir.Model, payloads: dict[int, bytes]) -> None:
+    if not payloads:
+        return
+    for index, node in enumerate(model.graph):
+        if index in payloads:
+            # Binary payloads are bytes in a STRING attribute (onnxruntime's format); onnx-ir keeps them as is.
+            node.attributes["ep_cache_context"] = ir.AttrString("ep_cache_context", payloads[index])  # type: ignore[arg-type]
+
+
+def _checkable(proto: onnx.ModelProto, data: bytes, *, stripped: bool) -> bytes:
     """What onnx.checker should see: the model without the payload of its large initializers.
 
     The checker re-parses whatever it is given, so weights would be parsed twice; and it resolves external
@@ -135,7 +160,7 @@ def _checkable(proto: onnx.ModelProto, data: bytes) -> bytes:
         if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")
     ]
     if not heavy and not unshaped:
-        return data
+        return proto.SerializeToString() if stripped else data
     heavy_names = {t.name for t in heavy}
     skeleton = onnx.ModelProto()
     _copy_fields(proto, skeleton, skip="graph")

@@ -174,17 +174,32 @@ def _node_successors(nodes: list[ir.Node], index: dict[ir.Node, int]) -> list[se
     return succ
 
 
+# Attributes that distinguish otherwise equal nodes in partition names (tensors and graphs are left out:
+# hashing them would cost as much as the weights).
+_KEYED_ATTRIBUTES = frozenset(
+    {
+        ir.AttributeType.INT,
+        ir.AttributeType.INTS,
+        ir.AttributeType.FLOAT,
+        ir.AttributeType.FLOATS,
+        ir.AttributeType.STRING,
+        ir.AttributeType.STRINGS,
+    }
+)
+
+
 def _graph_key(nodes: list[ir.Node]) -> str:
     """A short digest of the graph's structure: partition names derive from it, not from a counter."""
     h = hashlib.sha256()
     for node in nodes:
         h.update(f"{node.domain}:{node.op_type}:{node.name}|".encode())
         for name, attr in sorted(node.attributes.items()):
-            if isinstance(attr, ir.Attr) and attr.type not in (
-                ir.AttributeType.GRAPH,
-                ir.AttributeType.GRAPHS,
-            ):
-                h.update(f"{name}={attr.value!r}|".encode())
+            if isinstance(attr, ir.Attr) and attr.type in _KEYED_ATTRIBUTES:
+                value = attr.value
+                if isinstance(value, (bytes, str)) and len(value) > 256:
+                    # Large payloads (an embedded EP context) are named by size, not hashed byte by byte.
+                    value = f"<{len(value)} bytes>"
+                h.update(f"{name}={value!r}|".encode())
         h.update(",".join(v.name or "" if v is not None else "" for v in node.inputs).encode())
         h.update(b">")
         h.update(",".join(v.name or "" for v in node.outputs).encode())
