@@ -15,7 +15,8 @@ encoder is written node by node with ``onnx.helper`` (opset 17):
 - outputs ``last_hidden_state`` ``[batch, sequence, 384]`` and ``sentence_embedding`` ``[batch, 384]``:
   sentence-transformers' pipeline for this model, mean pooling over ``attention_mask`` then L2 normalization.
 
-Linear weights are stored transposed (``[in, out]``, for MatMul) under their safetensors names.
+Linear weights are stored transposed (``[in, out]``, for MatMul) under their safetensors names; the BERT
+pooler (CLS dense + tanh) is left out, as sentence-transformers does not use it.
 ``WordPiece`` is a small pure-Python BERT tokenizer over the shipped ``vocab.txt`` (clean-up, lowercasing,
 accent stripping, punctuation split, greedy longest-match word pieces) for realistic example inputs.
 """
