@@ -1,9 +1,10 @@
-"""Warm load of a context model (example EP), and what checksum verification adds to it.
+"""Warm load of a context model, and what checksum verification adds to it.
 
 For each size: an MLP whose weights live in the example EP's context binary is compiled once; then warm
 sessions are created from the context model in the same process (file in the page cache), with checksum
 verification as shipped and with it stubbed out. Prints: weights MB | warm load ms (verified) | warm load ms
 (no verify) | verify share of warm load. Run: python benchmarks/bench_context_load.py [--repeat N]
+[--provider ExampleExecutionProvider|OpenVINOExecutionProvider]
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def warm_load_ms(ctx: Path, repeat: int) -> float:
     }
     for _ in range(repeat):
         t = time.perf_counter()
-        sess = epctx.InferenceSession(str(ctx), providers=["ExampleExecutionProvider"])
+        sess = epctx.InferenceSession(str(ctx), providers=[PROVIDER[0]])
         sess.run(None, x)  # first run touches every weight page, as a real first inference does
         times.append((time.perf_counter() - t) * 1e3)
     return statistics.median(times)
@@ -81,7 +82,7 @@ import epctx
 from epctx.epcontext.container import ContextBinary
 if sys.argv[2] == "0":
     ContextBinary._verify = lambda self, info, view: None
-sess = epctx.InferenceSession(sys.argv[1], providers=["ExampleExecutionProvider"])
+sess = epctx.InferenceSession(sys.argv[1], providers=[sys.argv[4]])
 sess.run(None, {"x": np.ones((1, int(sys.argv[3])), np.float32)})
 print((time.perf_counter() - t) * 1e3)
 """
@@ -94,17 +95,23 @@ def fresh_process_ms(ctx: Path, width: int, verify: bool, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         out = subprocess.run(
-            [sys.executable, "-c", _FRESH, str(ctx), "1" if verify else "0", str(width)],
+            [sys.executable, "-c", _FRESH, str(ctx), "1" if verify else "0", str(width), PROVIDER[0]],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         times.append(float(out.stdout.strip().splitlines()[-1]))
     return statistics.median(times)
 
 
+PROVIDER = ["ExampleExecutionProvider"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--provider", default="ExampleExecutionProvider")
     args = parser.parse_args()
+    PROVIDER[0] = args.provider
+    print(f"provider: {args.provider}")
     print("in-process warm session (create + first run) and fresh process (import + create + first run)")
     print(
         f"{'weights MB':>10} | {'warm ms':>8} | {'no-verify':>9} | {'share':>6} | "
@@ -116,7 +123,7 @@ def main() -> None:
             onnx.save(mlp(width, layers), src)
             so = epctx.SessionOptions()
             so.add_session_config_entry("ep.context_enable", "1")
-            epctx.InferenceSession(str(src), so, providers=["ExampleExecutionProvider"])
+            epctx.InferenceSession(str(src), so, providers=[PROVIDER[0]])
             ctx = src.with_name("mlp_ctx.onnx")
             warm_load_ms(ctx, 2)  # page cache and imports
             verified = warm_load_ms(ctx, args.repeat)
