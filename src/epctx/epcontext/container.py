@@ -6,6 +6,7 @@ checksum algorithm, ep_name, sdk_version, hardware, metadata {str: str}, entries
 checksum, attrs {str: str}}] in the order added); then the payloads, each non-empty one at an absolute offset
 that is a multiple of ``alignment`` (64 by default; 4096 for pages), zeros in between, the file ending with
 the last payload. Identical payloads are stored once (same size and checksum, then compared byte for byte).
+Payloads go in the order added, except those given the absolute offset they asked for (``layout``).
 
 The header crc32 covers the header length, file size and header: a flipped byte in the preamble or header
 is an InvalidGraph at open. Payload checksums (and the zero padding before each payload) are verified the
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from epctx.epcontext.layout import Slot, align, check_layout, deduplicate, place
 from epctx.errors import EPCtxError, Fail, InvalidArgument, InvalidGraph, NoSuchFile
 
 __all__ = [
@@ -96,10 +98,6 @@ class EntryInfo:
     attrs: Mapping[str, str]
 
 
-def _align(value: int, alignment: int) -> int:
-    return (value + alignment - 1) // alignment * alignment
-
-
 def _str_map(value: object) -> dict[str, str] | None:
     out = dict(value) if isinstance(value, Mapping) else None
     valid = out is not None and all(isinstance(k, str) and isinstance(v, str) for k, v in out.items())
@@ -125,13 +123,6 @@ def _byte_view(data: object, what: str) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def _same_bytes(a: memoryview, b: memoryview) -> bool:
-    if a.nbytes != b.nbytes:
-        return False
-    x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
-    return all(np.array_equal(x[i : i + _CHUNK], y[i : i + _CHUNK]) for i in range(0, x.size, _CHUNK))
-
-
 @dataclass(slots=True)
 class _Pending:
     name: str
@@ -139,6 +130,7 @@ class _Pending:
     data: memoryview
     attrs: dict[str, str]
     checksum: str | None  # already known (copied from a verified binary with the same algorithm)
+    offset: int | None  # requested absolute offset
 
 
 class ContextBinaryWriter:
@@ -181,17 +173,28 @@ class ContextBinaryWriter:
         return tuple(p.name for p in self._entries)
 
     def add(
-        self, name: str, data: object, *, kind: str = "graph", attrs: Mapping[str, str] | None = None
+        self,
+        name: str,
+        data: object,
+        *,
+        kind: str = "graph",
+        attrs: Mapping[str, str] | None = None,
+        offset: int | None = None,
     ) -> None:
         """Add an entry. ``data`` (bytes-like or a C-contiguous numpy array) is referenced, not copied: keep it
-        unchanged until the binary is written. Duplicate names raise InvalidArgument."""
+        unchanged until the binary is written. Duplicate names raise InvalidArgument. ``offset`` asks for the
+        payload's absolute offset in the file, given when the layout allows it (see ``layout``); where the
+        entry went is its ``EntryInfo.offset`` in the written binary."""
         self._check_name(name)
         if not isinstance(kind, str) or not kind:
             raise InvalidArgument(f"entry {name!r}: kind must be a non-empty str, got {kind!r}")
         attr_map = _str_map({} if attrs is None else attrs)
         if attr_map is None:
             raise InvalidArgument(f"entry {name!r}: attrs must map str to str")
-        self._entries.append(_Pending(name, kind, _byte_view(data, f"entry {name!r}"), attr_map, None))
+        if offset is not None and (type(offset) is not int or offset < 0):
+            raise InvalidArgument(f"entry {name!r}: offset must be a non-negative int, got {offset!r}")
+        view = _byte_view(data, f"entry {name!r}")
+        self._entries.append(_Pending(name, kind, view, attr_map, None, offset))
         self._names.add(name)
 
     def add_from(self, binary: ContextBinary, names: Iterable[str] | None = None) -> None:
@@ -208,7 +211,7 @@ class ContextBinaryWriter:
         same_algorithm = binary.checksum_algorithm == self._checksum
         for info, view in zip(infos, views):
             known = info.checksum if same_algorithm else None
-            self._entries.append(_Pending(info.name, info.kind, view, dict(info.attrs), known))
+            self._entries.append(_Pending(info.name, info.kind, view, dict(info.attrs), known, None))
             self._names.add(info.name)
 
     def _check_name(self, name: object) -> None:
@@ -220,44 +223,27 @@ class ContextBinaryWriter:
     def _layout(self) -> tuple[bytes, list[tuple[int, memoryview]]]:
         """The preamble + header + padding, and the unique payloads with their offsets, in file order."""
         digest = CHECKSUM_ALGORITHMS[self._checksum]
-        unique: list[tuple[memoryview, str]] = []
-        by_key: dict[tuple[int, str], list[int]] = {}
-        slot_of: list[int] = []
-        for pending in self._entries:
-            checksum = pending.checksum or digest(pending.data)
-            key = (pending.data.nbytes, checksum)
-            candidates = by_key.setdefault(key, [])
-            slot = next((i for i in candidates if _same_bytes(unique[i][0], pending.data)), None)
-            if slot is None:
-                slot = len(unique)
-                unique.append((pending.data, checksum))
-                candidates.append(slot)
-            slot_of.append(slot)
-
+        slots, slot_of = deduplicate(
+            [(p.data, p.checksum or digest(p.data), p.offset) for p in self._entries]
+        )
         # Offsets are absolute, so they depend on the header length: iterate to the (monotone) fixed point.
-        data_start = _align(_PREAMBLE.size, self._alignment)
+        data_start = align(_PREAMBLE.size, self._alignment)
         while True:
-            offsets: list[int] = []
-            cursor = data_start
-            for data, _ in unique:
-                offset = _align(cursor, self._alignment) if data.nbytes else cursor
-                offsets.append(offset)
-                cursor = offset + data.nbytes
-            header = self._header(offsets, slot_of, unique)
-            needed = _align(_PREAMBLE.size + len(header), self._alignment)
+            offsets, file_size = place(slots, data_start, self._alignment)
+            header = self._header(offsets, slot_of, slots)
+            needed = align(_PREAMBLE.size + len(header), self._alignment)
             if needed <= data_start:
                 break
             data_start = needed
-        file_size = cursor
         header_crc = zlib.crc32(header, zlib.crc32(_SIZES.pack(len(header), file_size)))
         head = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, header_crc, len(header), file_size) + header
         head += bytes(data_start - len(head))
-        return head, [(offsets[i], data) for i, (data, _) in enumerate(unique) if data.nbytes]
+        return head, sorted(((offsets[i], s.data) for i, s in enumerate(slots) if s.data.nbytes), key=_first)
 
-    def _header(self, offsets: list[int], slot_of: list[int], unique: list[tuple[memoryview, str]]) -> bytes:
+    def _header(self, offsets: list[int], slot_of: list[int], slots: list[Slot]) -> bytes:
         keys = ("name", "kind", "offset", "size", "checksum", "attrs")
         entries = [
-            dict(zip(keys, (p.name, p.kind, offsets[i], unique[i][0].nbytes, unique[i][1], p.attrs)))
+            dict(zip(keys, (p.name, p.kind, offsets[i], slots[i].data.nbytes, slots[i].checksum, p.attrs)))
             for p, i in zip(self._entries, slot_of)
         ]
         text = json.dumps(
@@ -340,6 +326,10 @@ def _fsync_folder(folder: str) -> None:
             os.close(fd)
 
 
+def _first(item: tuple[int, memoryview]) -> int:
+    return item[0]
+
+
 def _valid_alignment(alignment: object) -> bool:
     return type(alignment) is int and 1 <= alignment <= _MAX_ALIGNMENT and not alignment & (alignment - 1)
 
@@ -348,7 +338,8 @@ class ContextBinary:
     """A read-only view of a context binary in a file (memory-mapped) or in a buffer (not copied).
 
     Header fields are plain attributes: ``ep_name``, ``sdk_version``, ``hardware``, ``metadata`` (read-only
-    mapping), ``alignment``, ``checksum_algorithm``; ``where`` is how error messages name the binary."""
+    mapping), ``alignment``, ``checksum_algorithm``; ``where`` is how error messages name the binary;
+    ``path`` is the absolute path of the file it was opened from (None for a binary in memory)."""
 
     def __init__(self, buf: memoryview, *, where: str, mapping: mmap.mmap | None = None) -> None:
         """Use :meth:`open` or :meth:`from_bytes`."""
@@ -357,6 +348,8 @@ class ContextBinary:
         self._closed = False
         self._verified: set[tuple[int, int]] = set()
         self.where = where
+        self.path: str | None = None
+        self._file_id: tuple[int, int, int] | None = None  # device, inode, size of the mapped file
         header = _read_header(buf, where)
         self.alignment: int = _field(header, "alignment", int, where)
         if not _valid_alignment(self.alignment):
@@ -377,7 +370,7 @@ class ContextBinary:
         self.metadata: Mapping[str, str] = MappingProxyType(metadata)
         header_end = _PREAMBLE.size + _PREAMBLE.unpack_from(buf)[3]
         self._entries = _parse_entries(header.get("entries"), where, header_end, buf.nbytes, self.alignment)
-        self._gap_before = _check_layout(self._entries, buf, where, header_end)
+        self._gap_before = check_layout(self._entries, buf, where, header_end)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> ContextBinary:
@@ -386,7 +379,8 @@ class ContextBinary:
         where = f"context binary {target!r}"
         try:
             with open(target, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
+                stat = os.fstat(fh.fileno())
+                size = stat.st_size
                 if size < _PREAMBLE.size:
                     raise InvalidGraph(f"{where}: truncated: {size} bytes, a context binary has at least 32")
                 mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -397,11 +391,14 @@ class ContextBinary:
         except OSError as exc:
             raise Fail(f"cannot read {where}: {exc}") from exc
         try:
-            return cls(memoryview(mapping), where=where, mapping=mapping)
+            binary = cls(memoryview(mapping), where=where, mapping=mapping)
         except BaseException:
             with contextlib.suppress(BufferError):  # a traceback may still hold a header view
                 mapping.close()
             raise
+        binary.path = os.path.abspath(target)
+        binary._file_id = (stat.st_dev, stat.st_ino, stat.st_size)
+        return binary
 
     @classmethod
     def from_bytes(cls, buf: object, *, where: str = "embedded context") -> ContextBinary:
@@ -432,6 +429,23 @@ class ContextBinary:
             with contextlib.suppress(BufferError):  # views are alive: unmapped when the last one goes
                 self._mapping.close()
             self._mapping = None
+
+    def open_file(self) -> int | None:
+        """A read-only descriptor of the file this binary was mapped from (the caller closes it), for a library
+        that reads a file rather than memory: entries read (verified) here have the same bytes there. None
+        for a binary in memory, or when ``path`` names another file now (replaced since it was opened)."""
+        if self.path is None or self._file_id is None:
+            return None
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+        try:
+            fd = os.open(self.path, flags)
+        except OSError:
+            return None
+        stat = os.fstat(fd)
+        if (stat.st_dev, stat.st_ino, stat.st_size) != self._file_id:
+            os.close(fd)
+            return None
+        return fd
 
     def names(self) -> tuple[str, ...]:
         """Entry names in the order they were written."""
@@ -565,34 +579,3 @@ def _parse_entries(
             raise InvalidGraph(f"{here}: offset {offset} is not a multiple of the alignment {alignment}")
         entries[name] = EntryInfo(name, kind, offset, length, checksum, MappingProxyType(attrs))
     return entries
-
-
-def _check_layout(
-    entries: Mapping[str, EntryInfo], buf: memoryview, where: str, header_end: int
-) -> dict[int, int]:
-    """Reject overlapping payloads; return payload offset -> start of the padding before it. The padding
-    after the last payload (none in binaries epctx writes) is checked for zeros here."""
-    by_offset: dict[int, EntryInfo] = {}
-    for info in entries.values():
-        if not info.size:
-            continue
-        first = by_offset.setdefault(info.offset, info)
-        if (first.size, first.checksum) != (info.size, info.checksum):
-            raise InvalidGraph(
-                f"{where}: entries {first.name!r} and {info.name!r} overlap at offset {info.offset}"
-            )
-    gap_before: dict[int, int] = {}
-    end, previous = header_end, None
-    for offset in sorted(by_offset):
-        info = by_offset[offset]
-        if offset < end:
-            raise InvalidGraph(
-                f"{where}: entries {previous!r} and {info.name!r} overlap (offset {offset} < end {end})"
-            )
-        gap_before[offset] = end
-        end, previous = offset + info.size, info.name
-    if np.frombuffer(buf[end:], np.uint8).any():
-        raise InvalidGraph(
-            f"{where}: bytes {end}..{buf.nbytes} after the last payload are not zero (corrupt binary)"
-        )
-    return gap_before

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from epctx.epcontext.container import ContextBinary, ContextBinaryWriter
+from epctx.epcontext.container import ContextBinary, ContextBinaryWriter, EntryInfo
 
 __all__ = ["ContextSource", "ContextStore"]
 
@@ -20,13 +20,21 @@ class ContextStore:
         self.graph_name = graph_name
 
     def add(
-        self, key: str, data: Any, *, kind: str = "graph", attrs: Mapping[str, str] | None = None
+        self,
+        key: str,
+        data: Any,
+        *,
+        kind: str = "graph",
+        attrs: Mapping[str, str] | None = None,
+        offset: int | None = None,
     ) -> None:
-        self._writer.add(f"{self.graph_name}/{key}", data, kind=kind, attrs=attrs)
+        """``offset``: the absolute offset asked for in the binary's file (``ContextBinaryWriter.add``)."""
+        self._writer.add(f"{self.graph_name}/{key}", data, kind=kind, attrs=attrs, offset=offset)
 
 
 class ContextSource:
-    """Load side: the entries of one graph in an opened binary (verified on first read, never copied)."""
+    """Load side: the entries of one graph in an opened binary (verified on first read, never copied).
+    ``binary.path`` / ``binary.open_file()`` give the file a file-backed binary was mapped from."""
 
     def __init__(self, binary: ContextBinary, graph_name: str) -> None:
         self.binary = binary
@@ -50,3 +58,7 @@ class ContextSource:
 
     def attrs(self, key: str) -> Mapping[str, str]:
         return self.binary.entry(self._name(key)).attrs
+
+    def entry(self, key: str) -> EntryInfo:
+        """Where the entry lies in the binary (offset, size), its kind and attributes; reads no payload."""
+        return self.binary.entry(self._name(key))

@@ -1,0 +1,133 @@
+"""Where the payloads of a context binary go: each distinct payload once, at a free or a requested offset.
+
+An entry may ask for an absolute offset (``ContextBinaryWriter.add(..., offset=...)``): a backend that records
+file offsets at compile time (weights it reads back from the binary's file, memory-mapped) lays its data out
+before the binary exists. A request is honored when the offset is a multiple of the alignment, lies past the
+header and does not overlap an earlier-honored request (requests are taken in offset order, then in the
+order added); otherwise the entry is placed as if it had asked for nothing. The other payloads go in the
+order added, each at the first aligned offset past the previous one that no honored request occupies (so
+small ones fill the room between the header and the requested offsets).
+
+The reader accepts any placement that keeps payloads aligned, past the header and apart (``check_layout``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from epctx.errors import InvalidGraph
+
+if TYPE_CHECKING:
+    from epctx.epcontext.container import EntryInfo
+
+__all__ = ["Slot", "align", "check_layout", "deduplicate", "place", "same_bytes"]
+
+_CHUNK = 8 << 20  # bytes compared at a time
+
+
+@dataclass(slots=True)
+class Slot:
+    """One stored payload, shared by the entries whose bytes are identical."""
+
+    data: memoryview
+    checksum: str
+    wanted: int | None  # requested absolute offset
+
+
+def align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def same_bytes(a: memoryview, b: memoryview) -> bool:
+    if a.nbytes != b.nbytes:
+        return False
+    x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
+    return all(np.array_equal(x[i : i + _CHUNK], y[i : i + _CHUNK]) for i in range(0, x.size, _CHUNK))
+
+
+def deduplicate(payloads: Sequence[tuple[memoryview, str, int | None]]) -> tuple[list[Slot], list[int]]:
+    """(data, checksum, requested offset) per entry -> the distinct slots and each entry's slot. Identical
+    bytes share a slot unless both ask for different offsets (an entry without a request joins any)."""
+    slots: list[Slot] = []
+    by_key: dict[tuple[int, str], list[int]] = {}
+    slot_of: list[int] = []
+    for data, checksum, wanted in payloads:
+        if not data.nbytes:
+            wanted = None  # an empty payload occupies nothing
+        candidates = by_key.setdefault((data.nbytes, checksum), [])
+        slot = next(
+            (
+                i
+                for i in candidates
+                if (wanted is None or slots[i].wanted in (None, wanted)) and same_bytes(slots[i].data, data)
+            ),
+            None,
+        )
+        if slot is None:
+            slot = len(slots)
+            slots.append(Slot(data, checksum, wanted))
+            candidates.append(slot)
+        elif slots[slot].wanted is None:
+            slots[slot].wanted = wanted
+        slot_of.append(slot)
+    return slots, slot_of
+
+
+def place(slots: Sequence[Slot], data_start: int, alignment: int) -> tuple[list[int], int]:
+    """Each slot's offset when payloads may start at ``data_start``, and the file size."""
+    honored: list[tuple[int, int]] = []  # (start, end) of honored requests, in offset order
+    offsets: list[int | None] = [None] * len(slots)
+    requests = sorted((s.wanted, i) for i, s in enumerate(slots) if s.wanted is not None)
+    for wanted, i in requests:
+        free = wanted >= (honored[-1][1] if honored else data_start)
+        if free and wanted % alignment == 0:
+            honored.append((wanted, wanted + slots[i].data.nbytes))
+            offsets[i] = wanted
+    cursor = data_start
+    for i, slot in enumerate(slots):
+        if offsets[i] is not None:
+            continue
+        size = slot.data.nbytes
+        offset = align(cursor, alignment) if size else cursor
+        for start, end in honored:
+            if size and offset < end and start < offset + size:
+                offset = align(end, alignment)
+        offsets[i] = offset
+        cursor = offset + size
+    placed = [o for o in offsets if o is not None]
+    return placed, max([cursor, *(end for _, end in honored)])
+
+
+def check_layout(
+    entries: Mapping[str, EntryInfo], buf: memoryview, where: str, header_end: int
+) -> dict[int, int]:
+    """Reject overlapping payloads; return payload offset -> start of the padding before it. The padding
+    after the last payload (none in binaries epctx writes) is checked for zeros here."""
+    by_offset: dict[int, EntryInfo] = {}
+    for info in entries.values():
+        if not info.size:
+            continue
+        first = by_offset.setdefault(info.offset, info)
+        if (first.size, first.checksum) != (info.size, info.checksum):
+            raise InvalidGraph(
+                f"{where}: entries {first.name!r} and {info.name!r} overlap at offset {info.offset}"
+            )
+    gap_before: dict[int, int] = {}
+    end, previous = header_end, None
+    for offset in sorted(by_offset):
+        info = by_offset[offset]
+        if offset < end:
+            raise InvalidGraph(
+                f"{where}: entries {previous!r} and {info.name!r} overlap (offset {offset} < end {end})"
+            )
+        gap_before[offset] = end
+        end, previous = offset + info.size, info.name
+    if np.frombuffer(buf[end:], np.uint8).any():
+        raise InvalidGraph(
+            f"{where}: bytes {end}..{buf.nbytes} after the last payload are not zero (corrupt binary)"
+        )
+    return gap_before
