@@ -2,9 +2,10 @@
 
 An entry may ask for an absolute offset (``ContextBinaryWriter.add(..., offset=...)``): a backend that records
 file offsets at compile time (weights it reads back from the binary's file, memory-mapped) lays its data out
-before the binary exists. A request is honored when the offset is a multiple of the alignment, lies past the
-header and does not overlap an earlier-honored request (requests are taken in offset order, then in the
-order added); otherwise the entry is placed as if it had asked for nothing. The other payloads go in the
+before the binary exists. Identical payloads are stored once, at the first offset one of them asked for. A
+request is honored when the offset is a multiple of the alignment, lies past the header and does not
+overlap an earlier-honored request (requests are taken in offset order, then in the order added); otherwise
+the payload is placed as if it had asked for nothing. The other payloads go in the
 order added, each at the first aligned offset past the previous one that no honored request occupies (so
 small ones fill the room between the header and the requested offsets).
 
@@ -51,27 +52,18 @@ def same_bytes(a: memoryview, b: memoryview) -> bool:
 
 def deduplicate(payloads: Sequence[tuple[memoryview, str, int | None]]) -> tuple[list[Slot], list[int]]:
     """(data, checksum, requested offset) per entry -> the distinct slots and each entry's slot. Identical
-    bytes share a slot unless both ask for different offsets (an entry without a request joins any)."""
+    bytes share a slot, which takes the first offset one of them asked for."""
     slots: list[Slot] = []
     by_key: dict[tuple[int, str], list[int]] = {}
     slot_of: list[int] = []
     for data, checksum, wanted in payloads:
-        if not data.nbytes:
-            wanted = None  # an empty payload occupies nothing
         candidates = by_key.setdefault((data.nbytes, checksum), [])
-        slot = next(
-            (
-                i
-                for i in candidates
-                if (wanted is None or slots[i].wanted in (None, wanted)) and same_bytes(slots[i].data, data)
-            ),
-            None,
-        )
+        slot = next((i for i in candidates if same_bytes(slots[i].data, data)), None)
         if slot is None:
             slot = len(slots)
-            slots.append(Slot(data, checksum, wanted))
+            slots.append(Slot(data, checksum, None))
             candidates.append(slot)
-        elif slots[slot].wanted is None:
+        if data.nbytes and slots[slot].wanted is None:  # an empty payload occupies nothing
             slots[slot].wanted = wanted
         slot_of.append(slot)
     return slots, slot_of
