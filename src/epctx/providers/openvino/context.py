@@ -7,34 +7,28 @@ Entries of one graph (``<graph name>/<key>``):
   in order, and in weightless mode the weights layout;
 - ``blob``: ``CompiledModel.export_model()``, OpenVINO's own format (its header names the OpenVINO version
   and the CPU ISA, which OpenVINO checks on import);
-- weightless mode only: ``weights/<j>``, one entry per initializer (so identical weights are stored once
-  across partitions and models); ``meta`` gives each one's offset in the weights file the blob references.
+- weightless mode only: ``weights/<j>``, one entry per distinct tensor, asking the writer for the absolute
+  offset the blob references (``weights``); ``meta`` gives each one's offset and size.
 
 Import reads the blob in place: the entry's memory (the memory-mapped ``.bin``, or the ``ep_cache_context``
 bytes of an embedded context) is wrapped in an ``ov.Tensor`` without a copy, and OpenVINO's CPU plugin keeps
 the constants of a full blob as views of it. OpenVINO only takes writable numpy arrays for shared tensors, so
 the read-only view is re-wrapped by address: OpenVINO never writes into an imported blob.
 
-Weightless import: OpenVINO (2026.4) reads the weights of a weightless blob from a *file path*
-(``WEIGHTS_PATH``), memory-mapped from offset 0, at the offsets recorded at compile time; it takes no file
-offset and no in-memory tensor (``MODEL_PTR`` is ignored by the CPU plugin). The weights therefore cannot be
-used in place inside the context binary; they are written once into an anonymous in-memory file
-(``memfd``; a temporary file elsewhere) that OpenVINO maps.
+Weightless import: see ``weights``; OpenVINO maps the weights from the binary's own file when they sit at the
+offsets the blob references.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
-import os
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from epctx.epcontext.store import ContextSource, ContextStore
+from epctx.epcontext.store import ContextStore
 from epctx.errors import InvalidGraph
 from epctx.partition.extract import WeightsFile
 
@@ -44,7 +38,6 @@ __all__ = [
     "BlobMeta",
     "read_meta",
     "shared_tensor",
-    "weights_file",
     "write_entries",
 ]
 
@@ -155,7 +148,8 @@ def write_entries(
     if weights is not None:
         for j, (_, offset, array) in enumerate(weights.arrays):
             key = f"weights/{j}"
-            store.add(key, array.reshape(-1).view(np.uint8), kind="weights", attrs={"offset": str(offset)})
+            data = array.reshape(-1).view(np.uint8)
+            store.add(key, data, kind="weights", attrs={"offset": str(offset)}, offset=offset)
             entries.append((key, offset, array.nbytes))
     meta = BlobMeta(
         device=device,
@@ -178,48 +172,3 @@ def shared_tensor(view: memoryview) -> tuple[Any, np.ndarray]:
     address = np.frombuffer(view, np.uint8).ctypes.data
     array = np.ctypeslib.as_array((ctypes.c_uint8 * view.nbytes).from_address(address))
     return ov.Tensor(array, shared_memory=True), array
-
-
-@contextlib.contextmanager
-def weights_file(source: ContextSource, meta: BlobMeta) -> Iterator[str]:
-    """A file holding the weights layout of a weightless blob, for ``WEIGHTS_PATH`` (closed on exit: OpenVINO
-    keeps its own mapping)."""
-    memfd = getattr(os, "memfd_create", None)
-    if memfd is not None and os.path.isdir("/proc/self/fd"):
-        fd = memfd("epctx-openvino-weights", getattr(os, "MFD_CLOEXEC", 0))
-        try:
-            os.ftruncate(fd, meta.weights_size)
-            for key, offset, size in meta.weights:
-                _write_at(fd, source.read(key), offset, size, source)
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-        return
-    handle, path = tempfile.mkstemp(prefix="epctx-openvino-", suffix=".weights")
-    try:
-        os.ftruncate(handle, meta.weights_size)
-        for key, offset, size in meta.weights:
-            _write_at(handle, source.read(key), offset, size, source)
-        os.close(handle)
-        handle = -1
-        yield path
-    finally:
-        if handle >= 0:
-            os.close(handle)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-
-def _write_at(fd: int, data: memoryview, offset: int, size: int, source: ContextSource) -> None:
-    if data.nbytes != size:
-        raise InvalidGraph(
-            f"{source.binary.where}: graph {source.graph_name!r}: a weights entry has {data.nbytes} bytes, "
-            f"'meta' says {size}"
-        )
-    pwrite = getattr(os, "pwrite", None)
-    if pwrite is None:  # Windows: no pwrite
-        os.lseek(fd, offset, os.SEEK_SET)
-    written = 0
-    while written < size:
-        chunk = data[written:]
-        written += pwrite(fd, chunk, offset + written) if pwrite is not None else os.write(fd, chunk)

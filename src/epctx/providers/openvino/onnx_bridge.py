@@ -7,8 +7,8 @@ OpenVINO may read them: callers keep the returned list.
 
 Weightless: OpenVINO's weightless blobs record, for each constant, its offset in the external data file the
 model was read from; on import they read the constants from a weights file at those offsets. So the model is
-written to a temporary folder with every initializer at a planned offset of one weights file, and read from
-there.
+written to a temporary folder with every initializer at its planned offset (``weights.WeightsLayout``: the
+offset it will have in the context binary) of a sparse weights file, and read from there.
 """
 
 from __future__ import annotations
@@ -20,19 +20,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from epctx.partition.extract import (
-    ExternalRef,
-    WeightsFile,
-    initializer_array,
-    partition_model,
-    plan_weights_file,
-)
+from epctx.partition.extract import ExternalRef, WeightsFile, initializer_array, partition_model
 from epctx.providers.base import Partition
+from epctx.providers.openvino.weights import write_sparse
 
-__all__ = ["MEMORY_LOCATION", "WEIGHTS_FILE", "in_memory_model", "weightless_model_folder"]
+__all__ = ["MEMORY_LOCATION", "in_memory_model", "weightless_model_folder"]
 
 MEMORY_LOCATION = "*/_ORT_MEM_ADDR_/*"
-WEIGHTS_FILE = "weights.bin"
 
 
 def in_memory_model(partition: Partition) -> tuple[bytes, list[np.ndarray]]:
@@ -54,14 +48,13 @@ def in_memory_model(partition: Partition) -> tuple[bytes, list[np.ndarray]]:
 
 
 @contextlib.contextmanager
-def weightless_model_folder(partition: Partition) -> Iterator[tuple[str, WeightsFile]]:
-    """A temporary folder holding ``model.onnx`` and its weights file; yields (model path, weights layout).
-    The folder is removed on exit (OpenVINO keeps its own mapping of what it read)."""
-    plan = plan_weights_file(partition.initializers, location=WEIGHTS_FILE, alignment=64)
+def weightless_model_folder(partition: Partition, plan: WeightsFile) -> Iterator[str]:
+    """A temporary folder holding ``model.onnx`` and its weights file laid out as ``plan``; yields the model's
+    path. The folder is removed on exit (OpenVINO keeps its own mapping of what it read)."""
     model = partition_model(partition, weights=plan.refs)
     with tempfile.TemporaryDirectory(prefix="epctx-ov-", ignore_cleanup_errors=True) as folder:
-        plan.write(folder)
+        write_sparse(plan, folder)
         path = os.path.join(folder, "model.onnx")
         with open(path, "wb") as fh:
             fh.write(model.SerializeToString())
-        yield path, plan
+        yield path

@@ -7,7 +7,7 @@
 | ``num_streams`` | OpenVINO's | ``NUM_STREAMS`` (a positive integer) |
 | ``num_of_threads`` | OpenVINO's | ``INFERENCE_NUM_THREADS`` (a positive integer) |
 | ``cache_dir`` | off | OpenVINO's own model cache folder (``CACHE_DIR``), passed through when compiling |
-| ``weightless`` | ``0`` | 1: blobs reference their weights, stored as separate entries of the context binary |
+| ``weightless`` | ``0`` | 1: blobs reference their weights, entries of the context binary mapped in place at load |
 | ``disabled_ops`` | none | comma-separated op types never claimed (they fall back to the next EP) |
 
 The precision and the stream / thread settings are recorded in the context binary and passed again on

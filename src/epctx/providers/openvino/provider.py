@@ -22,9 +22,10 @@ from epctx.errors import EPFail, InvalidArgument, InvalidGraph
 from epctx.providers.base import CompiledPartition, ExecutionProvider, Partition
 from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
 from epctx.providers.openvino.compiled import CompiledOpenVINO
-from epctx.providers.openvino.context import read_meta, shared_tensor, weights_file, write_entries
+from epctx.providers.openvino.context import read_meta, shared_tensor, write_entries
 from epctx.providers.openvino.onnx_bridge import in_memory_model, weightless_model_folder
 from epctx.providers.openvino.options import OpenVINOOptions, parse_options
+from epctx.providers.openvino.weights import WeightsLayout, header_budget, weights_file
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -65,6 +66,10 @@ class OpenVINOExecutionProvider(ExecutionProvider):
                     f"(OpenVINO reports {available})"
                 )
         self._hardware: str | None = None
+        # Weightless mode: the binary entries this session may write (a bound, sized in get_capability) and
+        # the weights layout, made at the first compile.
+        self._entries_bound = 0
+        self._layout: WeightsLayout | None = None
 
     # -- capability -----------------------------------------------------------------------------------
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
@@ -72,11 +77,14 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             return []  # a context model: its other nodes were offered to OpenVINO when it was generated
         candidates = candidate_nodes(graph, self.config.disabled_ops)
         try:
-            return supported_nodes(
+            claimed = supported_nodes(
                 self.core, self.config.device, self.config.runtime_config(), graph, opset_imports, candidates
             )
         except RuntimeError as exc:  # the frontend or the device refused the model as a whole
             raise EPFail(f"{self.name}: OpenVINO could not query the model: {exc}") from exc
+        # One weights entry per initializer at most, and a meta and a blob entry per partition at most.
+        self._entries_bound += len(graph.initializers) + 2 * len(claimed)
+        return claimed
 
     def _owns(self, node: ir.Node) -> bool:
         attr = node.attributes.get("source")
@@ -94,7 +102,11 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         config = self.config.compile_config()
         try:
             if self.config.weightless:
-                with weightless_model_folder(partition) as (path, plan):
+                if self._layout is None:
+                    bound = self._entries_bound or len(partition.initializers) + 2
+                    self._layout = WeightsLayout(header_budget(bound))
+                plan = self._layout.plan(partition)
+                with weightless_model_folder(partition, plan) as path:
                     model = self.core.read_model(path)
                     compiled = self.core.compile_model(model, self.config.device, config)
                 return CompiledOpenVINO(compiled, inputs, outputs, where=where, weights=plan)

@@ -1,0 +1,187 @@
+"""Weightless mode: where each weight lies, from compile time on, and the file OpenVINO maps it from at import.
+
+OpenVINO (2026.4) records, for each constant of a weightless blob, its offset in the external data file the
+model was read from, and on import maps the weights from a file path (``WEIGHTS_PATH``) at those offsets,
+from offset 0: it takes no base offset and no memory (``hint::model`` / ``MODEL_PTR`` are not read by the CPU
+plugin). So the offsets are chosen to be the weights' final absolute offsets in the context binary:
+
+- compile (:class:`WeightsLayout`, one per EP instance, i.e. per session): each distinct tensor (identical
+  bytes once, across all the partitions the EP compiles) gets the next 64-byte aligned offset past a header
+  budget, and the partition is read from a sparse external data file holding its tensors at those offsets;
+- save: each tensor is an entry of the binary that asks the writer for that offset;
+- load (:func:`weights_file`): when every weights entry sits at the offset its blob references and the
+  binary is a file, the entries are verified (checksums) and OpenVINO maps the binary's own file: no copy.
+  Otherwise (an embedded context, an offset the writer could not give because the header outgrew its
+  budget or another model of a shared binary took it, a binary rewritten by merging) the weights are
+  written once into an anonymous in-memory file (``memfd``; a temporary file elsewhere) laid out as at
+  compile time, and OpenVINO maps that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xxhash
+
+from epctx.epcontext.layout import align, same_bytes
+from epctx.errors import InvalidGraph
+from epctx.partition.extract import ExternalRef, WeightsFile, initializer_array
+from epctx.providers.base import Partition
+
+if TYPE_CHECKING:
+    from epctx.epcontext.store import ContextSource
+    from epctx.providers.openvino.context import BlobMeta
+
+__all__ = ["WEIGHTS_FILE", "WeightsLayout", "header_budget", "weights_file"]
+
+WEIGHTS_FILE = "weights.bin"
+ALIGNMENT = 64  # the context binary writer's default alignment
+_ENTRY_BUDGET = 512  # header bytes allowed per binary entry: its JSON fields and a name of ~400 bytes
+_PAGE = 4096
+
+logger = logging.getLogger("epctx")
+
+
+def header_budget(entries: int) -> int:
+    """Where the weights start: room for a context binary header of ``entries`` entries, page-aligned."""
+    return align(2 * _PAGE + _ENTRY_BUDGET * max(entries, 0), _PAGE)
+
+
+def _bytes(array: np.ndarray) -> memoryview:
+    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+
+
+class WeightsLayout:
+    """Absolute offsets of the weights of every partition an EP compiles weightless, in the binary the blobs
+    will be saved in. Identical tensors share one offset; offsets only grow, from ``base``."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self._end = base
+        self._known: dict[tuple[int, int], list[tuple[np.ndarray, int]]] = {}
+
+    def offset_of(self, array: np.ndarray) -> int:
+        data = _bytes(array)
+        key = (data.nbytes, xxhash.xxh3_64_intdigest(data))
+        for other, offset in self._known.get(key, ()):
+            if same_bytes(_bytes(other), data):
+                return offset
+        offset = align(self._end, ALIGNMENT)
+        self._end = offset + data.nbytes
+        self._known.setdefault(key, []).append((array, offset))
+        return offset
+
+    def plan(self, partition: Partition) -> WeightsFile:
+        """The partition's external data file: its tensors (not strings, not empty) at their offsets."""
+        refs: dict[str, ExternalRef] = {}
+        arrays: dict[int, tuple[str, int, np.ndarray]] = {}
+        for value in partition.initializers:
+            tensor = value.const_value
+            if tensor is None or not value.name or value.name in refs:
+                continue
+            array = initializer_array(tensor)
+            if array is None or array.nbytes == 0:
+                continue
+            offset = self.offset_of(array)
+            refs[value.name] = ExternalRef(WEIGHTS_FILE, offset, array.nbytes)
+            arrays.setdefault(offset, (value.name, offset, array))
+        ordered = tuple(arrays[offset] for offset in sorted(arrays))
+        size = max((offset + array.nbytes for _, offset, array in ordered), default=0)
+        return WeightsFile(WEIGHTS_FILE, refs, ordered, size)
+
+
+def write_sparse(plan: WeightsFile, folder: str) -> str:
+    """Write ``plan`` as ``folder/<location>``: the tensors at their offsets, holes in between."""
+    path = os.path.join(folder, plan.location)
+    with open(path, "wb") as fh:
+        for _, offset, array in plan.arrays:
+            fh.seek(offset)
+            fh.write(_bytes(array))
+        fh.truncate(plan.size)
+    return path
+
+
+# -- load -------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def weights_file(source: ContextSource, meta: BlobMeta) -> Iterator[str]:
+    """A path to a file holding the weights of a weightless blob at the offsets it references, for
+    ``WEIGHTS_PATH``; valid until exit (OpenVINO keeps its own mapping)."""
+    fd = _binary_file(source, meta)
+    if fd is not None:
+        try:
+            yield f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else str(source.binary.path)
+        finally:
+            os.close(fd)
+        return
+    if source.binary.path is not None:
+        logger.info(
+            "%s: graph %r: its weights are not at the offsets its blob references; copying %d bytes",
+            source.binary.where, source.graph_name, sum(size for _, _, size in meta.weights),
+        )  # fmt: skip
+    with _copied_weights(source, meta) as path:
+        yield path
+
+
+def _binary_file(source: ContextSource, meta: BlobMeta) -> int | None:
+    """A descriptor of the binary's file when OpenVINO can map the weights from it in place, else None.
+    Every weights entry is verified first: OpenVINO reads nothing of the file but these entries."""
+    if source.binary.path is None:
+        return None
+    for key, offset, size in meta.weights:
+        info = source.entry(key)
+        if (info.offset, info.size) != (offset, size):
+            return None
+    for key, _, _ in meta.weights:
+        source.read(key)
+    return source.binary.open_file()
+
+
+@contextlib.contextmanager
+def _copied_weights(source: ContextSource, meta: BlobMeta) -> Iterator[str]:
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None and os.path.isdir("/proc/self/fd"):
+        fd = memfd("epctx-openvino-weights", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            _fill(fd, source, meta)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    handle, path = tempfile.mkstemp(prefix="epctx-openvino-", suffix=".weights")
+    try:
+        _fill(handle, source, meta)
+        os.close(handle)
+        handle = -1
+        yield path
+    finally:
+        if handle >= 0:
+            os.close(handle)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _fill(fd: int, source: ContextSource, meta: BlobMeta) -> None:
+    os.ftruncate(fd, meta.weights_size)  # sparse: the holes before and between the weights cost nothing
+    for key, offset, size in meta.weights:
+        _write_at(fd, source.read(key), offset, size, source)
+
+
+def _write_at(fd: int, data: memoryview, offset: int, size: int, source: ContextSource) -> None:
+    if data.nbytes != size:
+        raise InvalidGraph(
+            f"{source.binary.where}: graph {source.graph_name!r}: a weights entry has {data.nbytes} bytes, "
+            f"'meta' says {size}"
+        )
+    pwrite = getattr(os, "pwrite", None)
+    if pwrite is None:  # Windows: no pwrite
+        os.lseek(fd, offset, os.SEEK_SET)
+    written = 0
+    while written < size:
+        chunk = data[written:]
+        written += pwrite(fd, chunk, offset + written) if pwrite is not None else os.write(fd, chunk)
