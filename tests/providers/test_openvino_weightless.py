@@ -251,3 +251,38 @@ def test_loading_100mb_of_weights_copies_none(tmp_path: Path) -> None:
     copied = _measure(ctx)
     assert copied["memfd"]
     assert copied["growth"]["RssShmem"] > 0.9 * weights
+
+
+def test_models_sharing_a_binary(tmp_path: Path) -> None:
+    """ep.share_ep_contexts: the first model's weights are mapped in place; the next models' blobs reference
+    offsets the first one took (each session lays its weights out alone), so they load through the copy,
+    correctly; the weights the models share are stored once."""
+    models = []
+    for seed in range(3):
+        model = mlp(batch=2, sizes=(32, 64, 64, 6))
+        rng = np.random.default_rng(seed)
+        for init in model.graph.initializer[1:]:  # the first weight is the same in every model
+            array = numpy_helper.to_array(init)
+            init.CopyFrom(
+                numpy_helper.from_array(rng.standard_normal(array.shape).astype(array.dtype), init.name)
+            )
+        models.append(model)
+        onnx.save(model, tmp_path / f"m{seed}.onnx")
+        last = {"ep__stop_share_ep_contexts": "1"} if seed == 2 else {}
+        so = _options(ep__context_enable="1", ep__share_ep_contexts="1", **last)
+        epctx.InferenceSession(str(tmp_path / f"m{seed}.onnx"), so, providers=[(EP, WEIGHTLESS)])
+    shared = numpy_helper.to_array(models[0].graph.initializer[0])
+    with ContextBinary.open(tmp_path / f"m0_{EP}.bin") as binary:
+        stored = [n for n in binary.names() if bytes(binary.read(n)) == shared.tobytes()]
+        assert len({binary.entry(n).offset for n in stored}) == 1 and len(stored) == 3
+        in_place = []
+        for name in binary.names():
+            if name.endswith("/meta"):
+                graph = name[: -len("/meta")]
+                meta = read_meta(binary.read(name), graph)
+                in_place.append(all(binary.entry(f"{graph}/{k}").offset == o for k, o, _ in meta.weights))
+    assert in_place == [True, False, False]
+    for seed, model in enumerate(models):
+        feeds = example_inputs("mlp", model)
+        got = _load(tmp_path / f"m{seed}_ctx.onnx", WEIGHTLESS).run(None, feeds)[0]
+        np.testing.assert_allclose(got, run_ort(model, feeds)[0], atol=1e-4, rtol=1e-4)
