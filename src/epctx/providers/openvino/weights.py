@@ -11,6 +11,8 @@ plugin). So the offsets are chosen to be the weights' final absolute offsets in 
 - save: each tensor is an entry of the binary that asks the writer for that offset;
 - load (:func:`weights_file`): when every weights entry sits at the offset its blob references and the
   binary is a file, the entries are verified (checksums) and OpenVINO maps the binary's own file: no copy.
+  It is named by ``/proc/self/fd/<n>`` of a descriptor checked to be the very file the container mapped
+  and verified (not one renamed over it since); where ``/proc`` is missing, by its path once checked.
   Otherwise (an embedded context, an offset the writer could not give because the header outgrew its
   budget or another model of a shared binary took it, a binary rewritten by merging) the weights are
   written once into an anonymous in-memory file (``memfd``; a temporary file elsewhere) laid out as at
