@@ -513,7 +513,7 @@ def test_load_rejects_a_program_for_other_values() -> None:
     ("mutate", "match"),
     [
         (lambda d: d.update(format="other"), "format"),
-        (lambda d: d.update(version=PROGRAM_VERSION + 1), "program version"),
+        (lambda d: d.update(version=PROGRAM_VERSION + 1), "format version"),
         (lambda d: d["instructions"][0].update(op="Conv"), "unknown op 'Conv'"),
         (lambda d: d["instructions"][0].update(inputs=[99, 0]), "undefined slots"),
         (lambda d: d["instructions"][0].update(output=0), "writes slot"),
@@ -543,7 +543,7 @@ def test_load_rejects_non_json() -> None:
     writer = ContextBinaryWriter(ep_name=EP)
     writer.add("graph_0/program", b"\x80\x04 pickle?")
     source = ContextSource(ContextBinary.from_bytes(writer.to_bytes()), "graph_0")
-    with pytest.raises(InvalidGraph, match="not a JSON program"):
+    with pytest.raises(InvalidGraph, match="not a JSON document"):
         ExampleExecutionProvider().load_partition(source, _node_for(partition), partition)
 
 

@@ -15,10 +15,10 @@ An instruction reads only slots numbered below its own, so a parsed program is v
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from epctx.epcontext.documents import dump_document, load_document
 from epctx.errors import InvalidGraph
 
 __all__ = ["FORMAT", "PROGRAM_VERSION", "WEIGHT_DTYPES", "Instruction", "Program", "WeightSpec"]
@@ -56,8 +56,6 @@ class Program:
 
     def to_json(self) -> bytes:
         doc = {
-            "format": FORMAT,
-            "version": PROGRAM_VERSION,
             "inputs": list(self.inputs),
             "weights": [{"dtype": w.dtype, "shape": list(w.shape)} for w in self.weights],
             "instructions": [
@@ -66,22 +64,12 @@ class Program:
             ],
             "outputs": [{"name": name, "slot": slot} for name, slot in self.outputs],
         }
-        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return dump_document(doc, format=FORMAT, version=PROGRAM_VERSION)
 
     @classmethod
     def from_json(cls, data: bytes | memoryview, *, where: str = "program") -> Program:
         """Parse and check a serialized program; anything malformed is InvalidGraph naming ``where``."""
-        try:
-            doc = json.loads(bytes(data).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InvalidGraph(f"{where}: not a JSON program: {exc}") from exc
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-            raise InvalidGraph(f"{where}: format {found!r}, expected {FORMAT!r}")
-        if doc.get("version") != PROGRAM_VERSION:
-            raise InvalidGraph(
-                f"{where}: program version {doc.get('version')!r}, this epctx reads version {PROGRAM_VERSION}"
-            )
+        doc = load_document(data, format=FORMAT, version=PROGRAM_VERSION, where=where)
         try:
             inputs = tuple(_str(n) for n in _list(doc["inputs"]))
             weights = tuple(_weight(w) for w in _list(doc["weights"]))

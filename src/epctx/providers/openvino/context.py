@@ -22,12 +22,12 @@ offsets the blob references.
 from __future__ import annotations
 
 import ctypes
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from epctx.epcontext.documents import dump_document, load_document
 from epctx.epcontext.store import ContextStore
 from epctx.errors import InvalidGraph
 from epctx.partition.extract import WeightsFile
@@ -69,8 +69,6 @@ class BlobMeta:
 
     def to_json(self) -> bytes:
         doc = {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
             "device": self.device,
             "config": self.config,
             "inputs": list(self.inputs),
@@ -78,7 +76,7 @@ class BlobMeta:
             "weights": [{"key": k, "offset": o, "size": s} for k, o, s in self.weights],
             "weights_size": self.weights_size,
         }
-        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return dump_document(doc, format=FORMAT, version=FORMAT_VERSION)
 
 
 def _strs(value: Any) -> tuple[str, ...]:
@@ -95,17 +93,7 @@ def _count(value: Any) -> int:
 
 def read_meta(data: memoryview, where: str) -> BlobMeta:
     """Parse and check ``meta``; anything malformed is InvalidGraph naming ``where``."""
-    try:
-        doc = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidGraph(f"{where}: 'meta' is not JSON: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise InvalidGraph(f"{where}: format {found!r}, expected {FORMAT!r}")
-    if doc.get("version") != FORMAT_VERSION:
-        raise InvalidGraph(
-            f"{where}: format version {doc.get('version')!r}, this epctx reads {FORMAT_VERSION}"
-        )
+    doc = load_document(data, format=FORMAT, version=FORMAT_VERSION, where=f"{where}: 'meta'")
     try:
         config = doc["config"]
         if not isinstance(config, dict) or not all(isinstance(v, (str, int)) for v in config.values()):
