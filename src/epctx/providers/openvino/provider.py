@@ -13,6 +13,7 @@ nodes was partitioned when it was generated, so its other nodes are not offered 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,19 @@ def shared_core() -> Any:
 
                 _CORE = ov.Core()
     return _CORE
+
+
+@functools.cache
+def device_hardware(device: str) -> str:
+    """The hardware string of ``device``, queried once per process (device queries cost milliseconds)."""
+    parts = [device]
+    for key in ("DEVICE_ARCHITECTURE", "FULL_DEVICE_NAME", "OPTIMIZATION_CAPABILITIES"):
+        try:
+            value = shared_core().get_property(device, key)
+        except RuntimeError:
+            value = ""
+        parts.append(",".join(value) if isinstance(value, (list, tuple)) else str(value))
+    return "/".join(parts)
 
 
 class OpenVINOExecutionProvider(ExecutionProvider):
@@ -126,15 +140,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
     def hardware(self) -> str:
         """Device, architecture, full name and capabilities, e.g. ``CPU/intel64/<name>/BF16,FP32,...``."""
         if self._hardware is None:
-            device = self.config.device
-            parts = [device]
-            for key in ("DEVICE_ARCHITECTURE", "FULL_DEVICE_NAME", "OPTIMIZATION_CAPABILITIES"):
-                try:
-                    value = self.core.get_property(device, key)
-                except RuntimeError:
-                    value = ""
-                parts.append(",".join(value) if isinstance(value, (list, tuple)) else str(value))
-            self._hardware = "/".join(parts)
+            self._hardware = device_hardware(self.config.device)
         return self._hardware
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
