@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,3 +41,27 @@ def assert_matches_ort(
         else:
             np.testing.assert_array_equal(a, b, err_msg=f"output {k}")
     return ours
+
+
+def graph_inputs_for(
+    inputs: Sequence[Any], const: Sequence[int] = ()
+) -> tuple[list[str], list[onnx.ValueInfoProto], list[onnx.TensorProto], dict[str, np.ndarray]]:
+    """For a one-node test model: input names (``""`` for an omitted optional input), graph inputs, initializers
+    (the positions in ``const``) and the feed. Input ``k`` is named ``in{k}``."""
+    from onnx import helper, numpy_helper
+
+    arrays = [None if v is None else np.asarray(v) for v in inputs]
+    names = ["" if v is None else f"in{k}" for k, v in enumerate(arrays)]
+    graph_inputs: list[onnx.ValueInfoProto] = []
+    inits: list[onnx.TensorProto] = []
+    feeds: dict[str, np.ndarray] = {}
+    for k, (name, value) in enumerate(zip(names, arrays)):
+        if value is None:
+            continue
+        if k in const:
+            inits.append(numpy_helper.from_array(value, name))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, value.shape))
+            feeds[name] = value
+    return names, graph_inputs, inits, feeds

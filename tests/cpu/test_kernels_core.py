@@ -17,7 +17,7 @@ from onnx import helper
 
 import epctx.providers.cpu.kernels  # noqa: F401  (registers the own kernels)
 from epctx.providers.cpu.registry import find_factory
-from tests.oracle import assert_matches_ort, run_ort
+from tests.oracle import assert_matches_ort, graph_inputs_for, run_ort
 
 pytest.importorskip("onnxruntime")
 
@@ -43,18 +43,7 @@ def _model(
     n_outputs: int,
     const: Sequence[int],
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    arrays = [None if v is None else np.asarray(v) for v in inputs]
-    names = ["" if v is None else f"in{k}" for k, v in enumerate(arrays)]
-    graph_inputs, inits, feeds = [], [], {}
-    for k, (name, value) in enumerate(zip(names, arrays)):
-        if value is None:
-            continue
-        if k in const:
-            inits.append(onnx.numpy_helper.from_array(value, name))
-        else:
-            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-            graph_inputs.append(helper.make_tensor_value_info(name, elem, value.shape))
-            feeds[name] = value
+    names, graph_inputs, inits, feeds = graph_inputs_for(inputs, const)
     out_names = [f"out{k}" for k in range(n_outputs)]
     node = helper.make_node(op, names, out_names, **(attrs or {}))
 

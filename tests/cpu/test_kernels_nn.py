@@ -19,7 +19,7 @@ import epctx
 import epctx.providers.cpu.kernels
 from epctx.providers.cpu.kernels import conv as conv_kernels
 from epctx.providers.cpu.registry import find_factory
-from tests.oracle import assert_matches_ort
+from tests.oracle import assert_matches_ort, graph_inputs_for
 
 pytest.importorskip("onnxruntime")
 
@@ -40,17 +40,7 @@ def _model(
     const: Sequence[int] = (),
     out_types: Sequence[int] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    names = ["" if v is None else f"in{k}" for k, v in enumerate(inputs)]
-    graph_inputs, inits, feeds = [], [], {}
-    for k, (name, value) in enumerate(zip(names, inputs)):
-        if value is None:
-            continue
-        if k in const:
-            inits.append(onnx.numpy_helper.from_array(value, name))
-        else:
-            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-            graph_inputs.append(helper.make_tensor_value_info(name, elem, value.shape))
-            feeds[name] = value
+    names, graph_inputs, inits, feeds = graph_inputs_for(inputs, const)
     x = inputs[0]
     types = list(out_types or [helper.np_dtype_to_tensor_dtype(x.dtype)])
     outs = [f"out{k}" for k in range(len(types))]

@@ -17,7 +17,7 @@ import pytest
 from onnx import helper
 
 from epctx.providers.cpu.registry import find_factory
-from tests.oracle import assert_matches_ort, run_epctx, run_ort
+from tests.oracle import assert_matches_ort, graph_inputs_for, run_epctx, run_ort
 
 pytest.importorskip("onnxruntime")
 
@@ -34,18 +34,7 @@ def _model(
     const: Sequence[int] = (),
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A one-node model. ``inputs``: arrays or None (omitted); ``outputs``: (name or "", dtype, rank)."""
-    arrays = [None if v is None else np.asarray(v) for v in inputs]
-    names = ["" if v is None else f"in{k}" for k, v in enumerate(arrays)]
-    graph_inputs, inits, feeds = [], [], {}
-    for k, (name, value) in enumerate(zip(names, arrays)):
-        if value is None:
-            continue
-        if k in const:
-            inits.append(onnx.numpy_helper.from_array(value, name))
-        else:
-            dtype = helper.np_dtype_to_tensor_dtype(value.dtype)
-            graph_inputs.append(helper.make_tensor_value_info(name, dtype, value.shape))
-            feeds[name] = value
+    names, graph_inputs, inits, feeds = graph_inputs_for(inputs, const)
     graph_outputs = [
         helper.make_tensor_value_info(
             name,
