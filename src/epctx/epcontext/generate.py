@@ -109,7 +109,8 @@ def build_context_model(
             eps[ep.name] = ep
         # Graphs of several models share a binary: their names carry the model's name.
         graph_name = f"{prefix}{model_name}_{part.name}" if share else f"{prefix}{part.name}"
-        with workspace(ep.name).lock:
+        # A shared writer takes graphs from concurrent sessions of the group: one at a time.
+        with workspace(ep.name).lock if share else contextlib.nullcontext():
             ep.save_partition(part, compiled[k], ContextStore(writer, graph_name))
         is_main = ep.name not in mains
         view = EPContextNode(
