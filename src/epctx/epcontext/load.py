@@ -78,6 +78,9 @@ class ContextLoader:
             raise InvalidGraph(f"{where}: {binary.where} holds no graph named {graph_name!r}")
         try:
             return ep.load_partition(source, view, partition)
+        except InvalidGraph as exc:  # e.g. a checksum mismatch in the binary: say which node it broke
+            message = str(exc.args[0]) if exc.args else str(exc)
+            raise InvalidGraph(message if message.startswith(where) else f"{where}: {message}") from exc
         except EPCtxError:
             raise
         except Exception as exc:  # a backend's own error while importing: keep it as the cause
