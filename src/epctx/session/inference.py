@@ -63,8 +63,9 @@ class InferenceSession:
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
-        fold = self._options.graph_optimization_level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
-        self._plan = build_plan(list(graph.inputs), list(graph.outputs), steps, fold_constants=fold)
+        self._plan = build_plan(
+            list(graph.inputs), list(graph.outputs), steps, fold_constants=pipeline.builder.fold
+        )
         self._inputs = [node_arg(v) for v in graph.inputs if v.const_value is None]
         self._overridable = [node_arg(v) for v in graph.inputs if v.const_value is not None]
         self._outputs = [node_arg(v) for v in graph.outputs]
