@@ -34,7 +34,7 @@ from epctx.epcontext.payload_formats import (
     detect_payload,
 )
 from epctx.epcontext.schema import DOMAIN, OP_TYPE, EPContextNode
-from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
+from epctx.errors import InvalidGraph
 
 __all__ = [
     "FORMAT_EPCTX", "FORMAT_OPENVINO", "FORMAT_OPENVINO_BIN", "FORMAT_QNN", "FORMAT_TENSORRT", "FORMAT_UNKNOWN",
@@ -116,23 +116,11 @@ class ModelReport:
 def inspect_model(path: str | os.PathLike[str], *, verify: bool = False) -> ModelReport:
     """Report on the context model at ``path``. ``verify=True`` also checks every entry checksum of epctx
     containers (reads all their bytes)."""
-    import onnx
-    from google.protobuf.message import DecodeError
+    from epctx.model.load import parse_model_proto, read_model_file
 
     model_path = Path(path)
-    if not model_path.is_file():
-        if model_path.is_dir():
-            raise InvalidArgument(f"{str(model_path)!r} is a folder, expected an ONNX model file")
-        raise NoSuchFile(f"model file not found: {str(model_path)!r}")
-    data = model_path.read_bytes()
-    what = repr(str(model_path))
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except (DecodeError, ValueError, RecursionError) as exc:
-        raise InvalidGraph(f"{what} is not an ONNX model (protobuf decoding failed: {exc})") from exc
-    if not proto.HasField("graph") or not proto.ir_version:
-        raise InvalidGraph(f"{what} is not an ONNX model (no graph or IR version)")
+    data = read_model_file(model_path)
+    proto = parse_model_proto(data, repr(str(model_path)))
     del data
     inspector = _Inspector(model_path.resolve().parent, verify=verify)
     for graph_at, node in _walk(proto.graph, "main"):

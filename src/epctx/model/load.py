@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
 
-__all__ = ["LoadedModel", "load_model"]
+__all__ = ["LoadedModel", "load_model", "parse_model_proto", "read_model_file"]
 
 logger = logging.getLogger("epctx")
 
@@ -62,23 +62,13 @@ def load_model(
         what = "model bytes"
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        if not path.is_file():
-            if path.is_dir():
-                raise InvalidArgument(f"model path {str(path)!r} is a folder, expected an ONNX file")
-            raise NoSuchFile(f"model file not found: {str(path)!r}")
-        data = path.read_bytes()
+        data = read_model_file(path)
         base_dir = path.resolve().parent
         what = f"model file {str(path)!r}"
     else:
         raise InvalidArgument(f"expected a model path or bytes, got {type(source).__name__}")
 
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except DecodeError as exc:
-        raise InvalidGraph(f"{what} is not a valid ONNX protobuf: {exc}") from exc
-    if not proto.HasField("graph"):
-        raise InvalidGraph(f"{what} has no graph (not an ONNX model?)")
+    proto = parse_model_proto(data, what)
     payloads = _take_payloads(proto)
     checkable = _checkable(proto, data, stripped=bool(payloads))
     if len(checkable) < _CHECKER_LIMIT:
@@ -116,6 +106,27 @@ def _infer_types(model: ir.Model, checkable: bytes, what: str) -> None:
             value.type = ir.serde.deserialize_type_proto_for_type(info.type)
         if value.shape is None and info.type.tensor_type.HasField("shape"):
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
+
+
+def read_model_file(path: Path) -> bytes:
+    """The bytes of an ONNX file; a missing file is NoSuchFile and a folder InvalidArgument, both naming it."""
+    if not path.is_file():
+        if path.is_dir():
+            raise InvalidArgument(f"model path {str(path)!r} is a folder, expected an ONNX file")
+        raise NoSuchFile(f"model file not found: {str(path)!r}")
+    return path.read_bytes()
+
+
+def parse_model_proto(data: bytes, what: str) -> onnx.ModelProto:
+    """Parse ``data`` as a ModelProto; anything that is not an ONNX model is InvalidGraph naming ``what``."""
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise InvalidGraph(f"{what} is not a valid ONNX protobuf (not an ONNX model): {exc}") from exc
+    if not proto.HasField("graph") or not proto.ir_version:
+        raise InvalidGraph(f"{what} is not an ONNX model (no graph or IR version)")
+    return proto
 
 
 def _take_payloads(proto: onnx.ModelProto) -> dict[int, bytes]:
