@@ -217,12 +217,24 @@ def _conv_attrs(info: NodeInfo, n: int) -> tuple[tuple[int, ...], tuple[int, ...
     return strides, dilations, (list(pads) if pads else None), auto_pad
 
 
+def _half_in_float32(run: Kernel) -> Kernel:
+    """float16 convolutions accumulate in float32, as onnxruntime's do (float16 sums drift by whole ulps)."""
+
+    def run_any(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> Sequence[np.ndarray]:
+        if x.dtype != np.float16:
+            return run(x, w, b)
+        (y,) = run(x.astype(np.float32), w.astype(np.float32), None if b is None else b.astype(np.float32))
+        return (y.astype(np.float16),)
+
+    return run_any
+
+
 @kernel("Conv", since=1)
 def _conv(info: NodeInfo) -> Kernel:
     group = int(info.get("group", 1))
     w_const = info.const_input(1)
     b_const = info.const_input(2) if info.has_input(2) else None
-    # float16 convolutions accumulate in float32, as onnxruntime's do (float16 sums drift by whole ulps).
+    # Constant float16 weights are prepared once in float32 (see _half_in_float32).
     if w_const is not None and w_const.dtype == np.float16:
         w_const = w_const.astype(np.float32)
     if b_const is not None and b_const.dtype == np.float16:
@@ -246,11 +258,6 @@ def _conv(info: NodeInfo) -> Kernel:
         return _ConvPlan(x.shape, w.shape, geo, group)
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
-        if x.dtype == np.float16:
-            (y32,) = run(
-                x.astype(np.float32), w.astype(np.float32), None if b is None else b.astype(np.float32)
-            )
-            return (y32.astype(np.float16),)
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = plan_for(x, w)
@@ -262,7 +269,7 @@ def _conv(info: NodeInfo) -> Kernel:
             y3 += bb
         return (y,)
 
-    return run
+    return _half_in_float32(run)
 
 
 def _prepare_weight(w: np.ndarray, group: int) -> dict[str, Any]:
@@ -493,11 +500,6 @@ def _conv_transpose(info: NodeInfo) -> Kernel:
     wt_const = None if w_const is None else _transpose_weight(w_const, group)
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
-        if x.dtype == np.float16:
-            (y32,) = run(
-                x.astype(np.float32), w.astype(np.float32), None if b is None else b.astype(np.float32)
-            )
-            return (y32.astype(np.float16),)
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = _ConvTransposePlan(info, x.shape, w.shape, group, node)
@@ -508,7 +510,7 @@ def _conv_transpose(info: NodeInfo) -> Kernel:
             y3 += b.reshape(-1, 1)
         return (y,)
 
-    return run
+    return _half_in_float32(run)
 
 
 def _transpose_weight(w: np.ndarray, group: int) -> np.ndarray:
