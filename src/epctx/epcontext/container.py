@@ -10,7 +10,16 @@ Payloads go in the order added, except those given the absolute offset they aske
 
 The header crc32 covers the header length, file size and header: a flipped byte in the preamble or header
 is an InvalidGraph at open. Payload checksums (and the zero padding before each payload) are verified the
-first time an entry is read, so a binary shared by many models costs only what a session uses. Nothing in
+first time an entry is read, so a binary shared by many models costs only what a session uses.
+
+A bad file costs no more than its header claims: before anything past the preamble is read, the header length
+is checked against the file and ``MAX_HEADER_BYTES`` (which bounds the entry count too); entries must lie in
+the file, aligned, apart (or be one deduplicated payload: same offset, size and checksum), and the file must
+end with the last payload, so padding to any size is refused at open without reading it. Padding before a
+requested offset may be long: it is checked on first read, and in a file, long padding and payloads are read
+hole-aware (SEEK_DATA / SEEK_HOLE): a hole reads as zeros by definition, so it is never mapped, and the
+padding's data is read in chunks into a buffer. Opening costs one pass over the header and one sort of the
+entries; ``names(prefix)`` finds one graph's entries in O(log n + k). Nothing in
 the file is pickle or code. Returned memoryviews and arrays keep the read-only mapping alive after close();
 the writer replaces files atomically and never modifies one in place (truncating a mapped file would fault).
 
@@ -34,11 +43,16 @@ dependency; ``checksum="crc32"`` stays supported and the header names the algori
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import errno
+import functools
+import itertools
 import json
 import math
 import mmap
 import os
+import re
 import secrets
 import struct
 import zlib
@@ -58,9 +72,13 @@ __all__ = [
     "DEFAULT_CHECKSUM",
     "FORMAT_VERSION",
     "MAGIC",
+    "MAX_HEADER_BYTES",
+    "TEMP_PATTERN",
     "ContextBinary",
     "ContextBinaryWriter",
     "EntryInfo",
+    "is_stale_temp",
+    "temp_writer_pid",
 ]
 
 MAGIC = b"EPCTXBIN"
@@ -71,6 +89,14 @@ _SIZES = struct.Struct("<QQ")  # the preamble fields the header crc32 covers
 _CHUNK = 8 << 20  # bytes handed to a sink at a time
 _MAX_ALIGNMENT = 1 << 16
 _NAMES_SHOWN = 8
+MAX_HEADER_BYTES = 16 << 20  # the longest header written or read (~120,000 entries): json.loads stays cheap
+_SPARSE_MIN = 8 << 20  # padding or payloads this long are read hole-aware in a binary mapped from a file
+_ZERO_CHUNK = 1 << 20  # zeros hashed at a time for a hole (small enough to stay in cache)
+_HOLES_KNOWN = hasattr(os, "SEEK_DATA") and hasattr(os, "SEEK_HOLE") and hasattr(os, "pread")
+# ``.<binary name>.<writer pid>.<random hex>.tmp``: what ContextBinaryWriter.write writes before renaming.
+TEMP_PATTERN = re.compile(
+    r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.(?P<token>[0-9a-f]{12})\.tmp", re.DOTALL
+)
 
 
 def _crc32(data: memoryview) -> str:
@@ -83,6 +109,27 @@ def _xxh3_64(data: memoryview) -> str:
 
 CHECKSUM_ALGORITHMS: Mapping[str, Callable[[memoryview], str]] = MappingProxyType(
     {"crc32": _crc32, "xxh3_64": _xxh3_64}
+)
+
+
+class _Crc32Stream:
+    """crc32 fed piece by piece; ``hexdigest`` as ``_crc32`` of the concatenation."""
+
+    __slots__ = ("_crc",)
+
+    def __init__(self) -> None:
+        self._crc = 0
+
+    def update(self, data: memoryview | bytes) -> None:
+        self._crc = zlib.crc32(data, self._crc)
+
+    def hexdigest(self) -> str:
+        return f"{self._crc:08x}"
+
+
+# The same digests fed piece by piece (a payload with holes: the holes are hashed from a buffer of zeros).
+_STREAMS: Mapping[str, Callable[[], Any]] = MappingProxyType(
+    {"crc32": _Crc32Stream, "xxh3_64": xxhash.xxh3_64}
 )
 
 
@@ -167,10 +214,19 @@ class ContextBinaryWriter:
             hardware=hardware, metadata=meta,
         )  # fmt: skip
         self._entries: list[_Pending] = []
-        self._names: set[str] = set()
+        self._names: dict[str, _Pending] = {}
 
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self._entries)
+
+    def requests(self, start: int = 0) -> list[tuple[int, memoryview]]:
+        """(requested offset, payload) of the entries added with ``offset=``, from the ``start``-th entry on, in
+        the order added: where a backend that lays data out before the binary exists finds what is (or will
+        be) at which offset. Payloads are the views ``add`` keeps, not copies."""
+        return [(p.offset, p.data) for p in self._entries[start:] if p.offset is not None]
+
+    def entry_count(self) -> int:
+        return len(self._entries)
 
     def add(
         self,
@@ -195,7 +251,7 @@ class ContextBinaryWriter:
             raise InvalidArgument(f"entry {name!r}: offset must be a non-negative int, got {offset!r}")
         view = _byte_view(data, f"entry {name!r}")
         self._entries.append(_Pending(name, kind, view, attr_map, None, offset))
-        self._names.add(name)
+        self._names[name] = self._entries[-1]
 
     def add_from(self, binary: ContextBinary, names: Iterable[str] | None = None) -> None:
         """Copy entries (all, or ``names``) from an opened binary, verifying them. All or nothing."""
@@ -212,7 +268,37 @@ class ContextBinaryWriter:
         for info, view in zip(infos, views):
             known = info.checksum if same_algorithm else None
             self._entries.append(_Pending(info.name, info.kind, view, dict(info.attrs), known, None))
-            self._names.add(info.name)
+            self._names[info.name] = self._entries[-1]
+
+    @property
+    def checksum_algorithm(self) -> str:
+        return self._checksum
+
+    def entry_rows(
+        self, names: Iterable[str] | None = None
+    ) -> list[tuple[str, str, int, str, dict[str, str]]]:
+        """(name, kind, size, checksum, attrs) of the entries ``names`` (all by default), as the written header
+        will list them. Payload checksums are computed once and kept for writing."""
+        digest = CHECKSUM_ALGORITHMS[self._checksum]
+        chosen = self._entries if names is None else [self._names[n] for n in names]
+        rows = []
+        for p in chosen:
+            if p.checksum is None:
+                p.checksum = digest(p.data)
+            rows.append((p.name, p.kind, p.data.nbytes, p.checksum, p.attrs))
+        return rows
+
+    def header_bytes(self) -> bytes:
+        """The preamble, header and padding this writer writes first: they name every payload's offset, size
+        and checksum, so two writers with equal header bytes write equal files."""
+        self.entry_rows()
+        return self._layout()[0]
+
+    def planned_size(self) -> int:
+        """The size in bytes of the binary this writer writes, computed without assembling it."""
+        self.entry_rows()
+        head, payloads = self._layout()
+        return max([len(head)] + [offset + data.nbytes for offset, data in payloads])
 
     def _check_name(self, name: object) -> None:
         if not isinstance(name, str) or not name:
@@ -235,6 +321,11 @@ class ContextBinaryWriter:
             if needed <= data_start:
                 break
             data_start = needed
+        if len(header) > MAX_HEADER_BYTES:
+            raise InvalidArgument(
+                f"the context binary header would take {len(header)} bytes, more than the {MAX_HEADER_BYTES} a "
+                f"reader accepts ({len(self._entries)} entries): use fewer entries or shorter names and attributes"
+            )
         header_crc = zlib.crc32(header, zlib.crc32(_SIZES.pack(len(header), file_size)))
         head = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, header_crc, len(header), file_size) + header
         head += bytes(data_start - len(head))
@@ -261,8 +352,8 @@ class ContextBinaryWriter:
         yield head
         position = len(head)
         for offset, data in payloads:
-            if offset > position:
-                yield bytes(offset - position)
+            for start in range(position, offset, _CHUNK):  # padding (large before a requested offset)
+                yield bytes(min(_CHUNK, offset - start))
             for start in range(0, data.nbytes, _CHUNK):
                 yield data[start : start + _CHUNK]
             position = offset + data.nbytes
@@ -286,12 +377,13 @@ class ContextBinaryWriter:
         return total
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        """Write atomically: a temporary file in the same folder, fsync'ed, then renamed over ``path``."""
+        """Write atomically: a temporary file in the same folder (``.<name>.<pid>.<hex>.tmp``, see
+        ``TEMP_PATTERN`` and ``is_stale_temp``; mode 0o666 less the umask), fsync'ed, then renamed over ``path``."""
         target = os.fspath(path)
         if os.path.isdir(target):
             raise InvalidArgument(f"context binary path {target!r} is a folder")
         folder = os.path.dirname(os.path.abspath(target))
-        tmp = os.path.join(folder, f".{os.path.basename(target)}.{secrets.token_hex(6)}.tmp")
+        tmp = os.path.join(folder, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         except FileNotFoundError:
@@ -324,6 +416,33 @@ def _fsync_folder(folder: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def temp_writer_pid(path: str | os.PathLike[str]) -> int | None:
+    """The process id of the writer whose temporary file ``path`` is (a name ``ContextBinaryWriter.write``
+    gives: ``.<binary name>.<pid>.<12 hex digits>.tmp``), else None."""
+    match = TEMP_PATTERN.fullmatch(os.path.basename(os.fspath(path)))
+    return int(match["pid"]) if match else None
+
+
+def is_stale_temp(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a context binary writer's temporary file whose writer process no longer runs on this
+    machine (killed mid-write; a finished or failed write leaves none). False for any other name, and where
+    it cannot be told (Windows; a writer that runs as another user counts as running). A reused process id
+    reads as running: never stale by mistake, at worst kept until that process ends. Only the name and the
+    process table are looked at: the caller decides what to remove, and when."""
+    pid = temp_writer_pid(path)
+    if pid is None or os.name != "posix":
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: existence check only
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    except OSError as exc:
+        return exc.errno == errno.ESRCH
+    return False
 
 
 def _first(item: tuple[int, memoryview]) -> int:
@@ -370,7 +489,9 @@ class ContextBinary:
         self.metadata: Mapping[str, str] = MappingProxyType(metadata)
         header_end = _PREAMBLE.size + _PREAMBLE.unpack_from(buf)[3]
         self._entries = _parse_entries(header.get("entries"), where, header_end, buf.nbytes, self.alignment)
-        self._gap_before = check_layout(self._entries, buf, where, header_end)
+        self._gap_before = check_layout(self._entries, buf, where, header_end, self.alignment)
+        self._names = tuple(self._entries)
+        self._sorted: tuple[list[str], list[int]] | None = None  # names sorted, and their places in _names
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> ContextBinary:
@@ -447,9 +568,19 @@ class ContextBinary:
             return None
         return fd
 
-    def names(self) -> tuple[str, ...]:
-        """Entry names in the order they were written."""
-        return tuple(self._entries)
+    def names(self, prefix: str = "") -> tuple[str, ...]:
+        """Entry names in the order they were written; with ``prefix``, only those that start with it (found
+        in an index sorted once per binary: O(log n + k), so a lookup per graph stays cheap with many)."""
+        if not prefix:
+            return self._names
+        if self._sorted is None:
+            order = sorted(range(len(self._names)), key=self._names.__getitem__)
+            self._sorted = ([self._names[i] for i in order], order)
+        names, order = self._sorted
+        start = stop = bisect.bisect_left(names, prefix)
+        while stop < len(names) and names[stop].startswith(prefix):
+            stop += 1
+        return tuple(self._names[i] for i in sorted(order[start:stop]))
 
     def entry(self, name: str) -> EntryInfo:
         info = self._entries.get(name)
@@ -493,18 +624,94 @@ class ContextBinary:
             self.read(name)
 
     def _verify(self, info: EntryInfo, view: memoryview) -> None:
+        """Check the padding before the payload is zero and the payload's checksum, reading each byte once and
+        copying none. In a file-backed binary, long runs are read hole-aware: a hole reads as zeros by
+        definition, so it is hashed from a buffer of zeros and never mapped (a sparse 8 GiB file costs its
+        hashing time, not 8 GiB of memory)."""
         gap_start = self._gap_before.get(info.offset, info.offset) if info.size else info.offset
-        if np.frombuffer(self._buf[gap_start : info.offset], np.uint8).any():
-            raise InvalidGraph(
-                f"{self.where}: entry {info.name!r}: padding bytes {gap_start}..{info.offset} "
-                "before its payload are not zero (corrupt binary)"
-            )
-        found = self._digest(view)
+        fd = None
+        if (
+            self._mapping is not None
+            and _HOLES_KNOWN
+            and max(info.offset - gap_start, info.size) >= _SPARSE_MIN
+        ):
+            fd = self.open_file()  # None when the path names another file now: read the mapping
+        try:
+            if not self._zeros(gap_start, info.offset, fd):
+                raise InvalidGraph(
+                    f"{self.where}: entry {info.name!r}: padding bytes {gap_start}..{info.offset} "
+                    "before its payload are not zero (corrupt binary)"
+                )
+            found = self._checksum(view, info.offset, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
         if found != info.checksum:
             raise InvalidGraph(
                 f"{self.where}: entry {info.name!r}: checksum mismatch: expected {self.checksum_algorithm} "
                 f"{info.checksum}, found {found} (corrupt binary)"
             )
+
+    def _zeros(self, start: int, end: int, fd: int | None) -> bool:
+        """Whether bytes start..end of the binary are all zero; with ``fd``, only the file's data is read, in
+        chunks into a buffer (padding is no payload: it need not stay mapped)."""
+        if start == end:
+            return True
+        if fd is None or end - start < _SPARSE_MIN:
+            padding = np.frombuffer(self._buf[start:end], np.uint8)
+            return not any(padding[i : i + _CHUNK].any() for i in range(0, padding.size, _CHUNK))
+        for first, last in _data_ranges(fd, start, end):
+            for position in range(first, last, _CHUNK):
+                chunk = os.pread(fd, min(_CHUNK, last - position), position)
+                if len(chunk) != min(_CHUNK, last - position):
+                    raise InvalidGraph(f"{self.where}: the file shrank while it was open")
+                if np.frombuffer(chunk, np.uint8).any():
+                    return False
+        return True
+
+    def _checksum(self, view: memoryview, offset: int, fd: int | None) -> str:
+        """The payload's digest in one pass over the mapping, holes (with ``fd``) hashed from zeros."""
+        end = offset + view.nbytes
+        ranges = _data_ranges(fd, offset, end) if fd is not None and view.nbytes >= _SPARSE_MIN else None
+        first = next(ranges, None) if ranges is not None else (offset, end)
+        if first == (offset, end):  # no hole: the whole payload at once
+            return self._digest(view)
+        stream = _STREAMS[self.checksum_algorithm]()
+        zeros = _zero_chunk()
+        position = offset
+        for start, stop in itertools.chain([] if first is None else [first], ranges or (), [(end, end)]):
+            for hole in range(position, start, _ZERO_CHUNK):
+                stream.update(zeros[: min(_ZERO_CHUNK, start - hole)])
+            stream.update(view[start - offset : stop - offset])
+            position = stop
+        digest: str = stream.hexdigest()
+        return digest
+
+
+def _data_ranges(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The runs of start..end of the file that hold data, in order; holes (which read as zeros) are left out.
+    All of it where the file system cannot tell."""
+    position = start
+    while position < end:
+        try:
+            data = os.lseek(fd, position, os.SEEK_DATA)
+            hole = os.lseek(fd, data, os.SEEK_HOLE) if data < end else end
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no data from here to the end of the file
+                yield position, end
+            return
+        if data >= end:
+            return
+        if hole <= data:  # a file system that says nothing sensible: read the rest
+            yield data, end
+            return
+        yield data, min(hole, end)
+        position = hole
+
+
+@functools.cache
+def _zero_chunk() -> memoryview:
+    return memoryview(bytes(_ZERO_CHUNK))
 
 
 def _read_header(buf: memoryview, where: str) -> dict[str, Any]:
@@ -526,6 +733,11 @@ def _read_header(buf: memoryview, where: str) -> dict[str, Any]:
         )
     if header_len > size - _PREAMBLE.size:
         raise InvalidGraph(f"{where}: header length {header_len} runs past the end ({size} bytes)")
+    if header_len > MAX_HEADER_BYTES:
+        raise InvalidGraph(
+            f"{where}: header length {header_len} is over the {MAX_HEADER_BYTES} bytes a context binary header "
+            "may take (corrupt binary)"
+        )
     raw = buf[_PREAMBLE.size : _PREAMBLE.size + header_len]
     found = zlib.crc32(raw, zlib.crc32(_SIZES.pack(header_len, file_size)))
     if found != header_crc:

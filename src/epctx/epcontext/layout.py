@@ -9,7 +9,8 @@ the payload is placed as if it had asked for nothing. The other payloads go in t
 order added, each at the first aligned offset past the previous one that no honored request occupies (so
 small ones fill the room between the header and the requested offsets).
 
-The reader accepts any placement that keeps payloads aligned, past the header and apart (``check_layout``).
+The reader accepts any placement that keeps payloads aligned, past the header and apart, with the file ending
+at the last payload (``check_layout``).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def deduplicate(payloads: Sequence[tuple[memoryview, str, int | None]]) -> tuple
 
 
 def place(slots: Sequence[Slot], data_start: int, alignment: int) -> tuple[list[int], int]:
-    """Each slot's offset when payloads may start at ``data_start``, and the file size."""
+    """Each slot's offset when payloads may start at ``data_start``, and the file size. Linear in the slots
+    and requests (after sorting the requests): free payloads only move forward past the honored ones."""
     honored: list[tuple[int, int]] = []  # (start, end) of honored requests, in offset order
     offsets: list[int | None] = [None] * len(slots)
     requests = sorted((s.wanted, i) for i, s in enumerate(slots) if s.wanted is not None)
@@ -79,15 +81,20 @@ def place(slots: Sequence[Slot], data_start: int, alignment: int) -> tuple[list[
         if free and wanted % alignment == 0:
             honored.append((wanted, wanted + slots[i].data.nbytes))
             offsets[i] = wanted
-    cursor = data_start
+    cursor, first = data_start, 0  # honored[:first] end at or before the offsets still to come
     for i, slot in enumerate(slots):
         if offsets[i] is not None:
             continue
         size = slot.data.nbytes
         offset = align(cursor, alignment) if size else cursor
-        for start, end in honored:
-            if size and offset < end and start < offset + size:
-                offset = align(end, alignment)
+        if size:
+            while first < len(honored) and honored[first][1] <= offset:
+                first += 1
+            for start, end in honored[first:]:
+                if start >= offset + size:  # this request and every later one lie past the payload
+                    break
+                if offset < end:
+                    offset = align(end, alignment)
         offsets[i] = offset
         cursor = offset + size
     placed = [o for o in offsets if o is not None]
@@ -95,10 +102,15 @@ def place(slots: Sequence[Slot], data_start: int, alignment: int) -> tuple[list[
 
 
 def check_layout(
-    entries: Mapping[str, EntryInfo], buf: memoryview, where: str, header_end: int
+    entries: Mapping[str, EntryInfo], buf: memoryview, where: str, header_end: int, alignment: int
 ) -> dict[int, int]:
-    """Reject overlapping payloads; return payload offset -> start of the padding before it. The padding
-    after the last payload (none in binaries epctx writes) is checked for zeros here."""
+    """Reject overlapping payloads (entries may share a payload only with the same offset, size and checksum)
+    and a file that goes on past its last payload; return payload offset -> start of the padding before it.
+    One sort, no payload or padding read: the padding before a payload is checked when it is first read.
+
+    A binary ends with its last payload, or with less than ``alignment`` zero bytes after the header when it
+    holds no payload (what the writer leaves), so a file padded to any size is refused here without reading
+    that padding."""
     by_offset: dict[int, EntryInfo] = {}
     for info in entries.values():
         if not info.size:
@@ -118,8 +130,13 @@ def check_layout(
             )
         gap_before[offset] = end
         end, previous = offset + info.size, info.name
-    if np.frombuffer(buf[end:], np.uint8).any():
+    tail = buf.nbytes - end
+    last = "the header" if previous is None else f"the last payload ({previous!r})"
+    if tail >= (alignment if previous is None else 1):
         raise InvalidGraph(
-            f"{where}: bytes {end}..{buf.nbytes} after the last payload are not zero (corrupt binary)"
+            f"{where}: {tail} bytes ({end}..{buf.nbytes}) follow {last}; a context binary ends with its last "
+            "payload (padded or corrupt binary)"
         )
+    if np.frombuffer(buf[end:], np.uint8).any():
+        raise InvalidGraph(f"{where}: bytes {end}..{buf.nbytes} after {last} are not zero (corrupt binary)")
     return gap_before

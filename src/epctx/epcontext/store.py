@@ -18,6 +18,7 @@ class ContextStore:
     def __init__(self, writer: ContextBinaryWriter, graph_name: str) -> None:
         self._writer = writer
         self.graph_name = graph_name
+        self.names: list[str] = []  # entry names added through this store, in order
 
     def add(
         self,
@@ -29,7 +30,15 @@ class ContextStore:
         offset: int | None = None,
     ) -> None:
         """``offset``: the absolute offset asked for in the binary's file (``ContextBinaryWriter.add``)."""
-        self._writer.add(f"{self.graph_name}/{key}", data, kind=kind, attrs=attrs, offset=offset)
+        name = f"{self.graph_name}/{key}"
+        self._writer.add(name, data, kind=kind, attrs=attrs, offset=offset)
+        self.names.append(name)
+
+    @property
+    def writer(self) -> ContextBinaryWriter:
+        """The binary these entries go to (shared by the models of a sharing group): an EP that lays payloads
+        out at absolute offsets asks it what lies where (``ContextBinaryWriter.requests``)."""
+        return self._writer
 
 
 class ContextSource:
@@ -47,8 +56,10 @@ class ContextSource:
         return isinstance(key, str) and self._name(key) in self.binary
 
     def keys(self) -> Iterable[str]:
+        """The graph's keys in the order written (empty when the binary holds no such graph); O(log n + k)
+        over the binary's sorted index, so looking up every graph of a binary stays linear in its entries."""
         prefix = f"{self.graph_name}/"
-        return [n[len(prefix) :] for n in self.binary.names() if n.startswith(prefix)]
+        return [n[len(prefix) :] for n in self.binary.names(prefix)]
 
     def read(self, key: str) -> memoryview:
         return self.binary.read(self._name(key))
