@@ -76,10 +76,23 @@ def load_model(
             onnx.checker.check_model(checkable)
         except onnx.checker.ValidationError as exc:
             raise InvalidGraph(f"{what} is not a valid ONNX model: {str(exc).strip()}") from exc
+        except UnicodeDecodeError as exc:
+            # The checker's message quotes a name that is not UTF-8 (protobuf does not check proto2 strings).
+            message = exc.object.decode("utf-8", "backslashreplace") if isinstance(exc.object, bytes) else ""
+            raise InvalidGraph(
+                f"{what} is not a valid ONNX model (a name in it is not UTF-8): {message.strip()}"
+            ) from exc
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:
-        raise InvalidGraph(f"{what} could not be read: {exc}") from exc
+        bad = _non_utf8_name(proto.graph)
+        if bad is not None:
+            raise InvalidGraph(
+                f"{what}: {bad[0]} is not UTF-8 text: {_show(bad[1])} (ONNX strings are UTF-8)"
+            ) from exc
+        cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+        raise InvalidGraph(f"{what} could not be read: {exc}{cause}") from exc
+    _check_strings(model, what)
     _restore_payloads(model, payloads)
     if model.functions:
         # Model-local functions are inlined so every node left is a plain operator.
@@ -127,6 +140,105 @@ def parse_model_proto(data: bytes, what: str) -> onnx.ModelProto:
     if not proto.HasField("graph") or not proto.ir_version:
         raise InvalidGraph(f"{what} is not an ONNX model (no graph or IR version)")
     return proto
+
+
+def _check_strings(model: ir.Model, what: str) -> None:
+    """ONNX strings are UTF-8, but protobuf does not check proto2 strings: a name that is not UTF-8 reaches
+    onnx-ir as ``bytes``. Names (graphs, nodes, values, op types, domains, attributes) are InvalidGraph naming
+    the file and where; free text (doc strings, producer, metadata) is decoded with U+FFFD replacements."""
+    for key in ("producer_name", "producer_version", "domain", "doc_string"):
+        raw = getattr(model, key)
+        if isinstance(raw, bytes):
+            setattr(model, key, raw.decode("utf-8", "replace"))
+    props = model.metadata_props
+    if any(isinstance(k, bytes) or isinstance(v, bytes) for k, v in props.items()):
+        fixed = {_text(k): _text(v) for k, v in props.items()}
+        props.clear()
+        props.update(fixed)
+    for domain in model.opset_imports:
+        if type(domain) is not str:
+            _not_utf8(what, "an opset_import domain", domain)
+    for graph in (model.graph, *model.graph.subgraphs()):
+        if isinstance(graph.doc_string, bytes):
+            graph.doc_string = graph.doc_string.decode("utf-8", "replace")
+        if graph.name is not None and type(graph.name) is not str:
+            _not_utf8(what, "the graph name", graph.name)
+        for value in (*graph.inputs, *graph.outputs):
+            if value.name is not None and type(value.name) is not str:
+                _not_utf8(what, f"graph {_show(graph.name)}: an input or output name", value.name)
+        for name in graph.initializers:
+            if type(name) is not str:
+                _not_utf8(what, f"graph {_show(graph.name)}: an initializer name", name)
+        for index, node in enumerate(graph):
+            # One cheap test per node (this runs on every load); the slow path says what is wrong.
+            if (
+                type(node.name) not in _STR_OR_NONE
+                or type(node.op_type) is not str
+                or type(node.domain) is not str
+                or type(node.doc_string) not in _STR_OR_NONE
+            ):
+                _node_strings(node, index, graph, what)
+            for value in node.outputs:
+                if type(value.name) not in _STR_OR_NONE:
+                    _not_utf8(what, f"node {_show(node.name)}: an output name", value.name)
+            for attr_name in node.attributes:
+                if type(attr_name) is not str:
+                    _not_utf8(what, f"node {_show(node.name)}: an attribute name", attr_name)
+
+
+_STR_OR_NONE = frozenset({str, type(None)})
+
+
+def _node_strings(node: ir.Node, index: int, graph: ir.Graph, what: str) -> None:
+    for label in ("name", "op_type", "domain"):
+        raw = getattr(node, label)
+        if raw is not None and type(raw) is not str:
+            _not_utf8(what, f"node {index} of graph {_show(graph.name)}: its {label}", raw)
+    if isinstance(node.doc_string, bytes):
+        node.doc_string = node.doc_string.decode("utf-8", "replace")
+
+
+def _non_utf8_name(graph: onnx.GraphProto) -> tuple[str, object] | None:
+    """Where a name of ``graph`` (or its subgraphs) is not UTF-8: protobuf hands such strings over as bytes.
+    Only called when onnx-ir failed, to say why."""
+    where = f"graph {_show(graph.name)}"
+    if isinstance(graph.name, bytes):
+        return "the graph name", graph.name
+    for kind, values in (("input", graph.input), ("output", graph.output), ("value_info", graph.value_info)):
+        for value in values:
+            if isinstance(value.name, bytes):
+                return f"{where}: {kind} name", value.name
+    for tensor in graph.initializer:
+        if isinstance(tensor.name, bytes):
+            return f"{where}: initializer name", tensor.name
+    for index, node in enumerate(graph.node):
+        label = f"{where}: node {index} ({_show(node.name)})"
+        for field in ("name", "op_type", "domain"):
+            if isinstance(getattr(node, field), bytes):
+                return f"{label}: its {field}", getattr(node, field)
+        for name in (*node.input, *node.output):
+            if isinstance(name, bytes):
+                return f"{label}: an input or output name", name
+        for attr in node.attribute:
+            if isinstance(attr.name, bytes):
+                return f"{label}: an attribute name", attr.name
+            for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                found = _non_utf8_name(sub)
+                if found is not None:
+                    return found
+    return None
+
+
+def _text(raw: str | bytes) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
+def _show(name: object) -> str:
+    return repr(name.decode("utf-8", "backslashreplace")) if isinstance(name, bytes) else repr(name)
+
+
+def _not_utf8(what: str, where: str, raw: object) -> None:
+    raise InvalidGraph(f"{what}: {where} is not UTF-8 text: {_show(raw)} (ONNX strings are UTF-8)")
 
 
 def _take_payloads(proto: onnx.ModelProto) -> dict[int, bytes]:

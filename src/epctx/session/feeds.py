@@ -83,19 +83,39 @@ def _check_tensor(spec: _InputSpec, value: Any) -> np.ndarray:
         if expected == np.object_ and value.dtype.kind in "US":
             value = value.astype(object)
         else:
-            raise InvalidArgument(
-                f"input {spec.name!r} has dtype {value.dtype}, expected {expected} ({spec.type})"
-            )
+            raise InvalidArgument(_bad_type(spec, value.dtype))
     if spec.rank is not None:
-        if value.ndim != spec.rank:
-            raise InvalidArgument(
-                f"input {spec.name!r} has rank {value.ndim} (shape {list(value.shape)}), expected rank "
-                f"{spec.rank}"
-            )
         shape = value.shape
+        if len(shape) != spec.rank:
+            raise InvalidArgument(
+                f"Invalid rank for input: {spec.name} Got: {len(shape)} Expected: {spec.rank} Please fix "
+                f"either the inputs/outputs or the model. (input {spec.name!r} has rank {len(shape)} (shape "
+                f"{list(shape)}), expected rank {spec.rank})"
+            )
         for i, d in spec.dims:
             if shape[i] != d:
-                raise InvalidArgument(
-                    f"input {spec.name!r} has shape {list(shape)}, expected dimension {i} to be {d}"
-                )
+                raise InvalidArgument(_bad_dims(spec, shape))
     return value
+
+
+# Error messages (cold path): onnxruntime's words first, then epctx's detail (the whole shape or dtype).
+def _bad_type(spec: _InputSpec, dtype: np.dtype[Any]) -> str:
+    try:
+        actual = type_string(ir.TensorType(ir.DataType.from_numpy(dtype)))
+    except Exception:
+        actual = f"numpy {dtype}"
+    return (
+        f"Unexpected input data type. Actual: ({actual}) , expected: ({spec.type}) (input {spec.name!r} has "
+        f"dtype {dtype}, expected {spec.dtype})"
+    )
+
+
+def _bad_dims(spec: _InputSpec, shape: tuple[int, ...]) -> str:
+    wrong = [(i, d) for i, d in spec.dims if shape[i] != d]
+    indices = "".join(f" index: {i} Got: {shape[i]} Expected: {d}\n" for i, d in wrong)
+    i, d = wrong[0]
+    return (
+        f"Got invalid dimensions for input: {spec.name} for the following indices\n{indices}"
+        f" Please fix either the inputs/outputs or the model. (input {spec.name!r} has shape {list(shape)}, "
+        f"expected dimension {i} to be {d})"
+    )

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from epctx.errors import EPCtxError, Fail
 from epctx.model.tensors import to_numpy
 
 __all__ = ["ExecutionPlan", "PlanStep", "build_plan"]
@@ -33,7 +34,7 @@ class PlanStep:
 class ExecutionPlan:
     """Integer value slots, one step per kernel or compiled partition, slots freed after their last use."""
 
-    __slots__ = ("input_slots", "num_slots", "output_slots", "steps", "template")
+    __slots__ = ("input_slots", "labels", "num_slots", "output_slots", "steps", "template")
 
     def __init__(
         self,
@@ -43,8 +44,10 @@ class ExecutionPlan:
         steps: tuple[
             tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...
         ],
+        labels: tuple[str, ...] = (),
     ) -> None:
         self.template = template
+        self.labels = labels  # per step, what it runs (for errors): "LayerNormalization node. Name:'ln'"
         self.num_slots = len(template)
         self.input_slots = input_slots
         self.output_slots = output_slots
@@ -55,14 +58,41 @@ class ExecutionPlan:
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
         # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings.
-        with np.errstate(all="ignore"):
-            for fn, ins, outs, frees in self.steps:
-                results = fn(*[slots[i] for i in ins])
-                for slot, value in zip(outs, results):
-                    slots[slot] = value
-                for slot in frees:
-                    slots[slot] = None
+        # The try costs nothing while nothing is raised (CPython 3.11+ zero-cost exceptions).
+        step: Any = None
+        try:
+            with np.errstate(all="ignore"):
+                for step in self.steps:
+                    fn, ins, outs, frees = step
+                    results = fn(*[slots[i] for i in ins])
+                    for slot, value in zip(outs, results):
+                        slots[slot] = value
+                    for slot in frees:
+                        slots[slot] = None
+        except EPCtxError:
+            raise
+        except Exception as exc:
+            raise self._step_failed(step, exc) from exc
         return [slots[i] for i in self.output_slots]
+
+    def _step_failed(self, step: Any, exc: Exception) -> Fail:
+        """A kernel or compiled partition raised: Fail naming it, in onnxruntime's words."""
+        index = next((k for k, s in enumerate(self.steps) if s is step), -1)
+        label = self.labels[index] if 0 <= index < len(self.labels) else f"step {index}"
+        return Fail(f"Non-zero status code returned while running {label} Status Message: {_message(exc)}")
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _describe(step: PlanStep) -> str:
+    """onnxruntime's words for what failed: "Relu node. Name:'r'", or the compiled partition's name."""
+    node = step.outputs[0].producer() if step.outputs else None
+    if node is not None and (node.name or "") == step.label and tuple(node.outputs) == step.outputs:
+        return f"{node.op_type} node. Name:{step.label!r}"
+    return f"compiled partition {step.label!r}"
 
 
 def build_plan(
@@ -106,7 +136,16 @@ def build_plan(
     live_steps: list[PlanStep] = []
     for step in steps:
         if fold_constants and step.foldable and all(is_const(v) for v in step.inputs):
-            results = step.fn(*[const_of(v) for v in step.inputs])
+            try:
+                with np.errstate(all="ignore"):
+                    results = step.fn(*[const_of(v) for v in step.inputs])
+            except EPCtxError:
+                raise
+            except Exception as exc:
+                raise Fail(
+                    f"Non-zero status code returned while folding {_describe(step)} (its inputs are "
+                    f"constants) Status Message: {_message(exc)}"
+                ) from exc
             for value, result in zip(step.outputs, results):
                 constant[value] = result
             continue
@@ -148,4 +187,5 @@ def build_plan(
             template[s] = const_of(v)
         output_slots.append(s)
     plan_steps = tuple((fn, ins, outs, tuple(frees_at[k])) for k, (fn, ins, outs) in enumerate(compiled))
-    return ExecutionPlan(template, input_slots, tuple(output_slots), plan_steps)
+    labels = tuple(_describe(step) for step in live_steps)
+    return ExecutionPlan(template, input_slots, tuple(output_slots), plan_steps, labels)

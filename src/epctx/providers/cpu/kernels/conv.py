@@ -265,8 +265,9 @@ def _conv(info: NodeInfo) -> Kernel:
         y = plan.run(x, prep)
         if b is not None:
             bb = bias if bias is not None else b.reshape(-1, 1)
-            y3 = y.reshape(y.shape[0], y.shape[1], -1)
-            y3 += bb
+            if y.size:  # an empty batch has no -1 to infer
+                y3 = y.reshape(y.shape[0], y.shape[1], -1)
+                y3 += bb
         return (y,)
 
     return _half_in_float32(run)
@@ -289,6 +290,7 @@ def _prepare_weight(w: np.ndarray, group: int) -> dict[str, Any]:
 class _ConvPlan:
     __slots__ = (
         "depthwise",
+        "empty",
         "geo",
         "group",
         "l_out",
@@ -308,6 +310,8 @@ class _ConvPlan:
         n, m = x_shape[0], w_shape[0]
         self.out_shape = (n, m) + geo.out
         self.l_out = math.prod(geo.out)
+        # A 0-size input or output (an empty batch): the result is an empty array of the output's shape.
+        self.empty = math.prod(self.out_shape) == 0 or math.prod(x_shape) == 0
         self.pointwise = all(k == 1 for k in geo.kernel) and not geo.needs_pad
         self.depthwise = w_shape[1] == 1 and group > 1 and not self.pointwise
         self.slices = window_slices(geo) if self.depthwise else []
@@ -319,6 +323,9 @@ class _ConvPlan:
         geo = self.geo
         n, c = x.shape[0], x.shape[1]
         g = self.group
+        if self.empty:
+            w = prep["w2"] if "w2" in prep else prep["w3"]
+            return np.zeros(self.out_shape, dtype=np.result_type(w.dtype, x.dtype))
         if self.depthwise:
             return self._depthwise(x, prep["wd"])
         if self.winograd is not None and x.dtype.kind == "f" and x.dtype.itemsize >= 4:
@@ -505,7 +512,7 @@ def _conv_transpose(info: NodeInfo) -> Kernel:
             plan = cache[x.shape] = _ConvTransposePlan(info, x.shape, w.shape, group, node)
         wt = wt_const if wt_const is not None else _transpose_weight(w, group)
         y = plan.run(x, wt)
-        if b is not None:
+        if b is not None and y.size:
             y3 = y.reshape(y.shape[0], y.shape[1], -1)
             y3 += b.reshape(-1, 1)
         return (y,)

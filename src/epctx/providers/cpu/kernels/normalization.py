@@ -8,6 +8,7 @@ and whether or not a ``momentum`` attribute is present); training mode follows o
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -130,7 +131,7 @@ def _layer_norm(info: NodeInfo) -> Kernel:
         ct = _compute_dtype(x.dtype)
         xf = x.astype(ct, copy=False)
         outer = x.shape[:axis]
-        x2 = xf.reshape(int(np.prod(outer, dtype=np.int64)), -1)
+        x2 = xf.reshape(math.prod(outer), math.prod(x.shape[axis:]))  # no -1: 0-size batches
         mean = x2.mean(axis=1, keepdims=True)
         d = x2 - mean
         var = np.einsum("ij,ij->i", d, d).reshape(-1, 1) / ct(d.shape[1])
@@ -169,7 +170,7 @@ def _instance_norm(info: NodeInfo) -> Kernel:
     def run(x: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray]:
         ct = _compute_dtype(x.dtype)
         n, c = x.shape[0], x.shape[1]
-        y = _normalize_rows(x.astype(ct, copy=False).reshape(n, c, -1), eps)
+        y = _normalize_rows(x.astype(ct, copy=False).reshape(n, c, math.prod(x.shape[2:])), eps)
         y *= scale.astype(ct).reshape(c, 1)
         y += bias.astype(ct).reshape(c, 1)
         return (y.reshape(x.shape).astype(x.dtype, copy=False),)
@@ -193,8 +194,9 @@ def _group_norm_factory(per_channel: bool) -> Any:
                 raise InvalidArgument(
                     f"GroupNormalization node {info.name!r}: {c} channels not divisible by {groups} groups"
                 )
-            y = _normalize_rows(x.astype(ct, copy=False).reshape(n, groups, -1), eps)
-            y = y.reshape(n, c, -1)
+            spatial = math.prod(x.shape[2:])
+            y = _normalize_rows(x.astype(ct, copy=False).reshape(n, groups, (c // groups) * spatial), eps)
+            y = y.reshape(n, c, spatial)
             if per_channel:
                 s, b = scale.astype(ct).reshape(c, 1), bias.astype(ct).reshape(c, 1)
             else:

@@ -249,7 +249,7 @@ def _global_average_pool(info: NodeInfo) -> Kernel:
     def run(x: np.ndarray) -> tuple[np.ndarray]:
         if x.ndim == 4 and x.flags.c_contiguous:  # the common (N, C, H, W) case: one contiguous mean
             n, c = x.shape[0], x.shape[1]
-            y = x.reshape(n, c, -1).mean(axis=2)
+            y = x.reshape(n, c, math.prod(x.shape[2:])).mean(axis=2)
             return (y.reshape(n, c, 1, 1),)
         return (x.mean(axis=_spatial_axes(x), keepdims=True),)
 

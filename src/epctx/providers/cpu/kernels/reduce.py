@@ -31,6 +31,8 @@ def _sum(x: Any, axes: Any, keepdims: bool) -> Any:
 
 
 def _mean(x: Any, axes: Any, keepdims: bool) -> Any:
+    if x.size == 0:  # the mean of an empty set is 0 in onnxruntime (numpy: nan and a warning)
+        return np.sum(x, axis=axes, dtype=x.dtype, keepdims=keepdims)
     if x.dtype.kind == "f":
         return np.mean(x, axis=axes, keepdims=keepdims)
     return np.mean(x, axis=axes, dtype=x.dtype, keepdims=keepdims)  # integer mean truncates
