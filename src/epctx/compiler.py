@@ -83,17 +83,33 @@ class ModelCompiler:
 
     # -- outputs -------------------------------------------------------------------------------------
     def compile_to_file(self, output_model_path: str | os.PathLike[str] | None = None) -> None:
-        from epctx.epcontext.generate import save_context_model
+        from epctx.epcontext.generate import generate_context_model
         from epctx.epcontext.paths import context_model_path
 
-        pipeline = self._pipeline()
-        path = Path(output_model_path) if output_model_path else context_model_path(pipeline.loaded.path, {})
-        if path.is_dir():
-            raise InvalidArgument(f"output_model_path {str(path)!r} is a folder")
-        if path.exists() and self._flags & CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS:
-            raise Fail(f"the output model {str(path)!r} exists already (ERROR_IF_OUTPUT_FILE_EXISTS)")
-        ctx = self._build(pipeline, path, embed=self._embed)
-        save_context_model(ctx, path)
+        overwrite = not self._flags & CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
+        if output_model_path:  # checked before compiling: no compile is wasted on an output we cannot write
+            self._check_output(Path(output_model_path), overwrite)
+        if self._embed:
+            self._check_source_size()
+        try:
+            pipeline = self._pipeline(Path(output_model_path) if output_model_path else None)
+            path = (
+                Path(output_model_path) if output_model_path else context_model_path(pipeline.loaded.path, {})
+            )
+            self._check_output(path, overwrite)
+            generate_context_model(
+                pipeline,
+                path,
+                overwrite=overwrite,
+                embed=self._embed,
+                placement=self._placement(pipeline, path),
+            )
+        except BaseException as exc:
+            if opt.config_flag(self._options.config, opt.SHARE_EP_CONTEXTS):
+                from epctx.epcontext.workspace import abort_open_group
+
+                abort_open_group(exc)  # a failed compile of a sharing group rolls the group back
+            raise
 
     def compile_to_bytes(self) -> bytes:
         return self._serialize(self._output_without_file())
@@ -110,7 +126,23 @@ class ModelCompiler:
             raise Fail(f"the write function failed: {exc}") from exc
 
     # -- internals -----------------------------------------------------------------------------------
-    def _pipeline(self) -> Pipeline:
+    def _check_output(self, path: Path, overwrite: bool) -> None:
+        if path.is_dir():
+            raise InvalidArgument(f"output_model_path {str(path)!r} is a folder")
+        if path.exists() and not overwrite:
+            raise Fail(f"the output model {str(path)!r} exists already (ERROR_IF_OUTPUT_FILE_EXISTS)")
+        folder = path.parent if str(path.parent) else Path(".")
+        existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        if existing is not None and not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+            raise InvalidArgument(
+                f"cannot write the output model {str(path)!r}: {str(existing)!r} is not writable"
+            )
+
+    def _pipeline(self, output: Path | None = None) -> Pipeline:
+        """Partition and compile. ``output``: the context model's path when writing a file (None there:
+        ``<stem>_ctx.onnx``), so a sharing session joins its group before compiling."""
+        from epctx.epcontext.generate import generation_scope
+        from epctx.epcontext.paths import context_model_path
         from epctx.session.pipeline import Pipeline, resolve_providers
 
         options = self._options
@@ -124,7 +156,11 @@ class ModelCompiler:
             pipeline = Pipeline.partition(self._source, eps, options)
         finally:
             options.graph_optimization_level = level
-        pipeline.compile()
+        target = output
+        if target is None and pipeline.loaded.path is not None:
+            target = context_model_path(pipeline.loaded.path, {})
+        with generation_scope(config, target):
+            pipeline.compile()
         if not pipeline.compiled and self._flags & CompileFlags.ERROR_IF_NO_NODES_COMPILED:
             raise Fail(
                 "Unable to compile any nodes: no execution provider compiled a partition of this model"
@@ -135,23 +171,40 @@ class ModelCompiler:
 
     def _output_without_file(self) -> ContextModel:
         """For bytes / stream output: binaries are embedded unless ep.context_file_path says where files go."""
+        from epctx.epcontext.generate import check_model_size, write_files
+        from epctx.epcontext.transaction import Transaction, rename_references
+
+        config = self._options.config
+        if opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
+            raise InvalidArgument(
+                "ep.share_ep_contexts writes a group of models beside one shared binary: use compile_to_file"
+            )
+        given = config.get(opt.EP_CONTEXT_FILE_PATH, "")
+        embed = self._embed or not given
+        if embed:
+            self._check_source_size()
         pipeline = self._pipeline()
-        given = self._options.config.get(opt.EP_CONTEXT_FILE_PATH, "")
         if not self._embed and not given:
             logger.info(
                 "ModelCompiler: bytes/stream output without ep.context_file_path: binaries are embedded"
             )
-            return self._build(pipeline, Path("model_ctx.onnx"), embed=True)
-        ctx = self._build(pipeline, Path(given), embed=self._embed)
+        path = Path(given) if given else Path("model_ctx.onnx")
+        ctx = self._build(pipeline, path, embed=embed)
+        check_model_size(ctx.model, "the compiled model")
         if ctx.binaries or ctx.external_files:
-            from epctx.epcontext.generate import write_bytes_atomic
-
-            folder = Path(given).parent
-            for name, writer in ctx.binaries.items():
-                writer.write(folder / name)
-            for name, blob in ctx.external_files.items():
-                write_bytes_atomic(folder / name, blob)
+            with Transaction(path.parent) as tx:
+                rename_references(ctx.model, write_files(tx, ctx))
         return ctx
+
+    def _check_source_size(self) -> None:
+        """Refuse in seconds, before compiling, a bytes/stream/embedded output that cannot fit in protobuf's
+        2 GB: the source's initializers alone are over it (compiled binaries hold the weights)."""
+        size = _initializer_bytes(self._source)
+        if size >= _TWO_GB:
+            raise Fail(
+                f"the model's initializers are {size} bytes, over protobuf's 2 GB limit for a model in one "
+                "buffer; compile to a file with embed_compiled_data_into_model=False (binaries beside the model)"
+            )
 
     def _build(self, pipeline: Pipeline, path: Path, *, embed: bool) -> ContextModel:
         from epctx.epcontext.generate import build_context_model
@@ -160,7 +213,7 @@ class ModelCompiler:
 
     def _placement(
         self, pipeline: Pipeline, out_path: Path
-    ) -> Callable[[ir.Value], str | tuple[str, int, int] | None]:
+    ) -> Callable[[ir.Value], str | tuple[str, int, int] | None] | None:
         import onnx_ir as ir
 
         if self._location_func is not None:
@@ -197,17 +250,37 @@ class ModelCompiler:
                 return name if tensor is not None and tensor.nbytes >= threshold else None
 
             return by_size
-        return lambda value: None
+        return None  # the session options decide (ep.context_model_external_initializers_file_name)
 
     @staticmethod
     def _serialize(ctx: ContextModel) -> bytes:
-        size = ctx.model.ByteSize()
-        if size >= _TWO_GB:
-            raise Fail(
-                f"the compiled model is {size} bytes, over the 2 GB protobuf limit; compile to a file with "
-                "embed_compiled_data_into_model=False and external initializers"
-            )
+        from epctx.epcontext.generate import check_model_size
+
+        check_model_size(ctx.model, "the compiled model")
         return ctx.model.SerializeToString(deterministic=True)
+
+
+def _initializer_bytes(source: str | os.PathLike[str] | bytes) -> int:
+    """Bytes of the model's initializers, embedded and external, without reading external data (0 when the
+    model cannot be parsed: the pipeline reports that properly)."""
+    import onnx
+
+    model = onnx.ModelProto()
+    try:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            model.ParseFromString(bytes(source))
+        else:
+            model = onnx.load(os.fspath(source), load_external_data=False)
+    except Exception:
+        return 0
+    total = 0
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            info = {item.key: item.value for item in tensor.external_data}
+            total += int(info["length"]) if info.get("length", "").isdigit() else 0
+        else:
+            total += tensor.ByteSize()
+    return total
 
 
 def _relative_location(info: ExternalInitializerInfo, source_dir: Path | None, out_path: Path) -> str:

@@ -86,12 +86,13 @@ def test_generate_embed1(tmp_path):
 def test_context_file_path_option_and_subfolder(tmp_path):
     target = tmp_path / "out" / "custom.onnx"
     _, expected = _generate(tmp_path, ep__context_file_path=str(target))
-    assert {p.name for p in target.parent.iterdir()} == {"custom.onnx", f"model_{EXAMPLE}.bin"}
+    # The binary takes the output model's stem: two outputs in one folder never share a binary name.
+    assert {p.name for p in target.parent.iterdir()} == {"custom.onnx", f"custom_{EXAMPLE}.bin"}
     np.testing.assert_allclose(_load(target).run(None, feed())[0], expected, atol=1e-5)
     # Subfolders are allowed: move the binary and point the node at it.
     sub = target.parent / "bins"
     sub.mkdir()
-    (target.parent / f"model_{EXAMPLE}.bin").rename(sub / "b.bin")
+    (target.parent / f"custom_{EXAMPLE}.bin").rename(sub / "b.bin")
     model = onnx.load(target)
     for a in model.graph.node[0].attribute:
         if a.name == "ep_cache_context":

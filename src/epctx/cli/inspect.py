@@ -18,7 +18,11 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("inspect", help="list a context model's EPContext nodes, binaries and findings")
     p.add_argument("model")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--verify", action="store_true", help="also verify every checksum of epctx binaries")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also verify every checksum of epctx binaries; exit 1 on any error finding",
+    )
     p.set_defaults(func=inspect)
 
 
@@ -30,7 +34,7 @@ def inspect(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(format_report(report))
-    return 0
+    return 1 if args.verify and report.errors else 0
 
 
 def format_report(report: Any) -> str:

@@ -2,8 +2,9 @@
 
 The generated model copies the source's graph inputs and outputs (in order), opset imports and metadata,
 keeps only the initializers still used (embedded, or all in ``ep.context_model_external_initializers_file_name``),
-adds ``ep_compatibility_info.<EP>`` metadata, and never references a file of the source model. Files are
-written atomically: binaries first, the model last.
+adds ``ep_compatibility_info.<EP>`` metadata, records in each EPContext node the identity of the payload it
+needs (``identity.py``), and never references a file of the source model. Files are written as one
+transaction (``transaction.py``): binaries and external files first, the model last.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,9 +24,17 @@ from epctx import __version__
 from epctx import options as opt
 from epctx.epcontext import paths
 from epctx.epcontext.container import ContextBinaryWriter
+from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.schema import DOMAIN, OPSET_VERSION, EPContextNode
 from epctx.epcontext.store import ContextStore
-from epctx.epcontext.workspace import workspace
+from epctx.epcontext.transaction import Transaction, rename_references
+from epctx.epcontext.workspace import (
+    ExternalFile,
+    GenerationGroup,
+    close_group,
+    compiling_into,
+    generation_group,
+)
 from epctx.errors import Fail, InvalidArgument
 from epctx.model.scopes import outer_scope_values
 from epctx.partition import Unit
@@ -36,13 +43,23 @@ from epctx.providers.base import CompiledPartition, ExecutionProvider
 if TYPE_CHECKING:
     from epctx.session.pipeline import Pipeline
 
-__all__ = ["ContextModel", "Placement", "build_context_model", "save_context_model", "write_atomic"]
+__all__ = [
+    "ContextModel",
+    "Placement",
+    "build_context_model",
+    "generate_context_model",
+    "generation_scope",
+    "save_context_model",
+    "write_files",
+]
 
 # Where an initializer left in the context model goes: None embeds it; a file name appends it to that file
 # (relative to the model); (location, offset, length) references data already in a file.
 Placement = Callable[[ir.Value], "str | tuple[str, int, int] | None"]
 
 logger = logging.getLogger("epctx")
+
+_TWO_GB = 2**31
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,7 +68,9 @@ class ContextModel:
 
     model: onnx.ModelProto
     binaries: Mapping[str, ContextBinaryWriter]
-    external_files: Mapping[str, bytes]  # external initializer files of ours (relative name -> content)
+    external_files: Mapping[
+        str, ExternalFile
+    ]  # external initializer files of ours (relative name -> content)
 
 
 def build_context_model(
@@ -60,15 +79,18 @@ def build_context_model(
     *,
     embed: bool | None = None,
     placement: Placement | None = None,
+    group: GenerationGroup | None = None,
 ) -> ContextModel:
     """The context model of a compiled pipeline, to be saved as ``ctx_path``. ``embed`` and ``placement``
-    default to the session options (``ep.context_embed_mode``, ``ep.context_model_external_initializers_file_name``)."""
+    default to the session options (``ep.context_embed_mode``, ``ep.context_model_external_initializers_file_name``).
+    With ``group`` (weight sharing), binaries and external files are the group's; the model's binary and file
+    names are the preferred ones, which the transaction may change (``transaction.rename_references``)."""
     config = pipeline.config
     model = pipeline.loaded.model
     units = pipeline.units
     compiled = pipeline.compiled
     source_path = pipeline.loaded.path
-    model_name = paths.model_name_for(source_path, ctx_path)
+    model_name = paths.model_name_for(ctx_path)
     source_filename = source_path.name if source_path is not None else ""
     if embed is None:
         embed = opt.config_flag(config, opt.EP_CONTEXT_EMBED_MODE)
@@ -76,8 +98,7 @@ def build_context_model(
         ext_name = config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
         placement = (lambda value: ext_name) if ext_name else (lambda value: None)
     prefix = config.get(opt.EP_CONTEXT_NODE_NAME_PREFIX, "")
-    share = opt.config_flag(config, opt.SHARE_EP_CONTEXTS)
-    if share and embed:
+    if group is not None and embed:
         raise InvalidArgument(
             "ep.share_ep_contexts=1 shares one binary file among models: it needs ep.context_embed_mode=0"
         )
@@ -96,10 +117,8 @@ def build_context_model(
         ep = unit.ep
         writer = writers.get(ep.name)
         if writer is None:
-            if share:
-                writer, file_names[ep.name] = workspace(ep.name).generation_target(
-                    ep, model_name, ctx_path.parent
-                )
+            if group is not None:
+                writer, file_names[ep.name] = group.writer_for(ep, model_name)
             else:
                 writer = ContextBinaryWriter(
                     ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware()
@@ -108,10 +127,12 @@ def build_context_model(
             writers[ep.name] = writer
             eps[ep.name] = ep
         # Graphs of several models share a binary: their names carry the model's name.
-        graph_name = f"{prefix}{model_name}_{part.name}" if share else f"{prefix}{part.name}"
+        graph_name = f"{prefix}{model_name}_{part.name}" if group is not None else f"{prefix}{part.name}"
         # A shared writer takes graphs from concurrent sessions of the group: one at a time.
-        with workspace(ep.name).lock if share else contextlib.nullcontext():
-            ep.save_partition(part, compiled[k], ContextStore(writer, graph_name))
+        with group.lock if group is not None else contextlib.nullcontext():
+            store = ContextStore(writer, graph_name)
+            ep.save_partition(part, compiled[k], store)
+            identity = graph_identity(graph_name, writer.entry_rows(store.names), writer.checksum_algorithm)
         is_main = ep.name not in mains
         view = EPContextNode(
             name=graph_name,
@@ -125,11 +146,13 @@ def build_context_model(
             hardware_architecture=ep.hardware() or None,
             partition_name=graph_name,
             source=ep.name,
+            extra={IDENTITY_ATTRIBUTE: identity},
         )
         mains.add(ep.name)
         views.append((len(nodes), view))
         nodes.append(onnx.NodeProto())  # filled below, once the EP's binary holds all its graphs
-    binaries: dict[str, ContextBinaryWriter] = {}
+    if embed:
+        _check_embedded_size(writers, ctx_path)
     for index, view in views:
         payload: bytes | None = None
         if view.main_context:
@@ -139,15 +162,7 @@ def build_context_model(
             else:
                 payload = file_names[ep_name_of(view)].encode()
         nodes[index] = _node_proto(dataclasses.replace(view, ep_cache_context=payload))
-    stop = opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS)
-    for name, writer in writers.items():
-        if embed:
-            continue
-        if not share:
-            binaries[file_names[name]] = writer
-        elif stop:  # the last session of the group writes the shared binary and clears the workspace
-            binaries[file_names[name]] = writer
-            workspace(name).finish_generation()
+    binaries = {} if embed or group is not None else {file_names[name]: w for name, w in writers.items()}
 
     initializers = _used_initializers(graph, units, compiled)
     out = onnx.ModelProto()
@@ -171,8 +186,22 @@ def build_context_model(
     g.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
     g.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
     g.node.extend(nodes)
-    external = _add_initializers(g, initializers, placement)
+    files = group.files if group is not None else {}
+    with group.lock if group is not None else contextlib.nullcontext():
+        used = _add_initializers(g, initializers, placement, files)
+    external = {} if group is not None else {name: files[name] for name in used}
     return ContextModel(model=out, binaries=binaries, external_files=external)
+
+
+def _check_embedded_size(writers: Mapping[str, ContextBinaryWriter], ctx_path: Path) -> None:
+    """Refuse, before assembling anything, an embedded model that protobuf cannot hold (2 GB)."""
+    total = sum(w.planned_size() for w in writers.values())
+    if total >= _TWO_GB:
+        raise Fail(
+            f"the context model {ctx_path.name!r} would embed {total} bytes of context binaries, over protobuf's "
+            "2 GB limit; write the binaries to files beside the model instead (embed mode 0, "
+            "embed_compiled_data_into_model=False, or no --embed)"
+        )
 
 
 def ep_name_of(view: EPContextNode) -> str:
@@ -192,6 +221,8 @@ def _node_proto(view: EPContextNode) -> onnx.NodeProto:
             proto.attribute.append(onnx.helper.make_attribute(attr.name, view.ep_cache_context))
         else:
             proto.attribute.append(ir.serde.serialize_attribute(attr))
+    for name, value in sorted(view.extra.items()):
+        proto.attribute.append(onnx.helper.make_attribute(name, value))
     return proto
 
 
@@ -210,10 +241,11 @@ def _used_initializers(
 
 
 def _add_initializers(
-    g: onnx.GraphProto, values: Sequence[ir.Value], placement: Placement
-) -> dict[str, bytes]:
-    """Embed each initializer, append it to an external file of ours, or reference an existing file."""
-    files: dict[str, bytearray] = {}
+    g: onnx.GraphProto, values: Sequence[ir.Value], placement: Placement, files: dict[str, ExternalFile]
+) -> list[str]:
+    """Embed each initializer, append it to an external file of ours (``files``, shared by a sharing group:
+    identical tensors stored once), or reference an existing file. Returns the names of ``files`` used."""
+    used: list[str] = []
     for value in values:
         tensor = value.const_value
         if tensor is None:
@@ -225,11 +257,10 @@ def _add_initializers(
             g.initializer.append(proto)
             continue
         if isinstance(where, str):
-            blob = files.setdefault(where, bytearray())
-            blob.extend(b"\0" * ((-len(blob)) % 64))
             raw = proto.raw_data or array.tobytes()
-            location, offset, length = where, len(blob), len(raw)
-            blob.extend(raw)
+            location, offset, length = where, files.setdefault(where, ExternalFile()).add(raw), len(raw)
+            if where not in used:
+                used.append(where)
         else:
             location, offset, length = where
         proto.ClearField("raw_data")
@@ -237,38 +268,90 @@ def _add_initializers(
         for key, item in (("location", location), ("offset", str(offset)), ("length", str(length))):
             proto.external_data.add(key=key, value=item)
         g.initializer.append(proto)
-    return {name: bytes(blob) for name, blob in files.items()}
+    return used
 
 
-def write_atomic(path: Path, write: Callable[[Callable[[bytes], object]], object]) -> None:
-    """Write ``path`` through a temporary file in its folder, then rename (never a half file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def write_files(tx: Transaction, ctx: ContextModel) -> dict[str, str]:
+    """Place a context model's binaries and external files (preferred name -> name used)."""
+    names = {name: tx.place_binary(name, writer) for name, writer in ctx.binaries.items()}
+    names.update({name: tx.place_file(name, bytes(f.data)) for name, f in ctx.external_files.items()})
+    return names
+
+
+def check_model_size(model: onnx.ModelProto, what: str) -> None:
+    size = model.ByteSize()
+    if size >= _TWO_GB:
+        raise Fail(
+            f"{what} would be {size} bytes, over protobuf's 2 GB limit; write the context binaries to files "
+            "(embed mode 0) and large initializers to an external file"
+        )
+
+
+def save_context_model(ctx: ContextModel, path: Path, *, overwrite: bool = False) -> None:
+    """Write one context model as a transaction: binaries and files first, the model last."""
+    check_model_size(ctx.model, f"the context model {str(path)!r}")
+    with Transaction(path.parent) as tx:
+        tx.check_model_path(path, overwrite=overwrite)
+        rename_references(ctx.model, write_files(tx, ctx))
+        tx.commit_model(path, ctx.model, overwrite=overwrite)
+
+
+@contextlib.contextmanager
+def generation_scope(config: Mapping[str, str], ctx_path: Path | None) -> Iterator[None]:
+    """Around a generating session's compile: with ``ep.share_ep_contexts`` the session joins the sharing group
+    first (its folder is checked before any compile, and EPs see the writer they will save into)."""
+    if ctx_path is None or not opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
+        yield
+        return
+    with compiling_into(generation_group(ctx_path.parent), paths.model_name_for(ctx_path)):
+        yield
+
+
+def generate_context_model(
+    pipeline: Pipeline,
+    ctx_path: Path,
+    *,
+    overwrite: bool,
+    embed: bool | None = None,
+    placement: Placement | None = None,
+) -> bool:
+    """Build and write the context model of a compiled pipeline; with ``ep.share_ep_contexts`` the model
+    joins the sharing group, which the session with ``ep.stop_share_ep_contexts`` writes whole. Returns
+    whether files were written now."""
+    config = pipeline.config
+    if not opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
+        save_context_model(
+            build_context_model(pipeline, ctx_path, embed=embed, placement=placement),
+            ctx_path,
+            overwrite=overwrite,
+        )
+        return True
+    group = generation_group(ctx_path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh.write)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        ctx = build_context_model(pipeline, ctx_path, embed=embed, placement=placement, group=group)
+        check_model_size(ctx.model, f"the context model {str(ctx_path)!r}")
+        group.keep(ctx_path, ctx.model, overwrite=overwrite)
+        if not opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS):
+            logger.info(
+                "ep.share_ep_contexts: %s is written with its sharing group, by the session that sets "
+                "ep.stop_share_ep_contexts=1",
+                ctx_path,
+            )
+            return False
+        _write_group(group)
+    except BaseException as exc:
+        close_group(group, failed=exc)
         raise
+    close_group(group)
+    return True
 
 
-def save_context_model(ctx: ContextModel, path: Path) -> None:
-    """Binaries first, then the external initializers, then the model (atomic each)."""
-    folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, writer in ctx.binaries.items():
-        writer.write(folder / name)
-    for name, blob in ctx.external_files.items():
-        write_bytes_atomic(folder / name, blob)
-    data = ctx.model.SerializeToString(deterministic=True)
-    if len(data) >= 2**31:
-        raise Fail(f"the context model {str(path)!r} would exceed 2 GB; use embed mode 0")
-    write_bytes_atomic(path, data)
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    write_atomic(path, lambda write: write(data))
+def _write_group(group: GenerationGroup) -> None:
+    with group.lock, Transaction(group.folder) as tx:
+        for pending in group.models:
+            tx.check_model_path(pending.path, overwrite=pending.overwrite)
+        names = {name: tx.place_binary(name, writer) for writer, name in group.binaries.values()}
+        names.update({name: tx.place_file(name, bytes(f.data)) for name, f in group.files.items()})
+        for pending in group.models:
+            rename_references(pending.model, names)
+            tx.commit_model(pending.path, pending.model, overwrite=pending.overwrite)

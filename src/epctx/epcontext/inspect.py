@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from epctx.epcontext.container import MAGIC, ContextBinary
+from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.paths import resolve_context_file
 from epctx.epcontext.payload_formats import (
     FORMAT_EPCTX,
@@ -316,9 +317,31 @@ class _Inspector:
                 else mains.get(info.source or "", [])
             )
             epctx = [p for p in candidates if p.format == FORMAT_EPCTX and p.details]
-            if epctx and not any(e.name.startswith(f"{graph}/") for p in epctx for e in p.entries):
+            holders = [p for p in epctx if any(e.name.startswith(f"{graph}/") for e in p.entries)]
+            if epctx and not holders:
                 where = "its binary" if info.main_context else "no main context of the same source"
                 self._error(f"{where} holds no graph named {graph!r}", info.name)
+            if holders:
+                self._check_binding(info, graph, holders[0])
+
+    def _check_binding(self, info: EPContextInfo, graph: str, payload: Payload) -> None:
+        """The node's recorded payload identity and hardware_architecture against the binary holding its graph."""
+        hardware, found_hw = info.attributes.get("hardware_architecture"), payload.details.get("hardware")
+        if hardware is not None and hardware != found_hw:
+            self._error(
+                f"hardware_architecture {hardware!r} disagrees with its binary's {found_hw!r}", info.name
+            )
+        recorded = info.attributes.get(IDENTITY_ATTRIBUTE)
+        if recorded is None:
+            return
+        rows = [(e.name, e.kind, e.size, e.checksum, e.attrs) for e in payload.entries]
+        found = graph_identity(graph, rows, payload.details.get("checksum", ""))
+        if found != recorded:
+            self._error(
+                f"the binary is not the one this model was made with: graph {graph!r} has identity {found}, "
+                f"the node records {recorded}",
+                info.name,
+            )
 
     def _error(self, message: str, node: str | None) -> None:
         text = re.sub(r"^\[[A-Z_]+\] ", "", message)  # no "[STATUS] " nor "EPContext node 'name': " prefix

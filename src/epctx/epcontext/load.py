@@ -9,6 +9,7 @@ import onnx_ir as ir
 
 from epctx import options as opt
 from epctx.epcontext.container import ContextBinary
+from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.paths import resolve_context_file
 from epctx.epcontext.schema import EPContextNode, is_ep_context
 from epctx.epcontext.store import ContextSource
@@ -70,12 +71,16 @@ class ContextLoader:
                 f"{where}: ep_sdk_version {view.ep_sdk_version!r} disagrees with its binary's "
                 f"{binary.sdk_version!r}"
             )
+        if view.hardware_architecture is not None and view.hardware_architecture != binary.hardware:
+            raise InvalidGraph(
+                f"{where}: hardware_architecture {view.hardware_architecture!r} disagrees with its binary's "
+                f"{binary.hardware!r}"
+            )
+        _check_identity(view, binary, graph_name, where)
         reason = ep.check_context(view, binary.sdk_version, binary.hardware)
         if reason is not None:
             raise InvalidGraph(f"{where} cannot be loaded by this {ep.name}: {reason}")
         source = ContextSource(binary, graph_name)
-        if not source.keys():
-            raise InvalidGraph(f"{where}: {binary.where} holds no graph named {graph_name!r}")
         try:
             return ep.load_partition(source, view, partition)
         except InvalidGraph as exc:  # e.g. a checksum mismatch in the binary: say which node it broke
@@ -112,17 +117,43 @@ class ContextLoader:
                 f"EPContext node {view.name!r} refers to the file {view.cache_path!r} and the model comes from "
                 f"bytes: set {opt.EP_CONTEXT_FILE_PATH} so the binary can be found beside it"
             )
-        path = resolve_context_file(self._base, view.cache_path, node=view.name)
-        key = str(path)
-        if key not in self._binaries:
-            if self._share:  # weight sharing: the group's sessions open a shared binary once
-                self._binaries[key] = workspace(view.source or "").open(path)
-            else:
-                self._binaries[key] = ContextBinary.open(path)
-        return self._binaries[key]
+        reference = f"file:{view.cache_path}"  # nodes naming one file resolve it once
+        binary = self._binaries.get(reference)
+        if binary is None:
+            path = resolve_context_file(self._base, view.cache_path, node=view.name)
+            key = str(path)
+            if key not in self._binaries:
+                if self._share:  # weight sharing: the group's sessions open a shared binary once
+                    self._binaries[key] = workspace(view.source or "").open(path)
+                else:
+                    self._binaries[key] = ContextBinary.open(path)
+            binary = self._binaries[reference] = self._binaries[key]
+        return binary
 
     def finish(self) -> None:
         """After every node is loaded: the last session of a sharing group releases the workspace."""
         if self._share and self._stop_share:
             for ep_name in self._mains:
                 workspace(ep_name).release_loaded()
+
+
+def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str, where: str) -> None:
+    """The binary holds the graph the node was made with (``identity.py``): its identity is recorded by
+    epctx; a node without one (made by onnxruntime's EPs) is checked by its EP alone."""
+    source = ContextSource(binary, graph_name)
+    keys = list(source.keys())
+    if not keys:
+        raise InvalidGraph(f"{where}: {binary.where} holds no graph named {graph_name!r}")
+    recorded = view.extra.get(IDENTITY_ATTRIBUTE)
+    if recorded is None:
+        return
+    if not isinstance(recorded, str):
+        raise InvalidGraph(f"{where}: attribute {IDENTITY_ATTRIBUTE!r} must be a STRING")
+    rows = [(info.name, info.kind, info.size, info.checksum, info.attrs) for info in map(source.entry, keys)]
+    found = graph_identity(graph_name, rows, binary.checksum_algorithm)
+    if found != recorded:
+        raise InvalidGraph(
+            f"{where}: {binary.where} is not the binary this model was made with: graph {graph_name!r} there "
+            f"has identity {found}, the node records {recorded} (was the binary regenerated or replaced? "
+            "regenerate the context model with it)"
+        )

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import onnx
 
-from epctx.epcontext.generate import write_bytes_atomic
 from epctx.epcontext.schema import DOMAIN, OP_TYPE
+from epctx.epcontext.transaction import Transaction
 from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
 
 __all__ = ["merge_context_models"]
@@ -105,5 +105,6 @@ def merge_context_models(
         merged.metadata_props.add(key=key, value=value)
     if not any(n.op_type == OP_TYPE and n.domain == DOMAIN for n in merged.graph.node):
         raise InvalidGraph("none of the models has an EPContext node; nothing to merge")
-    write_bytes_atomic(out_path, merged.SerializeToString(deterministic=True))
+    with Transaction(out_path.parent) as tx:
+        tx.commit_model(out_path, merged, overwrite=True)
     return merged

@@ -34,32 +34,57 @@ def binary_file_name(model_name: str, ep_name: str) -> str:
     return f"{model_name}_{ep_name}.bin"
 
 
-def model_name_for(source_path: Path | None, ctx_path: Path) -> str:
-    """The ``[model_name]`` of generated file names: the source model's stem, else the context model's."""
-    if source_path is not None:
-        return source_path.stem
+def model_name_for(ctx_path: Path) -> str:
+    """The ``[model_name]`` of generated file names: the context model's stem without ``_ctx`` (so binaries
+    follow ``ep.context_file_path`` / ``-o``: two outputs in one folder never share a binary name)."""
     stem = ctx_path.stem
     return stem[: -len(_CTX_SUFFIX)] if stem.endswith(_CTX_SUFFIX) and len(stem) > len(_CTX_SUFFIX) else stem
 
 
 def resolve_context_file(base_dir: Path, relative: str, *, node: str) -> Path:
-    """Resolve an ``ep_cache_context`` path against the model folder. Absolute paths, ``..`` and symlinks
-    that leave the folder are InvalidGraph; subfolders are fine."""
+    """Resolve an ``ep_cache_context`` path against the model folder. Absolute paths, ``..``, symlinks that
+    leave the folder, NUL bytes, symlink loops and names the OS refuses are InvalidGraph naming the node and
+    the path (onnxruntime: INVALID_GRAPH); subfolders are fine."""
     where = f"EPContext node {node!r}"
+    shown = _clip(relative)
     if not relative:
         raise InvalidGraph(f"{where}: ep_cache_context (the binary's path) is empty")
+    if "\0" in relative:
+        raise InvalidGraph(
+            f"{where}: the context binary path {shown} contains a NUL byte; expected a relative file path"
+        )
     pure = PurePosixPath(relative.replace("\\", "/"))
     if pure.is_absolute() or Path(relative).is_absolute() or (len(relative) > 1 and relative[1] == ":"):
-        raise InvalidGraph(f"{where}: the context binary path {relative!r} is absolute; it must be relative")
+        raise InvalidGraph(f"{where}: the context binary path {shown} is absolute; it must be relative")
     if ".." in pure.parts:
-        raise InvalidGraph(f"{where}: the context binary path {relative!r} leaves the model folder ('..')")
-    root = base_dir.resolve()
-    target = (root / Path(*pure.parts)).resolve()
-    if target != root and root not in target.parents:
+        raise InvalidGraph(f"{where}: the context binary path {shown} leaves the model folder ('..')")
+    try:
+        root = base_dir.resolve()
+        target = (root / Path(*pure.parts)).resolve()
+        inside = target == root or root in target.parents
+        is_file = inside and target.is_file()
+    except (OSError, RuntimeError, ValueError) as exc:
+        # A symlink loop (RuntimeError in Python < 3.13, OSError ELOOP after), a name or path too long
+        # (ENAMETOOLONG), a component that is not a folder, an unreadable folder...
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InvalidGraph(
-            f"{where}: the context binary path {relative!r} resolves to {str(target)!r}, outside the model "
+            f"{where}: the context binary path {shown} cannot be resolved in the model folder "
+            f"{str(base_dir)!r}: {reason}"
+        ) from exc
+    if not inside:
+        raise InvalidGraph(
+            f"{where}: the context binary path {shown} resolves to {str(target)!r}, outside the model "
             f"folder {str(root)!r} (a symlink?)"
         )
-    if not target.is_file():
-        raise InvalidGraph(f"{where}: the context binary {str(target)!r} does not exist or is not a file")
+    if not is_file:
+        raise InvalidGraph(
+            f"{where}: the context binary path {shown} ({str(target)!r}) does not exist or is not a file"
+        )
     return target
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """``repr(text)``, shortened in the middle when long (a 4,000-character path in a message helps nobody)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[: limit // 2]!r}...{text[-limit // 2 :]!r} ({len(text)} characters)"

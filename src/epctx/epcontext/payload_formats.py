@@ -49,6 +49,8 @@ class PayloadEntry:
     name: str
     kind: str
     size: int
+    checksum: str = ""  # epctx containers: the payload checksum and attributes (what identities are made of)
+    attrs: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,12 @@ def container_payload(opener: Any, size: int, problems: list[str], *, verify: bo
     except EPCtxError as exc:
         problems.append(str(exc))
         return Payload(FORMAT_EPCTX, size)
-    return Payload(FORMAT_EPCTX, size, details, tuple(PayloadEntry(i.name, i.kind, i.size) for i in infos))
+    return Payload(
+        FORMAT_EPCTX,
+        size,
+        details,
+        tuple(PayloadEntry(i.name, i.kind, i.size, i.checksum, dict(i.attrs)) for i in infos),
+    )
 
 
 _Found = tuple[dict[str, str], tuple[PayloadEntry, ...]] | None

@@ -1,67 +1,202 @@
-"""SharedContextWorkspace: ``ep.share_ep_contexts`` — one per EP per process, thread-safe.
+"""Weight sharing (``ep.share_ep_contexts``): the generation group of the process, and per-EP binaries opened
+once for inference. Thread-safe.
 
-Generation: sessions of a group compile into one shared binary writer, named after the first model
-(``[model1_name]_[ep].bin``); each writes its own context model pointing at it; the session with
-``ep.stop_share_ep_contexts=1`` writes the binary and clears the workspace (N models -> N+1 files; the
-container stores identical weights once). Inference: the first session opens the binary and leaves it in
-the workspace; later sessions take it from there without opening the file again. Opened binaries are
-memory-mapped and every view keeps its mapping alive, so sessions may close in any order.
+Generation: sessions with ``ep.share_ep_contexts=1`` form one group; the first names each EP's shared binary
+after its model (``[model1_name]_[ep].bin``); all compile into the group's writers (identical payloads stored
+once) and place their CPU-fallback initializers in the group's external files (identical tensors stored once,
+nothing overwritten). A session of the group keeps its context model in the group; the one with
+``ep.stop_share_ep_contexts=1`` writes the binaries, the external files and every model of the group in one
+transaction (N models -> N+1 files). A session that fails rolls the whole group back: nothing of it is written
+and the next sharing session starts a new group.
+
+Inference: the first session opens a shared binary and keeps it; later sessions take it from here without
+opening the file again, as long as the path still names the same file (a regenerated binary is opened anew,
+never served from the cache). Views keep their mapping alive, so sessions may close in any order.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
+import logging
+import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import xxhash
 
 from epctx.epcontext.container import ContextBinary, ContextBinaryWriter
 from epctx.epcontext.paths import binary_file_name
 from epctx.errors import InvalidArgument
-from epctx.providers.base import ExecutionProvider
 
-__all__ = ["SharedContextWorkspace", "workspace"]
+if TYPE_CHECKING:
+    import onnx
+
+    from epctx.providers.base import ExecutionProvider
+
+__all__ = [
+    "ExternalFile",
+    "GenerationGroup",
+    "SharedContextWorkspace",
+    "compiling_into",
+    "generation_group",
+    "target_writer",
+    "workspace",
+]
+
+logger = logging.getLogger("epctx")
+
+
+class ExternalFile:
+    """An external-initializer file being built: tensors 64-byte aligned, identical ones stored once."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self._index: dict[tuple[int, int], list[int]] = {}
+
+    def add(self, raw: bytes) -> int:
+        """The offset of ``raw`` in the file (appended unless the same bytes are there already)."""
+        key = (len(raw), xxhash.xxh3_64_intdigest(raw))
+        for offset in self._index.get(key, ()):
+            if self.data[offset : offset + len(raw)] == raw:
+                return offset
+        self.data.extend(b"\0" * ((-len(self.data)) % 64))
+        offset = len(self.data)
+        self.data.extend(raw)
+        self._index.setdefault(key, []).append(offset)
+        return offset
+
+
+@dataclasses.dataclass
+class PendingModel:
+    path: Path
+    model: onnx.ModelProto
+    overwrite: bool
+
+
+class GenerationGroup:
+    """The models of one sharing group, their shared binaries (one per EP) and external files."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.lock = threading.RLock()
+        self.binaries: dict[str, tuple[ContextBinaryWriter, str]] = {}  # EP name -> (writer, preferred name)
+        self.files: dict[str, ExternalFile] = {}
+        self.models: list[PendingModel] = []
+
+    def writer_for(self, ep: ExecutionProvider, model_name: str) -> tuple[ContextBinaryWriter, str]:
+        """The group's writer for ``ep`` and its binary's preferred name; the first model of the EP names it."""
+        with self.lock:
+            found = self.binaries.get(ep.name)
+            if found is None:
+                writer = ContextBinaryWriter(
+                    ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware()
+                )
+                found = self.binaries[ep.name] = (writer, binary_file_name(model_name, ep.name))
+            return found
+
+    def keep(self, path: Path, model: onnx.ModelProto, *, overwrite: bool) -> None:
+        """Hold a member's context model until the group is written."""
+        with self.lock:
+            if any(p.path == path for p in self.models):
+                raise InvalidArgument(
+                    f"ep.share_ep_contexts: two models of the sharing group write the context model {str(path)!r}"
+                )
+            self.models.append(PendingModel(path, model, overwrite))
+
+    def names(self) -> list[str]:
+        return [p.path.name for p in self.models]
+
+
+_GROUP: GenerationGroup | None = None
+_GROUP_GUARD = threading.Lock()
+
+
+def generation_group(folder: Path) -> GenerationGroup:
+    """The open sharing group (created by its first session); all its models go to one folder."""
+    global _GROUP
+    folder = folder.resolve()
+    with _GROUP_GUARD:
+        if _GROUP is None:
+            _GROUP = GenerationGroup(folder)
+        elif _GROUP.folder != folder:
+            raise InvalidArgument(
+                f"ep.share_ep_contexts: this context model goes to {str(folder)!r} but the sharing group "
+                f"({', '.join(_GROUP.names()) or 'no model yet'}) writes to {str(_GROUP.folder)!r}; write the "
+                "models of a group to one folder"
+            )
+        return _GROUP
+
+
+def close_group(group: GenerationGroup, *, failed: BaseException | None = None) -> None:
+    """The group is written (or, with ``failed``, rolled back): the next sharing session starts a new one."""
+    global _GROUP
+    with _GROUP_GUARD:
+        if _GROUP is group:
+            _GROUP = None
+    if failed is not None:
+        logger.warning(
+            "ep.share_ep_contexts: a session of the sharing group failed (%s); the group (%s) was rolled back "
+            "and nothing of it was written",
+            failed,
+            ", ".join(group.names()) or "no model yet",
+        )
+
+
+def abort_open_group(failed: BaseException) -> None:
+    """Roll back the open sharing group, if any (a generating sharing session failed)."""
+    with _GROUP_GUARD:
+        group = _GROUP
+    if group is not None:
+        close_group(group, failed=failed)
+
+
+# The sharing group (and model name) the session compiling in this thread will save into.
+_TARGET: contextvars.ContextVar[tuple[GenerationGroup, str] | None] = contextvars.ContextVar(
+    "epctx_generation_target", default=None
+)
+
+
+@contextlib.contextmanager
+def compiling_into(group: GenerationGroup | None, model_name: str) -> Iterator[None]:
+    """Around a session's compile: EPs may ask for the group writer they will save into (``target_writer``)."""
+    token = _TARGET.set(None if group is None else (group, model_name))
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
+
+
+def target_writer(ep: ExecutionProvider) -> ContextBinaryWriter | None:
+    """For an EP's ``compile``: the writer of the sharing group's binary its partitions will be saved into
+    (holding the earlier models' entries, so a payload can refer to offsets that are final in the shared file),
+    or None when the compiling session does not generate into a sharing group."""
+    target = _TARGET.get()
+    return None if target is None else target[0].writer_for(ep, target[1])[0]
 
 
 class SharedContextWorkspace:
+    """Binaries opened for inference by the sessions of a sharing group, per EP."""
+
     def __init__(self, ep_name: str) -> None:
         self.ep_name = ep_name
         self.lock = threading.RLock()
-        self._writer: ContextBinaryWriter | None = None
-        self._file_name = ""
-        self._folder: Path | None = None
         self._opened: dict[str, ContextBinary] = {}
 
-    # -- generation ----------------------------------------------------------------------------------
-    def generation_target(
-        self, ep: ExecutionProvider, model_name: str, folder: Path
-    ) -> tuple[ContextBinaryWriter, str]:
-        """The group's writer and binary file name; the first session of a group creates them."""
-        with self.lock:
-            folder = folder.resolve()
-            if self._writer is None:
-                self._writer = ContextBinaryWriter(
-                    ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware()
-                )
-                self._file_name = binary_file_name(model_name, ep.name)
-                self._folder = folder
-            elif folder != self._folder:
-                raise InvalidArgument(
-                    f"ep.share_ep_contexts: this context model goes to {str(folder)!r} but the shared binary "
-                    f"{self._file_name!r} of the group goes to {str(self._folder)!r}; write them to one folder"
-                )
-            return self._writer, self._file_name
-
-    def finish_generation(self) -> None:
-        with self.lock:
-            self._writer = None
-            self._file_name = ""
-            self._folder = None
-
-    # -- inference -----------------------------------------------------------------------------------
     def open(self, path: Path) -> ContextBinary:
-        """The binary at ``path``, opened once per group."""
+        """The binary at ``path``, opened once per group while the path names the same file."""
         key = str(path)
         with self.lock:
             binary = self._opened.get(key)
+            if binary is not None:
+                fd = binary.open_file()  # None: the path names another file now (regenerated)
+                if fd is None:
+                    binary = None
+                else:
+                    os.close(fd)
             if binary is None:
                 binary = self._opened[key] = ContextBinary.open(path)
             return binary

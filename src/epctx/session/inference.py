@@ -11,8 +11,9 @@ import numpy as np
 import onnx_ir as ir
 
 from epctx import options as opt
-from epctx.epcontext.generate import build_context_model, save_context_model
+from epctx.epcontext.generate import generate_context_model, generation_scope
 from epctx.epcontext.paths import context_model_path
+from epctx.epcontext.workspace import abort_open_group
 from epctx.errors import Fail, InvalidArgument
 from epctx.session.feeds import FeedBinder
 from epctx.session.node_arg import ModelMetadata, NodeArg, node_arg
@@ -42,23 +43,28 @@ class InferenceSession:
         self._options = sess_options if sess_options is not None else opt.SessionOptions()
         config = self._options.config
         self._providers = resolve_providers(providers, provider_options, config)
-        pipeline = Pipeline.partition(path_or_bytes, self._providers, self._options)
-        loaded = self._loaded = pipeline.loaded
-        graph = loaded.model.graph
         generate = opt.config_flag(config, opt.EP_CONTEXT_ENABLE)
-        ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
-        if ctx_path is not None and ctx_path.exists():
-            raise Fail(
-                f"the context model {str(ctx_path)!r} exists already; remove it or set another "
-                f"{opt.EP_CONTEXT_FILE_PATH}"
-            )
-        pipeline.compile()
-        if generate:
-            if ctx_path is None:
-                logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
-            else:
-                save_context_model(build_context_model(pipeline, ctx_path), ctx_path)
-                logger.info("wrote context model %s", ctx_path)
+        try:
+            pipeline = Pipeline.partition(path_or_bytes, self._providers, self._options)
+            loaded = self._loaded = pipeline.loaded
+            ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
+            if ctx_path is not None and ctx_path.exists():
+                raise Fail(
+                    f"the context model {str(ctx_path)!r} exists already; remove it or set another "
+                    f"{opt.EP_CONTEXT_FILE_PATH}"
+                )
+            with generation_scope(config, ctx_path):
+                pipeline.compile()
+            if generate:
+                if ctx_path is None:
+                    logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
+                elif generate_context_model(pipeline, ctx_path, overwrite=False):
+                    logger.info("wrote context model %s", ctx_path)
+        except BaseException as exc:
+            if generate and opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
+                abort_open_group(exc)  # a failed session of a sharing group rolls the group back
+            raise
+        graph = loaded.model.graph
         self._units = pipeline.units
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
