@@ -251,9 +251,27 @@ def test_corrupted_binary_errors(tmp_path: Path) -> None:
             data = binary.read(name)
             writer.add(name, bytes(data[: len(data) // 3]) if name.endswith("/blob") else data)
         writer.write(path)
+    with pytest.raises(epctx.InvalidGraph, match="not the binary this model was made with"):
+        _load(ctx)
+    _rebind_identities(ctx)  # a binary the model names as its own, whose blob OpenVINO refuses
     with pytest.raises(epctx.InvalidGraph, match="failed to load") as info:
         _load(ctx)
     assert info.value.__cause__ is not None and not isinstance(info.value.__cause__, epctx.InvalidGraph)
+
+
+def _rebind_identities(ctx: Path) -> None:
+    """Record in each EPContext node the identity of the graph its binary holds now."""
+    from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
+
+    model = onnx.load(ctx)
+    with ContextBinary.open(ctx.parent / BIN) as binary:
+        rows = [(i.name, i.kind, i.size, i.checksum, i.attrs) for i in map(binary.entry, binary.names())]
+        for node in model.graph.node:
+            graph = next(a.s.decode() for a in node.attribute if a.name == "partition_name")
+            for attr in node.attribute:
+                if attr.name == IDENTITY_ATTRIBUTE:
+                    attr.s = graph_identity(graph, rows, binary.checksum_algorithm).encode()
+    onnx.save(model, ctx)
 
 
 def test_mismatched_partition_names_are_invalid_graph(tmp_path: Path) -> None:
@@ -385,3 +403,57 @@ def test_binary_records_precision_device_and_names(tmp_path: Path) -> None:
         assert binary.hardware == OpenVINOExecutionProvider().hardware()
     assert meta["device"] == "CPU" and meta["inputs"] == ["input"] and meta["outputs"] == ["output"]
     assert meta["config"] == {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+
+
+def _rewrite_meta(path: Path, change: Any) -> str:
+    """Rewrite the binary at ``path`` with ``change(meta)`` applied to its one ``meta`` document (checksums
+    recomputed: a crafted file, not a corrupt one); returns the graph name."""
+    import json
+
+    with ContextBinary.from_bytes(path.read_bytes()) as binary:
+        writer = ContextBinaryWriter(ep_name=EP, sdk_version=binary.sdk_version, hardware=binary.hardware)
+        (meta_name,) = [n for n in binary.names() if n.endswith("/meta")]
+        for name in binary.names():
+            data = binary.read(name)
+            if name == meta_name:
+                meta = json.loads(bytes(data))
+                change(meta)
+                data = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()  # type: ignore[assignment]
+            writer.add(name, data)
+        writer.write(path)
+    return meta_name[: -len("/meta")]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("CACHE_DIR", None),
+        ("WEIGHTS_PATH", "/etc/passwd"),
+        ("NUM_STREAMS", -1),
+        ("INFERENCE_PRECISION_HINT", "i8"),
+    ],
+)
+def test_binary_config_outside_the_allow_list_is_refused(tmp_path: Path, key: str, value: Any) -> None:
+    """A crafted binary whose stored OpenVINO config asks for CACHE_DIR (or any key or value epctx never
+    writes) is InvalidGraph naming the key; the folder is never created."""
+    from epctx.epcontext.schema import EPContextNode
+    from epctx.epcontext.store import ContextSource
+    from epctx.providers.base import Partition
+
+    work = tmp_path / "work"
+    work.mkdir()
+    _, ctx = _generate(work, SMALL["mlp"]())
+    evil = tmp_path / "evil_cache_dir"
+    value = str(evil) if value is None else value
+    graph = _rewrite_meta(work / BIN, lambda meta: meta["config"].__setitem__(key, value))
+    with pytest.raises(epctx.InvalidGraph):
+        _load(ctx)
+    # The EP itself, whatever the framework checks first: the key is named.
+    ep = OpenVINOExecutionProvider()
+    with ContextBinary.open(work / BIN) as binary:
+        node = EPContextNode(name=graph, inputs=("input",), outputs=("output",), source=EP)
+        part = Partition(graph, EP, (), (ir.Value(name="input"),), (ir.Value(name="output"),), (), {})
+        with pytest.raises(epctx.InvalidGraph, match=key):
+            ep.load_partition(ContextSource(binary, graph), node, part)
+    assert not evil.exists()
+    assert sorted(p.name for p in work.iterdir()) == sorted(["model.onnx", "model_ctx.onnx", BIN])

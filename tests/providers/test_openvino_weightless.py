@@ -253,10 +253,14 @@ def test_loading_100mb_of_weights_copies_none(tmp_path: Path) -> None:
     assert copied["growth"]["RssShmem"] > 0.9 * weights
 
 
-def test_models_sharing_a_binary(tmp_path: Path) -> None:
-    """ep.share_ep_contexts: the first model's weights are mapped in place; the next models' blobs reference
-    offsets the first one took (each session lays its weights out alone), so they load through the copy,
-    correctly; the weights the models share are stored once."""
+@pytest.mark.parametrize("group_seen", [True, False])
+def test_models_sharing_a_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_seen: bool) -> None:
+    """ep.share_ep_contexts: every model's blob references the final offsets of its weights in the one shared
+    binary (a later model's shared tensors at the offset the first one took, its own past them), so all load
+    in place; the weights the models share are stored once. ``group_seen=False``: the EP cannot see the group
+    at compile time, and compiles a later model again at save against the binary's layout."""
+    if not group_seen:
+        monkeypatch.setattr(provider_mod, "target_writer", lambda ep: None)
     models = []
     for seed in range(3):
         model = mlp(batch=2, sizes=(32, 64, 64, 6))
@@ -281,8 +285,53 @@ def test_models_sharing_a_binary(tmp_path: Path) -> None:
                 graph = name[: -len("/meta")]
                 meta = read_meta(binary.read(name), graph)
                 in_place.append(all(binary.entry(f"{graph}/{k}").offset == o for k, o, _ in meta.weights))
-    assert in_place == [True, False, False]
+    assert in_place == [True, True, True]
     for seed, model in enumerate(models):
         feeds = example_inputs("mlp", model)
         got = _load(tmp_path / f"m{seed}_ctx.onnx", WEIGHTLESS).run(None, feeds)[0]
         np.testing.assert_allclose(got, run_ort(model, feeds)[0], atol=1e-4, rtol=1e-4)
+
+
+_MEASURE_MANY = _MEASURE.replace(
+    'sess = epctx.InferenceSession(sys.argv[1], providers=[("OpenVINOExecutionProvider", {"weightless": "1"})])',
+    'sessions = [epctx.InferenceSession(p, providers=[("OpenVINOExecutionProvider", {"weightless": "1"})]) '
+    "for p in sys.argv[3:]]",
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+def test_sharing_group_of_two_loads_without_copying(tmp_path: Path) -> None:
+    """Two models sharing a 50 MB weight (and each with its own), generated as a sharing group with
+    weightless=1, load in a fresh process with no copy of their weights (no memfd, no shared-memory growth)."""
+    rng = np.random.default_rng(7)
+    shared = rng.standard_normal((3584, 3584)).astype(np.float32)  # 51 MB
+    assert shared.nbytes > 50e6
+    total = shared.nbytes
+    for k in range(2):
+        own = rng.standard_normal((3584, 64)).astype(np.float32)
+        total += own.nbytes
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "S"], ["h"]), helper.make_node("MatMul", ["h", "O"], ["y"])],
+            f"g{k}",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3584])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+            [numpy_helper.from_array(shared, "S"), numpy_helper.from_array(own, "O")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        onnx.save(model, tmp_path / f"m{k}.onnx")
+        last = {"ep__stop_share_ep_contexts": "1"} if k == 1 else {}
+        so = _options(ep__context_enable="1", ep__share_ep_contexts="1", **last)
+        epctx.InferenceSession(str(tmp_path / f"m{k}.onnx"), so, providers=[(EP, WEIGHTLESS)])
+    binary = tmp_path / f"m0_{EP}.bin"
+    layout = _weights_in_place(binary)
+    assert len(layout) == 2 and binary.stat().st_size < shared.nbytes + 2 * (3584 * 64 * 4) + (4 << 20)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE_MANY, "-", str(binary.resolve())]
+        + [str(tmp_path / f"m{k}_ctx.onnx") for k in range(2)],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    measured = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not measured["memfd"]
+    assert measured["binary_maps_at_0"] >= 2
+    assert measured["growth"]["RssShmem"] < 0.02 * total

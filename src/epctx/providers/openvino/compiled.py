@@ -52,11 +52,24 @@ class CompiledOpenVINO:
     ) -> None:
         import openvino as ov
 
-        self.compiled_model = compiled_model
+        self.compiled_model: Any = None
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
-        self.weights = weights  # weightless mode: the weights layout the blob references (WeightsFile)
+        self.where = where
         self._keep_alive = keep_alive  # memory OpenVINO may read: source weights, the imported blob
+        self._tensor = ov.Tensor
+        self.rebind(compiled_model, weights=weights)
+
+    def release(self) -> None:
+        """Drop the compiled model (and its requests); ``rebind`` must follow before the next call."""
+        self.compiled_model = None
+        self._local = threading.local()
+
+    def rebind(self, compiled_model: Any, *, weights: Any = None) -> None:
+        """Run ``compiled_model`` from now on (the same partition compiled again)."""
+        where = self.where
+        self.compiled_model = compiled_model
+        self.weights = weights  # weightless mode: the weights layout the blob references (WeightsFile)
         inputs = compiled_model.inputs
         # A partition input the compiled model does not read (OpenVINO may drop unused ones) is not fed.
         names = _port_names(inputs)
@@ -70,7 +83,6 @@ class CompiledOpenVINO:
                 f"not only the partition's inputs {list(self.input_names)}"
             )
         self._outputs = _order(self.output_names, compiled_model.outputs, "output", where)
-        self._tensor = ov.Tensor
         self._local = threading.local()
 
     def _request(self) -> Any:

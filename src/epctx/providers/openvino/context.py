@@ -35,6 +35,7 @@ from epctx.partition.extract import WeightsFile
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "CONFIG_ALLOWED",
     "BlobMeta",
     "read_meta",
     "shared_tensor",
@@ -91,13 +92,49 @@ def _count(value: Any) -> int:
     return value
 
 
+# The OpenVINO properties a binary may carry to ``import_model``: exactly those ``OpenVINOOptions.runtime_config``
+# records (what the blob computes with), each with the values epctx writes. Anything else is refused, not
+# ignored: OpenVINO acts on what it is given (``CACHE_DIR`` creates folders and writes blobs there,
+# ``WEIGHTS_PATH`` / ``CACHE_MODE`` pick the file weights are mapped from, ``ENABLE_MMAP``, hints, device
+# properties...), none of it is metadata, and epctx never writes another key, so a binary that has one was
+# not made by epctx as it stands (crafted, or written by a release with other semantics): InvalidGraph naming
+# the key. Properties epctx sets at import itself (``CACHE_MODE`` and ``WEIGHTS_PATH`` for weightless blobs)
+# come from the meta's weights layout, never from its config.
+_PRECISIONS = ("f32", "f16", "bf16")
+
+
+def _positive(value: Any) -> bool:
+    return type(value) is int and value > 0
+
+
+CONFIG_ALLOWED: Mapping[str, Any] = {
+    "INFERENCE_PRECISION_HINT": lambda value: value in _PRECISIONS,
+    "NUM_STREAMS": _positive,
+    "INFERENCE_NUM_THREADS": _positive,
+}
+
+
+def _check_config(config: Any, where: str) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise InvalidGraph(f"{where}: malformed 'meta': config must be an object, found {config!r}")
+    for key, value in config.items():
+        check = CONFIG_ALLOWED.get(key)
+        if check is None:
+            raise InvalidGraph(
+                f"{where}: 'meta' config has OpenVINO property {key!r}, which a context binary may not set "
+                f"(allowed: {sorted(CONFIG_ALLOWED)})"
+            )
+        if not check(value):
+            raise InvalidGraph(f"{where}: 'meta' config: {key!r} = {value!r} is not a value epctx writes")
+    return dict(config)
+
+
 def read_meta(data: memoryview, where: str) -> BlobMeta:
-    """Parse and check ``meta``; anything malformed is InvalidGraph naming ``where``."""
+    """Parse and check ``meta``; anything malformed, or an OpenVINO property outside ``CONFIG_ALLOWED``, is
+    InvalidGraph naming ``where``."""
     doc = load_document(data, format=FORMAT, version=FORMAT_VERSION, where=f"{where}: 'meta'")
+    config = _check_config(doc.get("config"), where)
     try:
-        config = doc["config"]
-        if not isinstance(config, dict) or not all(isinstance(v, (str, int)) for v in config.values()):
-            raise TypeError(f"config must map names to strings or integers, found {config!r}")
         weights = []
         for item in doc["weights"]:
             key = item["key"]
@@ -125,7 +162,7 @@ def read_meta(data: memoryview, where: str) -> BlobMeta:
 def write_entries(
     store: ContextStore,
     *,
-    blob: bytes,
+    blob: bytes | memoryview,
     device: str,
     config: Mapping[str, Any],
     inputs: Sequence[str],

@@ -14,11 +14,13 @@ nodes was partitioned when it was generated, so its other nodes are not offered 
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx.epcontext.schema import EPContextNode, is_ep_context
+from epctx.epcontext.workspace import target_writer
 from epctx.errors import EPFail, InvalidArgument, InvalidGraph
 from epctx.providers.base import CompiledPartition, ExecutionProvider, Partition
 from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
@@ -26,17 +28,19 @@ from epctx.providers.openvino.compiled import CompiledOpenVINO
 from epctx.providers.openvino.context import read_meta, shared_tensor, write_entries
 from epctx.providers.openvino.onnx_bridge import in_memory_model, weightless_model_folder
 from epctx.providers.openvino.options import OpenVINOOptions, parse_options
-from epctx.providers.openvino.weights import WeightsLayout, header_budget, weights_file
+from epctx.providers.openvino.weights import WeightsLayout, header_budget, layout_for, weights_file
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
     from epctx.epcontext.store import ContextSource, ContextStore
+    from epctx.partition.extract import WeightsFile
 
 __all__ = ["OpenVINOExecutionProvider", "shared_core"]
 
 _CORE: Any = None
 _CORE_LOCK = threading.Lock()
+logger = logging.getLogger("epctx")
 
 
 def shared_core() -> Any:
@@ -45,7 +49,10 @@ def shared_core() -> Any:
     if _CORE is None:
         with _CORE_LOCK:
             if _CORE is None:
-                import openvino as ov
+                from epctx.providers.cpu.blas import backend_import
+
+                with backend_import("openvino"):  # its telemetry forks: see providers/cpu/blas.py
+                    import openvino as ov
 
                 _CORE = ov.Core()
     return _CORE
@@ -84,6 +91,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         # the weights layout, made at the first compile.
         self._entries_bound = 0
         self._layout: WeightsLayout | None = None
+        self._weights_base: int | None = None
 
     # -- capability -----------------------------------------------------------------------------------
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
@@ -114,22 +122,43 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         inputs = [v.name or "" for v in partition.inputs]
         outputs = [v.name or "" for v in partition.outputs]
         config = self.config.compile_config()
+        if self.config.weightless:
+            plan = self._compile_layout(partition).plan(partition)
+            compiled = self._compile_weightless(partition, plan, where)
+            return CompiledOpenVINO(compiled, inputs, outputs, where=where, weights=plan)
         try:
-            if self.config.weightless:
-                if self._layout is None:
-                    bound = self._entries_bound or len(partition.initializers) + 2
-                    self._layout = WeightsLayout(header_budget(bound))
-                plan = self._layout.plan(partition)
-                with weightless_model_folder(partition, plan) as path:
-                    model = self.core.read_model(path)
-                    compiled = self.core.compile_model(model, self.config.device, config)
-                return CompiledOpenVINO(compiled, inputs, outputs, where=where, weights=plan)
             data, keep = in_memory_model(partition)
             model = self.core.read_model(data)
             compiled = self.core.compile_model(model, self.config.device, config)
         except RuntimeError as exc:
             raise EPFail(f"{where}: OpenVINO failed to compile it: {exc}") from exc
         return CompiledOpenVINO(compiled, inputs, outputs, where=where, keep_alive=keep)
+
+    def _compile_weightless(self, partition: Partition, plan: WeightsFile, where: str) -> Any:
+        try:
+            with weightless_model_folder(partition, plan) as path:
+                model = self.core.read_model(path)
+                return self.core.compile_model(model, self.config.device, self.config.compile_config())
+        except RuntimeError as exc:
+            raise EPFail(f"{where}: OpenVINO failed to compile it: {exc}") from exc
+
+    def _base(self, partition: Partition) -> int:
+        """Where this session's weights start in a binary it opens (fixed at the first weightless compile)."""
+        if self._weights_base is None:
+            self._weights_base = header_budget(self._entries_bound or len(partition.initializers) + 2)
+        return self._weights_base
+
+    def _compile_layout(self, partition: Partition) -> WeightsLayout:
+        """Where this session's weights go. In a sharing group whose binary already has entries (an earlier
+        model), the group's layout: offsets past the earlier models' weights, identical tensors at theirs.
+        Otherwise this EP's own, from the header budget; ``save_partition`` checks the offsets against the
+        binary it is given either way."""
+        writer = target_writer(self)
+        if writer is not None and writer.entry_count():
+            return layout_for(writer, self._base(partition))
+        if self._layout is None:
+            self._layout = WeightsLayout(self._base(partition))
+        return self._layout
 
     # -- EP context cache -----------------------------------------------------------------------------
     def sdk_version(self) -> str:
@@ -156,8 +185,11 @@ class OpenVINOExecutionProvider(ExecutionProvider):
                 f"{self.name}.save_partition: {partition.name!r} was not compiled by this EP "
                 f"({type(compiled).__name__})"
             )
+        if compiled.weights is not None:
+            self._place_weights(partition, compiled, store)
         exported = compiled.compiled_model.export_model()
-        blob = exported.getvalue() if hasattr(exported, "getvalue") else bytes(exported)
+        # OpenVINO 2026 returns a BytesIO: its buffer, not a copy (getvalue() doubled the blob in memory).
+        blob = exported.getbuffer() if hasattr(exported, "getbuffer") else memoryview(exported)
         write_entries(
             store,
             blob=blob,
@@ -167,6 +199,22 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             outputs=compiled.output_names,
             weights=compiled.weights,
         )
+
+    def _place_weights(self, partition: Partition, compiled: CompiledOpenVINO, store: ContextStore) -> None:
+        """Make the blob reference the offsets its weights will have in ``store``'s binary. The layout of that
+        binary (shared by a sharing group's models) gives them; when the partition was compiled against
+        another layout (a sharing group this EP could not see at compile time, partitions saved out of
+        order), it is compiled again against this one, so the blob never references offsets that another
+        model's weights hold (which would make its weights copied at every load)."""
+        plan = layout_for(store.writer, self._base(partition)).replan(compiled.weights)
+        if plan.refs == compiled.weights.refs:
+            return
+        logger.info(
+            "%s partition %r: its weights go elsewhere in the shared binary than at compile time; compiling it "
+            "again against the binary's layout so that they load in place", self.name, partition.name,
+        )  # fmt: skip
+        compiled.release()  # before compiling again: one compiled copy of the weights at a time
+        compiled.rebind(self._compile_weightless(partition, plan, compiled.where), weights=plan)
 
     def load_partition(
         self, source: ContextSource, node: EPContextNode, partition: Partition

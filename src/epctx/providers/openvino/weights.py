@@ -25,6 +25,8 @@ import contextlib
 import logging
 import os
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -37,10 +39,11 @@ from epctx.partition.extract import ExternalRef, WeightsFile, initializer_array
 from epctx.providers.base import Partition
 
 if TYPE_CHECKING:
+    from epctx.epcontext.container import ContextBinaryWriter
     from epctx.epcontext.store import ContextSource
     from epctx.providers.openvino.context import BlobMeta
 
-__all__ = ["WEIGHTS_FILE", "WeightsLayout", "header_budget", "weights_file"]
+__all__ = ["WEIGHTS_FILE", "WeightsLayout", "header_budget", "layout_for", "weights_file"]
 
 WEIGHTS_FILE = "weights.bin"
 ALIGNMENT = 64  # the context binary writer's default alignment
@@ -50,9 +53,16 @@ _PAGE = 4096
 logger = logging.getLogger("epctx")
 
 
+_GROUP_ROOM = 4  # header room for this many times the first model's entries: later models of a sharing group
+
+
 def header_budget(entries: int) -> int:
-    """Where the weights start: room for a context binary header of ``entries`` entries, page-aligned."""
-    return align(2 * _PAGE + _ENTRY_BUDGET * max(entries, 0), _PAGE)
+    """Where the weights start: room for a context binary header of ``_GROUP_ROOM`` times ``entries`` entries,
+    page-aligned. The first model of a sharing group cannot know how many follow, and the header holds every
+    model's entries: if it outgrows this room, the writer cannot honor the requested offsets and the group's
+    weights are copied at load (correct, slower; logged). The room costs zeros in the binary, partly filled by
+    the small entries (blobs, meta)."""
+    return align(2 * _PAGE + _ENTRY_BUDGET * _GROUP_ROOM * max(entries, 0), _PAGE)
 
 
 def _bytes(array: np.ndarray) -> memoryview:
@@ -61,23 +71,57 @@ def _bytes(array: np.ndarray) -> memoryview:
 
 class WeightsLayout:
     """Absolute offsets of the weights of every partition an EP compiles weightless, in the binary the blobs
-    will be saved in. Identical tensors share one offset; offsets only grow, from ``base``."""
+    will be saved in. Identical tensors share one offset; offsets only grow, from ``base``.
+
+    One layout per context binary writer (:func:`layout_for`): the writer of a sharing group is shared by the
+    group's models, so a later model's identical tensors take the offset an earlier model's entry asked for,
+    and its new ones go past every requested one: each blob references offsets that are the final ones in
+    the one binary, and every model of the group maps its weights in place."""
 
     def __init__(self, base: int) -> None:
         self.base = base
         self._end = base
-        self._known: dict[tuple[int, int], list[tuple[np.ndarray, int]]] = {}
+        self._known: dict[tuple[int, int], list[tuple[memoryview, int]]] = {}
+        self._offsets: set[int] = set()
+        self._synced = 0  # writer entries already looked at
+
+    def _key(self, data: memoryview) -> tuple[int, int]:
+        return (data.nbytes, xxhash.xxh3_64_intdigest(data))
+
+    def sync(self, writer: ContextBinaryWriter) -> WeightsLayout:
+        """Take in the offsets the writer's entries asked for since the last sync (another model's weights)."""
+        count = writer.entry_count()
+        for offset, data in writer.requests(self._synced):
+            if offset in self._offsets or not data.nbytes:
+                continue
+            self._known.setdefault(self._key(data), []).append((data, offset))
+            self._offsets.add(offset)
+            self._end = max(self._end, offset + data.nbytes)
+        self._synced = count
+        return self
 
     def offset_of(self, array: np.ndarray) -> int:
         data = _bytes(array)
-        key = (data.nbytes, xxhash.xxh3_64_intdigest(data))
+        key = self._key(data)
         for other, offset in self._known.get(key, ()):
-            if same_bytes(_bytes(other), data):
+            if same_bytes(other, data):
                 return offset
         offset = align(self._end, ALIGNMENT)
         self._end = offset + data.nbytes
-        self._known.setdefault(key, []).append((array, offset))
+        self._known.setdefault(key, []).append((data, offset))
+        self._offsets.add(offset)
         return offset
+
+    def replan(self, plan: WeightsFile) -> WeightsFile:
+        """``plan``'s tensors (the arrays it holds: nothing is read from the model again) at their offsets in
+        this layout, in the order they were placed."""
+        moved = {offset: self.offset_of(array) for _, offset, array in plan.arrays}
+        refs = {n: ExternalRef(r.location, moved[r.offset], r.length) for n, r in plan.refs.items()}
+        arrays = sorted(
+            ((name, moved[offset], array) for name, offset, array in plan.arrays), key=lambda a: a[1]
+        )
+        size = max((offset + array.nbytes for _, offset, array in arrays), default=0)
+        return WeightsFile(plan.location, refs, tuple(arrays), size)
 
     def plan(self, partition: Partition) -> WeightsFile:
         """The partition's external data file: its tensors (not strings, not empty) at their offsets."""
@@ -96,6 +140,20 @@ class WeightsLayout:
         ordered = tuple(arrays[offset] for offset in sorted(arrays))
         size = max((offset + array.nbytes for _, offset, array in ordered), default=0)
         return WeightsFile(WEIGHTS_FILE, refs, ordered, size)
+
+
+_LAYOUTS: weakref.WeakKeyDictionary[ContextBinaryWriter, WeightsLayout] = weakref.WeakKeyDictionary()
+_LAYOUTS_LOCK = threading.Lock()
+
+
+def layout_for(writer: ContextBinaryWriter, base: int) -> WeightsLayout:
+    """The layout of the binary ``writer`` writes (created with ``base`` by its first model), up to date with
+    the entries added to it."""
+    with _LAYOUTS_LOCK:
+        layout = _LAYOUTS.get(writer)
+        if layout is None:
+            layout = _LAYOUTS[writer] = WeightsLayout(base)
+        return layout.sync(writer)
 
 
 def write_sparse(plan: WeightsFile, folder: str) -> str:
