@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from epctx.providers.base import Kernel
+from epctx.ep import Kernel
+from epctx.providers.cpu import blas
 from epctx.providers.cpu.kernels.elementwise import NATIVE_DTYPES, widened
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
@@ -16,6 +17,8 @@ __all__: list[str] = []
 
 @kernel("MatMul", since=1)
 def _matmul(info: NodeInfo) -> Kernel:
+    blas.settle()  # a set lookup: multi-threaded BLAS must not meet a backend's import-time fork
+
     def run(a: Any, b: Any) -> tuple[Any]:
         y = np.matmul(a, b)
         return (y,) if y.dtype == a.dtype else (y.astype(a.dtype),)  # bfloat16 comes back as float32
@@ -26,6 +29,7 @@ def _matmul(info: NodeInfo) -> Kernel:
 @kernel("Gemm", since=6)
 def _gemm(info: NodeInfo) -> Kernel:
     # Opset 6 had a ``broadcast`` attribute; numpy broadcasting of C covers both of its settings.
+    blas.settle()
     trans_a = bool(info.get("transA", 0))
     trans_b = bool(info.get("transB", 0))
     alpha = float(info.get("alpha", 1.0))
