@@ -176,3 +176,13 @@ def test_a_failed_commit_leaves_no_new_file_behind(tmp_path, monkeypatch):
     with pytest.raises(Fail, match="simulated"):
         compiler.compile_to_file(str(tmp_path / "model_ctx.onnx"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_files_of_other_programs_are_never_removed(tmp_path):
+    # A user's file whose name looks content-derived, and one under the name an external file would take.
+    onnx.save(two_partition_model(), tmp_path / "model.onnx")
+    theirs = tmp_path / "holiday.0123456789ab.jpg"
+    theirs.write_bytes(b"not epctx's")
+    for _ in range(2):
+        _compiler(tmp_path / "model.onnx").compile_to_file(str(tmp_path / "model_ctx.onnx"))
+    assert theirs.read_bytes() == b"not epctx's"

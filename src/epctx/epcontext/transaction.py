@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
-from epctx.epcontext.container import is_stale_temp
+from epctx.epcontext.container import MAGIC, MAX_HEADER_BYTES, is_stale_temp
 from epctx.errors import Fail, InvalidArgument
 
 if TYPE_CHECKING:
@@ -206,9 +206,7 @@ class Transaction:
         """Write ``writer``'s binary under ``preferred`` or a content-derived name; returns the name used."""
         head = writer.header_bytes()
         size = writer.planned_size()
-        name = self._free_name(
-            preferred, xxhash.xxh3_64_hexdigest(head), lambda p: _same_prefix(p, head, size)
-        )
+        name = self._free_name(preferred, _binary_digest(head), lambda p: _same_prefix(p, head, size))
         if not _same_prefix(self.folder / name, head, size):
             self._note_created(name)
             writer.write(self.folder / name)
@@ -229,24 +227,21 @@ class Transaction:
             self._created.add(name)
 
     def _free_name(self, preferred: str, digest: str, same: Callable[[Path], bool]) -> str:
-        for name in (preferred, _digest_name(preferred, digest)):
-            path = self.folder / name
-            if not os.path.lexists(path) or (path.is_file() and not path.is_symlink() and same(path)):
-                return name
-        for name in (
-            preferred,
-            _digest_name(preferred, digest),
-        ):  # left by a killed generation: no model names it
-            path = self.folder / name
-            if (
-                path.is_file()
-                and not path.is_symlink()
-                and not _named_elsewhere(self.folder, {name}, skip=())
-            ):
-                return name
+        """``preferred`` when it is free, holds the same bytes, or is a file no model of the folder names (as
+        onnxruntime, epctx then overwrites it); else the content-derived name (free or the same bytes)."""
+        path = self.folder / preferred
+        if not os.path.lexists(path):
+            return preferred
+        regular = path.is_file() and not path.is_symlink()
+        if regular and (same(path) or not _named_elsewhere(self.folder, {preferred}, skip=())):
+            return preferred
+        derived = _digest_name(preferred, digest)
+        path = self.folder / derived
+        if not os.path.lexists(path) or (path.is_file() and not path.is_symlink() and same(path)):
+            return derived
         raise Fail(
-            f"cannot place {preferred!r} in {str(self.folder)!r}: it and {_digest_name(preferred, digest)!r} "
-            "exist with other content"
+            f"cannot place {preferred!r} in {str(self.folder)!r}: it is in use and {derived!r} exists with "
+            "other content"
         )
 
     # -- the model last ---------------------------------------------------------------------------------
@@ -280,20 +275,48 @@ class Transaction:
                 logger.info("removed %s (the previous generation's file)", self.folder / name)
 
 
-# Content-derived names (``_digest_name``): ``<stem>.<12 hex digits>.<suffix>``; only epctx makes them.
-_DIGEST_NAME = re.compile(r"^.+\.[0-9a-f]{12}(\.[^.]+)?$")
+# Content-derived names (``_digest_name``): ``<stem>.<12 hex digits>.<suffix>``; the digits are the content's
+# digest (``_binary_digest`` for context binaries), which is how a file is known to be epctx's own.
+_DIGEST_NAME = re.compile(r"^(?P<stem>.+)\.(?P<digest>[0-9a-f]{12})(?P<suffix>\.[^.]+)?$")
+_PREAMBLE_SIZE = 32  # magic, format version, header crc32, header length (u64 at 16), file size
+
+
+def _binary_digest(head: bytes) -> str:
+    """The digest of a context binary in its content-derived name: over its preamble and header."""
+    header_len = int.from_bytes(head[16:24], "little")
+    return xxhash.xxh3_64_hexdigest(head[: _PREAMBLE_SIZE + header_len])
+
+
+def _is_ours(path: Path, digest: str) -> bool:
+    """Whether the file's content has the digest its name carries (a context binary or a file epctx wrote)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_PREAMBLE_SIZE)
+            if head[:8] == MAGIC and len(head) == _PREAMBLE_SIZE:
+                header_len = int.from_bytes(head[16:24], "little")
+                if header_len > MAX_HEADER_BYTES:
+                    return False
+                return _binary_digest(head + fh.read(header_len)).startswith(digest)
+            stream = xxhash.xxh3_64(head)
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                stream.update(chunk)
+            return str(stream.hexdigest()).startswith(digest)
+    except OSError:
+        return False
 
 
 def _remove_orphans(folder: Path) -> None:
-    """Remove files under content-derived names that no model of the folder names (a generation was killed
-    between writing them and renaming its model into place)."""
+    """Remove epctx's files under content-derived names that no model of the folder names (a generation was
+    killed between writing them and renaming its model into place). Files of other programs are never touched:
+    a file counts as epctx's only when its content has the digest its name carries."""
+    candidates: set[str] = set()
     with contextlib.suppress(OSError), os.scandir(folder) as items:
-        candidates = {
-            item.name
-            for item in items
-            if _DIGEST_NAME.match(item.name) and not item.name.startswith(".") and not item.name.endswith(".onnx")
-            and item.is_file(follow_symlinks=False)
-        }  # fmt: skip
+        for item in items:
+            match = _DIGEST_NAME.match(item.name)
+            if match is None or item.name.startswith(".") or item.name.endswith(".onnx"):
+                continue
+            if item.is_file(follow_symlinks=False) and _is_ours(Path(item.path), match["digest"]):
+                candidates.add(item.name)
     if not candidates:
         return
     for name in sorted(candidates - _named_elsewhere(folder, candidates, skip=())):

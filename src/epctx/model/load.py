@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common
@@ -71,6 +73,7 @@ def load_model(
     proto = parse_model_proto(data, what)
     payloads = _take_payloads(proto)
     checkable = _checkable(proto, data, stripped=bool(payloads))
+    del data  # parsed: the file's bytes would be a second copy of the weights from here on
     if len(checkable) < _CHECKER_LIMIT:
         try:
             onnx.checker.check_model(checkable)
@@ -93,6 +96,8 @@ def load_model(
         cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
         raise InvalidGraph(f"{what} could not be read: {exc}{cause}") from exc
     _check_strings(model, what)
+    _own_tensors(model)
+    del proto  # the tensors own their data now (see _own_tensors): the parsed copy is freed
     _restore_payloads(model, payloads)
     if model.functions:
         # Model-local functions are inlined so every node left is a plain operator.
@@ -101,6 +106,64 @@ def load_model(
     if infer_types and len(checkable) < _CHECKER_LIMIT:
         _infer_types(model, checkable, what)
     return LoadedModel(model=model, path=path, base_dir=base_dir)
+
+
+# Data types whose raw bytes numpy reads as they are (little-endian), so a tensor can own them as an array.
+_NUMPY_DTYPES = frozenset(
+    {
+        ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.INT8, ir.DataType.UINT8,
+        ir.DataType.INT16, ir.DataType.UINT16, ir.DataType.INT32, ir.DataType.UINT32, ir.DataType.INT64,
+        ir.DataType.UINT64, ir.DataType.BOOL,
+    }
+)  # fmt: skip
+
+
+def _own_tensors(model: ir.Model) -> None:
+    """Detach every tensor from the parsed proto, so that the proto (and the copy of the weights it holds) is
+    freed when loading ends: onnx-ir's proto-backed tensors keep the whole ``ModelProto`` alive (protobuf
+    sub-messages share their root's memory), and their ``numpy()`` copies ``raw_data`` on every call.
+
+    Initializers with ``raw_data`` of a type numpy reads as is become ``ir.Tensor`` over one array, the bytes
+    copied once (so the weights are held once, and ``numpy()`` returns that array, not a copy); any other
+    proto-backed tensor (typed fields, strings, sub-byte types, attribute tensors) keeps its own small copy
+    of its ``TensorProto``. External tensors are not touched (they stay memory-mapped from their file)."""
+    for graph in (model.graph, *model.graph.subgraphs()):
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.serde.TensorProtoTensor):
+                value.const_value = _owned(tensor)
+        for node in graph:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.TENSOR and isinstance(
+                    attr.value, ir.serde.TensorProtoTensor
+                ):
+                    node.attributes[attr.name] = ir.AttrTensor(attr.name, _standalone(attr.value))
+                elif attr.type == ir.AttributeType.TENSORS and any(
+                    isinstance(t, ir.serde.TensorProtoTensor) for t in attr.value
+                ):
+                    tensors = [
+                        _standalone(t) if isinstance(t, ir.serde.TensorProtoTensor) else t for t in attr.value
+                    ]
+                    node.attributes[attr.name] = ir.AttrTensors(attr.name, tensors)
+
+
+def _owned(tensor: ir.serde.TensorProtoTensor) -> ir.TensorProtocol:
+    proto = tensor.raw
+    if tensor.dtype not in _NUMPY_DTYPES or not proto.HasField("raw_data") or proto.metadata_props:
+        return _standalone(tensor)
+    raw = proto.raw_data  # one copy of the bytes (protobuf hands out a new bytes object)
+    dtype = np.dtype(tensor.dtype.numpy()).newbyteorder("<")
+    shape = tuple(int(d) for d in proto.dims)
+    if len(raw) != dtype.itemsize * math.prod(shape):
+        return _standalone(tensor)  # malformed: onnx-ir reports it on use, as before
+    array = np.frombuffer(raw, dtype).reshape(shape)
+    return ir.Tensor(array, dtype=tensor.dtype, name=proto.name or None, doc_string=proto.doc_string or None)
+
+
+def _standalone(tensor: ir.serde.TensorProtoTensor) -> ir.serde.TensorProtoTensor:
+    copy = onnx.TensorProto()
+    copy.CopyFrom(tensor.raw)
+    return ir.serde.TensorProtoTensor(copy)
 
 
 def _infer_types(model: ir.Model, checkable: bytes, what: str) -> None:
