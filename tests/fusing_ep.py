@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx_ir as ir
 
+from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
 from epctx.model.scopes import outer_scope_values
 from epctx.providers import registry
-from epctx.providers.base import CompiledPartition, ExecutionProvider, NodeContext, Partition
-from epctx.providers.cpu.provider import CPUExecutionProvider, opset_of
+from epctx.providers.cpu.provider import CPUExecutionProvider
 
 __all__ = ["FusingEP", "make_fusing_ep", "registered"]
 

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from epctx.ep.contract import make_partition
+from epctx.ep.onnx_export import partition_model, plan_weights_file
 from epctx.errors import InvalidArgument
 from epctx.model.load import load_model
-from epctx.partition.extract import partition_model, plan_weights_file
-from epctx.partition.partitioner import make_partition
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import epctx
+from epctx.ep.contract import ExecutionProvider
 from epctx.model import load_model
 from epctx.partition import GraphPartitioner, Unit
-from epctx.providers.base import ExecutionProvider
 from epctx.providers.cpu.provider import CPUExecutionProvider
 from tests.fusing_ep import FusingEP, make_fusing_ep, registered
 from tests.oracle import run_ort

@@ -13,11 +13,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import epctx
+from epctx.ep.context_node import EPContextNode
+from epctx.ep.contract import Partition
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
-from epctx.epcontext.schema import EPContextNode
 from epctx.epcontext.store import ContextSource, ContextStore
 from epctx.errors import InvalidArgument, InvalidGraph
-from epctx.providers.base import Partition
 from epctx.providers.example import ExampleExecutionProvider
 from epctx.providers.example import provider as provider_mod
 from epctx.providers.example.interpreter import CompiledProgram

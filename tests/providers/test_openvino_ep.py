@@ -436,9 +436,9 @@ def _rewrite_meta(path: Path, change: Any) -> str:
 def test_binary_config_outside_the_allow_list_is_refused(tmp_path: Path, key: str, value: Any) -> None:
     """A crafted binary whose stored OpenVINO config asks for CACHE_DIR (or any key or value epctx never
     writes) is InvalidGraph naming the key; the folder is never created."""
-    from epctx.epcontext.schema import EPContextNode
+    from epctx.ep.context_node import EPContextNode
+    from epctx.ep.contract import Partition
     from epctx.epcontext.store import ContextSource
-    from epctx.providers.base import Partition
 
     work = tmp_path / "work"
     work.mkdir()
@@ -457,3 +457,37 @@ def test_binary_config_outside_the_allow_list_is_refused(tmp_path: Path, key: st
             ep.load_partition(ContextSource(binary, graph), node, part)
     assert not evil.exists()
     assert sorted(p.name for p in work.iterdir()) == sorted(["model.onnx", "model_ctx.onnx", BIN])
+
+
+def test_two_precisions_compiled_into_one_folder_each_run_their_own_binary(tmp_path: Path) -> None:
+    """The f32 / f16 situation: same input, two outputs in one folder. Each output's binary takes its stem, so
+    f32.onnx keeps running the f32 blob (before, the f16 compile overwrote model_<EP>.bin under it)."""
+    from epctx.cli import main as cli_main
+
+    model = SMALL["transformer"]()
+    onnx.save(model, tmp_path / "model.onnx")
+    for precision in ("f32", "f16"):
+        out = tmp_path / f"{precision}.onnx"
+        assert (
+            cli_main(
+                [
+                    "compile",
+                    str(tmp_path / "model.onnx"),
+                    "-p",
+                    f"{EP}:precision={precision}",
+                    "-o",
+                    str(out),
+                    "-q",
+                ]
+            )
+            == 0
+        )
+    assert {p.name for p in tmp_path.glob("*.bin")} == {f"f32_{EP}.bin", f"f16_{EP}.bin"}
+    feeds = example_inputs("transformer", model)
+    expected = run_ort(model, feeds)[0]
+    errors = {
+        p: float(np.abs(_load(tmp_path / f"{p}.onnx").run(None, feeds)[0] - expected).max())
+        for p in ("f32", "f16")
+    }
+    assert errors["f32"] < 1e-4, errors
+    assert errors["f16"] > errors["f32"], errors  # the f16 blob really is another binary

@@ -260,7 +260,7 @@ def test_models_sharing_a_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     in place; the weights the models share are stored once. ``group_seen=False``: the EP cannot see the group
     at compile time, and compiles a later model again at save against the binary's layout."""
     if not group_seen:
-        monkeypatch.setattr(provider_mod, "target_writer", lambda ep: None)
+        monkeypatch.setattr(provider_mod, "target_binary", lambda ep: None)
     models = []
     for seed in range(3):
         model = mlp(batch=2, sizes=(32, 64, 64, 6))

@@ -64,7 +64,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from epctx.epcontext.layout import Slot, align, check_layout, deduplicate, place
+from epctx.ep.alignment import align
+from epctx.epcontext.layout import EntryInfo, Slot, check_layout, deduplicate, place
 from epctx.errors import EPCtxError, Fail, InvalidArgument, InvalidGraph, NoSuchFile
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "ContextBinaryWriter",
     "EntryInfo",
     "is_stale_temp",
+    "release_pages",
     "temp_writer_pid",
 ]
 
@@ -133,16 +135,52 @@ _STREAMS: Mapping[str, Callable[[], Any]] = MappingProxyType(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class EntryInfo:
-    """One entry of a context binary. ``offset`` is absolute in the file; deduplicated entries share it."""
+def _mapped(view: memoryview) -> mmap.mmap | None:
+    """The ``mmap`` a view's memory belongs to (a payload given as a view, or an array view, of a memory-mapped
+    file), else None."""
+    owner: object = view.obj
+    for _ in range(64):  # views of views: follow the chain to the object that owns the memory
+        if isinstance(owner, np.ndarray) and owner.base is not None:
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            owner = owner.obj
+        else:
+            break
+    return owner if isinstance(owner, mmap.mmap) and not owner.closed else None
 
-    name: str
-    kind: str
-    offset: int
-    size: int
-    checksum: str
-    attrs: Mapping[str, str]
+
+def release_pages(view: memoryview) -> None:
+    """Drop the pages of ``view`` from this process's resident memory when it is a view of a memory-mapped
+    file (a payload streamed to a file, an entry of an opened binary): the data stays in the file and is read
+    again if touched, so nothing changes but the memory held. Writing or hashing a payload larger than memory
+    this way holds one chunk at a time, as a stream would. Anything else is left alone."""
+    owner = _mapped(view)
+    if owner is None or view.nbytes < mmap.PAGESIZE:
+        return
+    with memoryview(owner) as whole:
+        if not whole.readonly:  # private or anonymous writable memory: dropping pages would lose data
+            return
+    try:
+        base = np.frombuffer(owner, np.uint8).ctypes.data
+        start = np.frombuffer(view, np.uint8).ctypes.data - base
+        first = start // mmap.PAGESIZE * mmap.PAGESIZE
+        end = min(start + view.nbytes, len(owner))
+        owner.madvise(mmap.MADV_DONTNEED, first, end - first)
+    except (AttributeError, OSError, ValueError):  # no madvise here, or the mapping went away: keep the pages
+        pass
+
+
+def _digest(algorithm: str, data: memoryview) -> str:
+    """``CHECKSUM_ALGORITHMS[algorithm](data)``; a memory-mapped payload is hashed chunk by chunk, each chunk's
+    pages released after it (see ``release_pages``)."""
+    if data.nbytes <= _CHUNK or _mapped(data) is None:
+        return CHECKSUM_ALGORITHMS[algorithm](data)
+    stream = _STREAMS[algorithm]()
+    for start in range(0, data.nbytes, _CHUNK):
+        chunk = data[start : start + _CHUNK]
+        stream.update(chunk)
+        release_pages(chunk)
+    return str(stream.hexdigest())
 
 
 def _str_map(value: object) -> dict[str, str] | None:
@@ -279,12 +317,11 @@ class ContextBinaryWriter:
     ) -> list[tuple[str, str, int, str, dict[str, str]]]:
         """(name, kind, size, checksum, attrs) of the entries ``names`` (all by default), as the written header
         will list them. Payload checksums are computed once and kept for writing."""
-        digest = CHECKSUM_ALGORITHMS[self._checksum]
         chosen = self._entries if names is None else [self._names[n] for n in names]
         rows = []
         for p in chosen:
             if p.checksum is None:
-                p.checksum = digest(p.data)
+                p.checksum = _digest(self._checksum, p.data)
             rows.append((p.name, p.kind, p.data.nbytes, p.checksum, p.attrs))
         return rows
 
@@ -308,9 +345,8 @@ class ContextBinaryWriter:
 
     def _layout(self) -> tuple[bytes, list[tuple[int, memoryview]]]:
         """The preamble + header + padding, and the unique payloads with their offsets, in file order."""
-        digest = CHECKSUM_ALGORITHMS[self._checksum]
         slots, slot_of = deduplicate(
-            [(p.data, p.checksum or digest(p.data), p.offset) for p in self._entries]
+            [(p.data, p.checksum or _digest(self._checksum, p.data), p.offset) for p in self._entries]
         )
         # Offsets are absolute, so they depend on the header length: iterate to the (monotone) fixed point.
         data_start = align(_PREAMBLE.size, self._alignment)
@@ -355,7 +391,9 @@ class ContextBinaryWriter:
             for start in range(position, offset, _CHUNK):  # padding (large before a requested offset)
                 yield bytes(min(_CHUNK, offset - start))
             for start in range(0, data.nbytes, _CHUNK):
-                yield data[start : start + _CHUNK]
+                chunk = data[start : start + _CHUNK]
+                yield chunk
+                release_pages(chunk)  # consumed: a memory-mapped payload holds one chunk at a time
             position = offset + data.nbytes
 
     def to_bytes(self) -> bytes:

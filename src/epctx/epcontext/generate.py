@@ -14,18 +14,18 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from epctx import __version__
 from epctx import options as opt
+from epctx._version import __version__
+from epctx.ep.context_node import DOMAIN, OPSET_VERSION, EPContextNode
+from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext import paths
 from epctx.epcontext.container import ContextBinaryWriter
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
-from epctx.epcontext.schema import DOMAIN, OPSET_VERSION, EPContextNode
 from epctx.epcontext.store import ContextStore
 from epctx.epcontext.transaction import Transaction, rename_references
 from epctx.epcontext.workspace import (
@@ -37,11 +37,7 @@ from epctx.epcontext.workspace import (
 )
 from epctx.errors import Fail, InvalidArgument
 from epctx.model.scopes import outer_scope_values
-from epctx.partition import Unit
-from epctx.providers.base import CompiledPartition, ExecutionProvider
-
-if TYPE_CHECKING:
-    from epctx.session.pipeline import Pipeline
+from epctx.partition import CompiledModel, Unit
 
 __all__ = [
     "ContextModel",
@@ -74,22 +70,22 @@ class ContextModel:
 
 
 def build_context_model(
-    pipeline: Pipeline,
+    result: CompiledModel,
     ctx_path: Path,
     *,
     embed: bool | None = None,
     placement: Placement | None = None,
     group: GenerationGroup | None = None,
 ) -> ContextModel:
-    """The context model of a compiled pipeline, to be saved as ``ctx_path``. ``embed`` and ``placement``
+    """The context model of a compiled model, to be saved as ``ctx_path``. ``embed`` and ``placement``
     default to the session options (``ep.context_embed_mode``, ``ep.context_model_external_initializers_file_name``).
     With ``group`` (weight sharing), binaries and external files are the group's; the model's binary and file
     names are the preferred ones, which the transaction may change (``transaction.rename_references``)."""
-    config = pipeline.config
-    model = pipeline.loaded.model
-    units = pipeline.units
-    compiled = pipeline.compiled
-    source_path = pipeline.loaded.path
+    config = result.config
+    model = result.model
+    units = result.units
+    compiled = result.compiled
+    source_path = result.source_path
     model_name = paths.model_name_for(ctx_path)
     source_filename = source_path.name if source_path is not None else ""
     if embed is None:
@@ -308,27 +304,27 @@ def generation_scope(config: Mapping[str, str], ctx_path: Path | None) -> Iterat
 
 
 def generate_context_model(
-    pipeline: Pipeline,
+    result: CompiledModel,
     ctx_path: Path,
     *,
     overwrite: bool,
     embed: bool | None = None,
     placement: Placement | None = None,
 ) -> bool:
-    """Build and write the context model of a compiled pipeline; with ``ep.share_ep_contexts`` the model
+    """Build and write the context model of a compiled model; with ``ep.share_ep_contexts`` the model
     joins the sharing group, which the session with ``ep.stop_share_ep_contexts`` writes whole. Returns
     whether files were written now."""
-    config = pipeline.config
+    config = result.config
     if not opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
         save_context_model(
-            build_context_model(pipeline, ctx_path, embed=embed, placement=placement),
+            build_context_model(result, ctx_path, embed=embed, placement=placement),
             ctx_path,
             overwrite=overwrite,
         )
         return True
     group = generation_group(ctx_path.parent)
     try:
-        ctx = build_context_model(pipeline, ctx_path, embed=embed, placement=placement, group=group)
+        ctx = build_context_model(result, ctx_path, embed=embed, placement=placement, group=group)
         check_model_size(ctx.model, f"the context model {str(ctx_path)!r}")
         group.keep(ctx_path, ctx.model, overwrite=overwrite)
         if not opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS):

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from epctx.ep.context_node import DOMAIN, OP_TYPE, EPContextNode
 from epctx.epcontext.container import MAGIC, ContextBinary
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.paths import resolve_context_file
@@ -34,7 +35,6 @@ from epctx.epcontext.payload_formats import (
     container_payload,
     detect_payload,
 )
-from epctx.epcontext.schema import DOMAIN, OP_TYPE, EPContextNode
 from epctx.errors import InvalidGraph
 
 __all__ = [

@@ -17,18 +17,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from epctx.ep.alignment import align, same_bytes
 from epctx.errors import InvalidGraph
 
-if TYPE_CHECKING:
-    from epctx.epcontext.container import EntryInfo
+__all__ = ["EntryInfo", "Slot", "check_layout", "deduplicate", "place"]
 
-__all__ = ["Slot", "align", "check_layout", "deduplicate", "place", "same_bytes"]
 
-_CHUNK = 8 << 20  # bytes compared at a time
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """One entry of a context binary. ``offset`` is absolute in the file; deduplicated entries share it."""
+
+    name: str
+    kind: str
+    offset: int
+    size: int
+    checksum: str
+    attrs: Mapping[str, str]
 
 
 @dataclass(slots=True)
@@ -38,17 +45,6 @@ class Slot:
     data: memoryview
     checksum: str
     wanted: int | None  # requested absolute offset
-
-
-def align(value: int, alignment: int) -> int:
-    return (value + alignment - 1) // alignment * alignment
-
-
-def same_bytes(a: memoryview, b: memoryview) -> bool:
-    if a.nbytes != b.nbytes:
-        return False
-    x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
-    return all(np.array_equal(x[i : i + _CHUNK], y[i : i + _CHUNK]) for i in range(0, x.size, _CHUNK))
 
 
 def deduplicate(payloads: Sequence[tuple[memoryview, str, int | None]]) -> tuple[list[Slot], list[int]]:

@@ -8,14 +8,14 @@ from pathlib import Path
 import onnx_ir as ir
 
 from epctx import options as opt
+from epctx.ep.context_node import EPContextNode, is_ep_context
+from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.paths import resolve_context_file
-from epctx.epcontext.schema import EPContextNode, is_ep_context
 from epctx.epcontext.store import ContextSource
 from epctx.epcontext.workspace import workspace
 from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph
-from epctx.providers.base import CompiledPartition, ExecutionProvider, Partition
 
 __all__ = ["ContextLoader"]
 

@@ -17,7 +17,6 @@ never served from the cache). Views keep their mapping alive, so sessions may cl
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import logging
 import os
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
+from epctx.ep.target import compile_target
 from epctx.epcontext.container import ContextBinary, ContextBinaryWriter
 from epctx.epcontext.paths import binary_file_name
 from epctx.errors import InvalidArgument
@@ -35,7 +35,7 @@ from epctx.errors import InvalidArgument
 if TYPE_CHECKING:
     import onnx
 
-    from epctx.providers.base import ExecutionProvider
+    from epctx.ep import ExecutionProvider
 
 __all__ = [
     "ExternalFile",
@@ -43,7 +43,6 @@ __all__ = [
     "SharedContextWorkspace",
     "compiling_into",
     "generation_group",
-    "target_writer",
     "workspace",
 ]
 
@@ -154,28 +153,12 @@ def abort_open_group(failed: BaseException) -> None:
         close_group(group, failed=failed)
 
 
-# The sharing group (and model name) the session compiling in this thread will save into.
-_TARGET: contextvars.ContextVar[tuple[GenerationGroup, str] | None] = contextvars.ContextVar(
-    "epctx_generation_target", default=None
-)
-
-
 @contextlib.contextmanager
 def compiling_into(group: GenerationGroup | None, model_name: str) -> Iterator[None]:
-    """Around a session's compile: EPs may ask for the group writer they will save into (``target_writer``)."""
-    token = _TARGET.set(None if group is None else (group, model_name))
-    try:
+    """Around a session's compile: EPs see the group's writer they will save into (``epctx.ep.target_binary``)."""
+    resolve = None if group is None else (lambda ep: group.writer_for(ep, model_name)[0])
+    with compile_target(resolve):
         yield
-    finally:
-        _TARGET.reset(token)
-
-
-def target_writer(ep: ExecutionProvider) -> ContextBinaryWriter | None:
-    """For an EP's ``compile``: the writer of the sharing group's binary its partitions will be saved into
-    (holding the earlier models' entries, so a payload can refer to offsets that are final in the shared file),
-    or None when the compiling session does not generate into a sharing group."""
-    target = _TARGET.get()
-    return None if target is None else target[0].writer_for(ep, target[1])[0]
 
 
 class SharedContextWorkspace:

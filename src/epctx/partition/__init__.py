@@ -1,5 +1,6 @@
 """The GraphPartitioner: assigns every node to one EP and groups compiling EPs' nodes into partitions."""
 
 from epctx.partition.partitioner import GraphPartitioner, Unit
+from epctx.partition.stages import CompiledModel
 
-__all__ = ["GraphPartitioner", "Unit"]
+__all__ = ["CompiledModel", "GraphPartitioner", "Unit"]

@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
+from epctx.ep.contract import ExecutionProvider, Partition, make_partition
 from epctx.errors import InvalidGraph, NotImplemented
-from epctx.model.scopes import node_subgraphs, outer_scope_values
+from epctx.model.scopes import outer_scope_values
 from epctx.partition.grouping import group_units
-from epctx.providers.base import ExecutionProvider, Partition
 
 __all__ = ["GraphPartitioner", "Unit"]
 
@@ -94,7 +94,7 @@ class GraphPartitioner:
         return [sorted(i for u in g for i in members_of[u]) for g in groups]
 
     def _unassigned_error(self, missing: list[ir.Node], opset_imports: Mapping[str, int]) -> Exception:
-        from epctx.providers.cpu.provider import opset_of
+        from epctx.ep.contract import opset_of
 
         ops = ", ".join(
             f"{n.op_type} (domain {n.domain or 'ai.onnx'!r}, opset {opset_of(n, opset_imports)}, node {n.name!r})"
@@ -205,41 +205,3 @@ def _graph_key(nodes: list[ir.Node]) -> str:
         h.update(",".join(v.name or "" for v in node.outputs).encode())
         h.update(b";")
     return h.hexdigest()[:12]
-
-
-def make_partition(
-    name: str, ep_name: str, graph: ir.Graph, members: list[ir.Node], opset_imports: Mapping[str, int]
-) -> Partition:
-    """Describe a fused group: the values it reads from outside and the values it must expose."""
-    # Nodes of the members' subgraphs count as inside: a value read only there is not an output.
-    inside = set(members)
-    for node in members:
-        for sub in node_subgraphs(node):
-            inside.update(sub.all_nodes())
-    produced = {v for n in members for v in n.outputs}
-    inputs: dict[ir.Value, None] = {}
-    initializers: dict[ir.Value, None] = {}
-    for node in members:
-        for value in (*node.inputs, *outer_scope_values(node)):
-            if value is None or value in produced:
-                continue
-            if value.const_value is not None and not value.is_graph_input():
-                initializers.setdefault(value, None)
-            else:
-                inputs.setdefault(value, None)
-    graph_outputs = set(graph.outputs)
-    outputs = [
-        v
-        for n in members
-        for v in n.outputs
-        if v in graph_outputs or any(consumer not in inside for consumer, _ in v.uses())
-    ]
-    return Partition(
-        name=name,
-        ep_name=ep_name,
-        nodes=tuple(members),
-        inputs=tuple(inputs),
-        outputs=tuple(outputs),
-        initializers=tuple(initializers),
-        opset_imports=dict(opset_imports),
-    )

@@ -5,35 +5,52 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
 
+from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, opset_of
 from epctx.epcontext.load import ContextLoader
-from epctx.errors import Fail, InvalidGraph
+from epctx.errors import Fail, InvalidGraph, ModelRequiresCompilation
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 from epctx.partition import Unit
-from epctx.providers.base import CompiledPartition, ExecutionProvider, NodeContext
-from epctx.providers.cpu.provider import opset_of
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
 
-__all__ = ["StepBuilder", "no_compile"]
+__all__ = ["NO_COMPILE_ENV", "StepBuilder", "no_compile"]
 
 logger = logging.getLogger("epctx")
 
 _COMPILE_FORBIDDEN: contextvars.ContextVar[bool] = contextvars.ContextVar("epctx_no_compile", default=False)
+NO_COMPILE_ENV = "EPCTX_NO_COMPILE"  # "1": every compile in the process raises (``epctx.testing.no_compile``)
 
 
 @contextlib.contextmanager
 def no_compile() -> Iterator[None]:
-    """Guard for tests: any EP compile inside the block raises (loading a context model must not compile)."""
+    """Inside the block any EP compile raises ModelRequiresCompilation (loading a context model must not
+    compile). The public face is ``epctx.testing.no_compile``."""
     token = _COMPILE_FORBIDDEN.set(True)
     try:
         yield
     finally:
         _COMPILE_FORBIDDEN.reset(token)
+
+
+def _check_compile_allowed(ep: ExecutionProvider, count: int) -> None:
+    """The guard at the single compile point. Read only when something is about to compile: a session that
+    loads a context model, and run(), never look at the environment."""
+    if _COMPILE_FORBIDDEN.get():
+        why = "inside epctx.testing.no_compile()"
+    elif os.environ.get(NO_COMPILE_ENV, "") not in ("", "0"):
+        why = f"with {NO_COMPILE_ENV}={os.environ[NO_COMPILE_ENV]}"
+    else:
+        return
+    raise ModelRequiresCompilation(
+        f"{ep.name} was asked to compile {count} partition(s) {why}: a context model made for this EP "
+        "must load without compiling"
+    )
 
 
 def _one(ep: ExecutionProvider, results: Sequence[CompiledPartition]) -> Sequence[CompiledPartition]:
@@ -71,8 +88,7 @@ class StepBuilder:
         done = 0
         for ks in by_ep.values():
             ep = units[ks[0]].ep
-            if _COMPILE_FORBIDDEN.get():
-                raise AssertionError(f"{ep.name}.compile was called inside no_compile()")
+            _check_compile_allowed(ep, len(ks))
             # One partition per call, so long compiles report progress partition by partition.
             for k in ks:
                 part = units[k].partition

@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
+from epctx.ep import ExecutionProvider, Kernel, NodeContext, opset_of
 from epctx.errors import NotImplemented
-from epctx.providers.base import ExecutionProvider, Kernel, NodeContext
+from epctx.providers.cpu import blas
 
 __all__ = ["CPUExecutionProvider"]
 
@@ -25,6 +26,7 @@ class CPUExecutionProvider(ExecutionProvider):
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
         _load_kernels()
+        blas.settle()  # Conv, RNN, Einsum... call BLAS too: not while a backend the user imported still forks
 
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
         return [n for n in graph if self.supports(n, opset_imports)]
@@ -54,15 +56,3 @@ class CPUExecutionProvider(ExecutionProvider):
                 f"CPU kernel for node {info.name!r} ({info.op_type}, domain {info.domain or 'ai.onnx'!r}, "
                 f"opset {info.opset}) could not be created: {exc}"
             ) from exc
-
-
-def opset_of(node: ir.Node, opset_imports: Mapping[str, int]) -> int:
-    """The opset version that applies to ``node`` (its domain's import in the model)."""
-    domain = node.domain or ""
-    if node.version is not None:
-        return node.version
-    if domain in opset_imports:
-        return opset_imports[domain]
-    if domain == "ai.onnx" and "" in opset_imports:
-        return opset_imports[""]
-    return 1

@@ -11,7 +11,7 @@ import onnx
 import onnx_ir as ir
 from onnx.reference import ReferenceEvaluator, op_run
 
-from epctx.providers.base import Kernel
+from epctx.ep import Kernel
 from epctx.providers.cpu.registry import NodeInfo
 
 __all__ = ["has_reference", "reference_kernel"]

@@ -8,8 +8,8 @@ from typing import Any
 
 import onnx_ir as ir
 
+from epctx.ep import Kernel, NodeContext
 from epctx.model.tensors import to_numpy
-from epctx.providers.base import Kernel, NodeContext
 
 __all__ = ["NodeInfo", "find_factory", "kernel"]
 

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from epctx.epcontext.documents import dump_document, load_document
+from epctx.ep import dump_document, load_document
 from epctx.errors import InvalidGraph
 
 __all__ = ["FORMAT", "PROGRAM_VERSION", "WEIGHT_DTYPES", "Instruction", "Program", "WeightSpec"]

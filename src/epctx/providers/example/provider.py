@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_ir as ir
 
-from epctx import __version__
+from epctx._version import __version__
+from epctx.ep import CompiledPartition, ExecutionProvider, Partition
 from epctx.errors import InvalidArgument, InvalidGraph
-from epctx.providers.base import CompiledPartition, ExecutionProvider, Partition
 from epctx.providers.example.interpreter import CompiledProgram, build_op
 from epctx.providers.example.program import (
     PROGRAM_VERSION,
@@ -30,8 +30,7 @@ from epctx.providers.example.program import (
 )
 
 if TYPE_CHECKING:
-    from epctx.epcontext.schema import EPContextNode
-    from epctx.epcontext.store import ContextSource, ContextStore
+    from epctx.ep import ContextReader, ContextWriter, EPContextNode
 
 __all__ = ["SUPPORTED_OPS", "ExampleExecutionProvider"]
 
@@ -131,7 +130,7 @@ class ExampleExecutionProvider(ExecutionProvider):
             return f"hardware {hardware!r}, this {self.name} makes portable binaries ('')"
         return None
 
-    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextStore) -> None:
+    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
         if not isinstance(compiled, CompiledProgram):
             raise InvalidArgument(
                 f"{self.name}.save_partition: {partition.name!r} was not compiled by this EP "
@@ -144,7 +143,7 @@ class ExampleExecutionProvider(ExecutionProvider):
             store.add(f"weights/{j}", data, kind="weights", attrs=attrs)
 
     def load_partition(
-        self, source: ContextSource, node: EPContextNode, partition: Partition
+        self, source: ContextReader, node: EPContextNode, partition: Partition
     ) -> CompiledPartition:
         where = f"{self.name} graph {source.graph_name!r}"
         program = Program.from_json(source.read("program"), where=where)

@@ -16,10 +16,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from epctx.epcontext.schema import is_ep_context
-from epctx.model.scopes import outer_scope_values
-from epctx.partition.partitioner import make_partition
-from epctx.providers.openvino.onnx_bridge import in_memory_model
+from epctx.ep import is_ep_context, make_partition, outer_scope_values
+from epctx.providers.openvino.onnx_bridge import bind_weights, in_memory_model
 
 __all__ = ["candidate_nodes", "supported_nodes"]
 
@@ -93,8 +91,8 @@ def supported_nodes(
     remaining = list(candidates)
     while remaining:
         part = make_partition("capability", "OpenVINOExecutionProvider", graph, remaining, opset_imports)
-        data, keep = in_memory_model(part)
-        ov_model = frontend.convert_partially(frontend.load(io.BytesIO(data)))
+        data, keep, shared = in_memory_model(part)
+        ov_model = bind_weights(frontend.convert_partially(frontend.load(io.BytesIO(data))), shared)
         ops = _ops_by_node(ov_model, {v.name: n for n in remaining for v in n.outputs if v.name})
         placeholders = {op.get_friendly_name() for op in ov_model.get_ordered_ops() if _is_placeholder(op)}
         untranslated = {node for node, names in ops.items() if placeholders.intersection(names)}
@@ -102,6 +100,6 @@ def supported_nodes(
             remaining = [n for n in remaining if n not in untranslated]
             continue
         supported = set(core.query_model(ov_model, device, dict(config)))
-        del ov_model, keep  # the model may point into the arrays: release it first
+        del ov_model, keep, shared  # the model may point into the arrays: release it first
         return [node for node in remaining if ops.get(node) and all(op in supported for op in ops[node])]
     return []

@@ -22,15 +22,17 @@ offsets the blob references.
 from __future__ import annotations
 
 import ctypes
+import io
+import mmap
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from epctx.epcontext.documents import dump_document, load_document
-from epctx.epcontext.store import ContextStore
+from epctx.ep import ContextWriter, WeightsFile, dump_document, load_document
 from epctx.errors import InvalidGraph
-from epctx.partition.extract import WeightsFile
 
 __all__ = [
     "FORMAT",
@@ -38,6 +40,7 @@ __all__ = [
     "CONFIG_ALLOWED",
     "BlobMeta",
     "read_meta",
+    "exported_blob",
     "shared_tensor",
     "write_entries",
 ]
@@ -160,7 +163,7 @@ def read_meta(data: memoryview, where: str) -> BlobMeta:
 
 
 def write_entries(
-    store: ContextStore,
+    store: ContextWriter,
     *,
     blob: bytes | memoryview,
     device: str,
@@ -186,6 +189,43 @@ def write_entries(
     )
     store.add("meta", meta.to_json(), kind="metadata")
     store.add("blob", blob, kind="graph")
+
+
+class _FileSink(io.BytesIO):
+    """What ``CompiledModel.export_model(stream)`` writes into (it takes only ``io.BytesIO``, and calls its
+    ``write`` piece by piece): the pieces go straight to a file, so the blob is never whole in memory."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        super().__init__()
+        self._fh = fh
+
+    def write(self, data: Any) -> int:
+        return self._fh.write(data)
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def seek(self, offset: int, whence: int = 0) -> int:  # the serializer patches sizes it wrote earlier
+        return self._fh.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._fh.tell()
+
+
+def exported_blob(compiled_model: Any) -> memoryview:
+    """``compiled_model.export_model()`` as a read-only view of a memory-mapped anonymous temporary file.
+
+    ``export_model()`` returns the blob in memory (as large as the weights in ``weightless=0`` mode, on top of
+    the source weights and the compiled model); written through :class:`_FileSink` it streams to the file as
+    OpenVINO's own cache does, and the context binary writer reads the mapping in chunks, dropping each from
+    memory once written (``container.release_pages``). The mapping lives as long as the view."""
+    with tempfile.TemporaryFile(prefix="epctx-ov-blob-") as fh:
+        compiled_model.export_model(_FileSink(fh))
+        fh.flush()
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            raise InvalidGraph("OpenVINO exported an empty blob")
+        return memoryview(mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ))
 
 
 def shared_tensor(view: memoryview) -> tuple[Any, np.ndarray]:

@@ -19,22 +19,26 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from epctx.epcontext.schema import EPContextNode, is_ep_context
-from epctx.epcontext.workspace import target_writer
+from epctx.ep import (
+    CompiledPartition,
+    EPContextNode,
+    ExecutionProvider,
+    Partition,
+    is_ep_context,
+    target_binary,
+)
 from epctx.errors import EPFail, InvalidArgument, InvalidGraph
-from epctx.providers.base import CompiledPartition, ExecutionProvider, Partition
 from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
 from epctx.providers.openvino.compiled import CompiledOpenVINO
-from epctx.providers.openvino.context import read_meta, shared_tensor, write_entries
-from epctx.providers.openvino.onnx_bridge import in_memory_model, weightless_model_folder
+from epctx.providers.openvino.context import exported_blob, read_meta, shared_tensor, write_entries
+from epctx.providers.openvino.onnx_bridge import read_partition, weightless_model_folder
 from epctx.providers.openvino.options import OpenVINOOptions, parse_options
 from epctx.providers.openvino.weights import WeightsLayout, header_budget, layout_for, weights_file
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.epcontext.store import ContextSource, ContextStore
-    from epctx.partition.extract import WeightsFile
+    from epctx.ep import ContextReader, ContextWriter, WeightsFile
 
 __all__ = ["OpenVINOExecutionProvider", "shared_core"]
 
@@ -127,8 +131,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             compiled = self._compile_weightless(partition, plan, where)
             return CompiledOpenVINO(compiled, inputs, outputs, where=where, weights=plan)
         try:
-            data, keep = in_memory_model(partition)
-            model = self.core.read_model(data)
+            model, keep = read_partition(self.core, partition)
             compiled = self.core.compile_model(model, self.config.device, config)
         except RuntimeError as exc:
             raise EPFail(f"{where}: OpenVINO failed to compile it: {exc}") from exc
@@ -153,7 +156,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         model), the group's layout: offsets past the earlier models' weights, identical tensors at theirs.
         Otherwise this EP's own, from the header budget; ``save_partition`` checks the offsets against the
         binary it is given either way."""
-        writer = target_writer(self)
+        writer = target_binary(self)
         if writer is not None and writer.entry_count():
             return layout_for(writer, self._base(partition))
         if self._layout is None:
@@ -179,7 +182,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             return f"compiled for {hardware!r}, this device is {self.hardware()!r}"
         return None
 
-    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextStore) -> None:
+    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
         if not isinstance(compiled, CompiledOpenVINO):
             raise InvalidArgument(
                 f"{self.name}.save_partition: {partition.name!r} was not compiled by this EP "
@@ -187,9 +190,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             )
         if compiled.weights is not None:
             self._place_weights(partition, compiled, store)
-        exported = compiled.compiled_model.export_model()
-        # OpenVINO 2026 returns a BytesIO: its buffer, not a copy (getvalue() doubled the blob in memory).
-        blob = exported.getbuffer() if hasattr(exported, "getbuffer") else memoryview(exported)
+        blob = exported_blob(compiled.compiled_model)
         write_entries(
             store,
             blob=blob,
@@ -200,7 +201,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             weights=compiled.weights,
         )
 
-    def _place_weights(self, partition: Partition, compiled: CompiledOpenVINO, store: ContextStore) -> None:
+    def _place_weights(self, partition: Partition, compiled: CompiledOpenVINO, store: ContextWriter) -> None:
         """Make the blob reference the offsets its weights will have in ``store``'s binary. The layout of that
         binary (shared by a sharing group's models) gives them; when the partition was compiled against
         another layout (a sharing group this EP could not see at compile time, partitions saved out of
@@ -217,7 +218,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         compiled.rebind(self._compile_weightless(partition, plan, compiled.where), weights=plan)
 
     def load_partition(
-        self, source: ContextSource, node: EPContextNode, partition: Partition
+        self, source: ContextReader, node: EPContextNode, partition: Partition
     ) -> CompiledPartition:
         where = f"{self.name} graph {source.graph_name!r}"
         meta = read_meta(source.read("meta"), where)

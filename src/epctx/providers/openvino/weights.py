@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import tempfile
 import threading
@@ -33,14 +34,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
-from epctx.epcontext.layout import align, same_bytes
+from epctx.ep import ExternalRef, Partition, WeightsFile, align, initializer_array, same_bytes
 from epctx.errors import InvalidGraph
-from epctx.partition.extract import ExternalRef, WeightsFile, initializer_array
-from epctx.providers.base import Partition
 
 if TYPE_CHECKING:
-    from epctx.epcontext.container import ContextBinaryWriter
-    from epctx.epcontext.store import ContextSource
+    from epctx.ep import BinaryLayout, ContextReader
     from epctx.providers.openvino.context import BlobMeta
 
 __all__ = ["WEIGHTS_FILE", "WeightsLayout", "header_budget", "layout_for", "weights_file"]
@@ -49,6 +47,7 @@ WEIGHTS_FILE = "weights.bin"
 ALIGNMENT = 64  # the context binary writer's default alignment
 _ENTRY_BUDGET = 512  # header bytes allowed per binary entry: its JSON fields and a name of ~400 bytes
 _PAGE = 4096
+_WRITE_CHUNK = 8 << 20
 
 logger = logging.getLogger("epctx")
 
@@ -63,6 +62,29 @@ def header_budget(entries: int) -> int:
     weights are copied at load (correct, slower; logged). The room costs zeros in the binary, partly filled by
     the small entries (blobs, meta)."""
     return align(2 * _PAGE + _ENTRY_BUDGET * _GROUP_ROOM * max(entries, 0), _PAGE)
+
+
+def release_pages(data: memoryview) -> None:
+    """Drop ``data``'s pages from this process's resident memory when it views a memory-mapped file (a source
+    model's external data, mapped by onnx-ir): nothing changes but the memory held (the pages are read again
+    if touched), so hashing or writing weights larger than memory holds one chunk at a time. (The context
+    binary writer does the same for its payloads.)"""
+    owner: object = data.obj
+    for _ in range(64):  # views of views: follow the chain to the object that owns the memory
+        if isinstance(owner, np.ndarray) and owner.base is not None:
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            owner = owner.obj
+        else:
+            break
+    if not isinstance(owner, mmap.mmap) or owner.closed or data.nbytes < mmap.PAGESIZE:
+        return
+    try:
+        start = np.frombuffer(data, np.uint8).ctypes.data - np.frombuffer(owner, np.uint8).ctypes.data
+        first = start // mmap.PAGESIZE * mmap.PAGESIZE
+        owner.madvise(mmap.MADV_DONTNEED, first, min(start + data.nbytes, len(owner)) - first)
+    except (AttributeError, OSError, ValueError):  # no madvise here, or the mapping went away: keep the pages
+        pass
 
 
 def _bytes(array: np.ndarray) -> memoryview:
@@ -88,7 +110,7 @@ class WeightsLayout:
     def _key(self, data: memoryview) -> tuple[int, int]:
         return (data.nbytes, xxhash.xxh3_64_intdigest(data))
 
-    def sync(self, writer: ContextBinaryWriter) -> WeightsLayout:
+    def sync(self, writer: BinaryLayout) -> WeightsLayout:
         """Take in the offsets the writer's entries asked for since the last sync (another model's weights)."""
         count = writer.entry_count()
         for offset, data in writer.requests(self._synced):
@@ -103,6 +125,7 @@ class WeightsLayout:
     def offset_of(self, array: np.ndarray) -> int:
         data = _bytes(array)
         key = self._key(data)
+        release_pages(data)  # a memory-mapped source tensor is read again only when written
         for other, offset in self._known.get(key, ()):
             if same_bytes(other, data):
                 return offset
@@ -142,11 +165,11 @@ class WeightsLayout:
         return WeightsFile(WEIGHTS_FILE, refs, ordered, size)
 
 
-_LAYOUTS: weakref.WeakKeyDictionary[ContextBinaryWriter, WeightsLayout] = weakref.WeakKeyDictionary()
+_LAYOUTS: weakref.WeakKeyDictionary[BinaryLayout, WeightsLayout] = weakref.WeakKeyDictionary()
 _LAYOUTS_LOCK = threading.Lock()
 
 
-def layout_for(writer: ContextBinaryWriter, base: int) -> WeightsLayout:
+def layout_for(writer: BinaryLayout, base: int) -> WeightsLayout:
     """The layout of the binary ``writer`` writes (created with ``base`` by its first model), up to date with
     the entries added to it."""
     with _LAYOUTS_LOCK:
@@ -162,14 +185,18 @@ def write_sparse(plan: WeightsFile, folder: str) -> str:
     with open(path, "wb") as fh:
         for _, offset, array in plan.arrays:
             fh.seek(offset)
-            fh.write(_bytes(array))
+            data = _bytes(array)
+            for start in range(0, data.nbytes, _WRITE_CHUNK):
+                chunk = data[start : start + _WRITE_CHUNK]
+                fh.write(chunk)
+                release_pages(chunk)  # a memory-mapped source holds one chunk at a time
         fh.truncate(plan.size)
     return path
 
 
 # -- load -------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def weights_file(source: ContextSource, meta: BlobMeta) -> Iterator[str]:
+def weights_file(source: ContextReader, meta: BlobMeta) -> Iterator[str]:
     """A path to a file holding the weights of a weightless blob at the offsets it references, for
     ``WEIGHTS_PATH``; valid until exit (OpenVINO keeps its own mapping)."""
     fd = _binary_file(source, meta)
@@ -188,7 +215,7 @@ def weights_file(source: ContextSource, meta: BlobMeta) -> Iterator[str]:
         yield path
 
 
-def _binary_file(source: ContextSource, meta: BlobMeta) -> int | None:
+def _binary_file(source: ContextReader, meta: BlobMeta) -> int | None:
     """A descriptor of the binary's file when OpenVINO can map the weights from it in place, else None.
     Every weights entry is verified first: OpenVINO reads nothing of the file but these entries."""
     if source.binary.path is None:
@@ -203,7 +230,7 @@ def _binary_file(source: ContextSource, meta: BlobMeta) -> int | None:
 
 
 @contextlib.contextmanager
-def _copied_weights(source: ContextSource, meta: BlobMeta) -> Iterator[str]:
+def _copied_weights(source: ContextReader, meta: BlobMeta) -> Iterator[str]:
     memfd = getattr(os, "memfd_create", None)
     if memfd is not None and os.path.isdir("/proc/self/fd"):
         fd = memfd("epctx-openvino-weights", getattr(os, "MFD_CLOEXEC", 0))
@@ -226,13 +253,13 @@ def _copied_weights(source: ContextSource, meta: BlobMeta) -> Iterator[str]:
             os.unlink(path)
 
 
-def _fill(fd: int, source: ContextSource, meta: BlobMeta) -> None:
+def _fill(fd: int, source: ContextReader, meta: BlobMeta) -> None:
     os.ftruncate(fd, meta.weights_size)  # sparse: the holes before and between the weights cost nothing
     for key, offset, size in meta.weights:
         _write_at(fd, source.read(key), offset, size, source)
 
 
-def _write_at(fd: int, data: memoryview, offset: int, size: int, source: ContextSource) -> None:
+def _write_at(fd: int, data: memoryview, offset: int, size: int, source: ContextReader) -> None:
     if data.nbytes != size:
         raise InvalidGraph(
             f"{source.binary.where}: graph {source.graph_name!r}: a weights entry has {data.nbytes} bytes, "

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from epctx.ep import Kernel, SubgraphRunner
 from epctx.errors import Fail
-from epctx.providers.base import Kernel, SubgraphRunner
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []

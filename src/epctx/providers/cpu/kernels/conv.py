@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
-from epctx.providers.base import Kernel
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from epctx.providers.base import Kernel
+from epctx.ep import Kernel
 from epctx.providers.cpu.kernels.conv import (
     Geometry,
     ints,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from epctx.providers.base import Kernel
+from epctx.ep import Kernel
 from epctx.providers.cpu.kernels.elementwise import widened
 from epctx.providers.cpu.registry import NodeInfo, kernel
 

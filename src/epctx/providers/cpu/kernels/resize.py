@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
-from epctx.providers.base import Kernel
 from epctx.providers.cpu.reference import reference_kernel
 from epctx.providers.cpu.registry import NodeInfo, kernel
 

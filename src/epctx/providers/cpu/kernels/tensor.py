@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from epctx.providers.base import Kernel
+from epctx.ep import Kernel
 from epctx.providers.cpu.reference import reference_kernel
 from epctx.providers.cpu.registry import NodeInfo, kernel
 

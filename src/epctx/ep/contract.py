@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx_ir as ir
 
-    from epctx.epcontext.schema import EPContextNode
-    from epctx.epcontext.store import ContextSource, ContextStore
+    from epctx.ep.context_io import ContextReader, ContextWriter
+    from epctx.ep.context_node import EPContextNode
 
 __all__ = [
     "CompiledPartition",
@@ -28,6 +28,8 @@ __all__ = [
     "NodeContext",
     "Partition",
     "SubgraphRunner",
+    "make_partition",
+    "opset_of",
 ]
 
 # A kernel is called with the node's inputs (None for an omitted optional input) followed by the values of
@@ -125,12 +127,12 @@ class ExecutionProvider(abc.ABC):
             return f"hardware: binary {hardware!r}, this {self.name} {self.hardware()!r}"
         return None
 
-    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextStore) -> None:
+    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
         """Store what ``load_partition`` needs for ``partition`` (entries under ``store.graph_name``)."""
         raise errors.NotImplemented(f"{self.name} cannot write EP context binaries")
 
     def load_partition(
-        self, source: ContextSource, node: EPContextNode, partition: Partition
+        self, source: ContextReader, node: EPContextNode, partition: Partition
     ) -> CompiledPartition:
         """Rebuild a compiled partition from the context binary; must not compile.
         ``partition`` describes the EPContext node's inputs and outputs in the model."""
@@ -140,3 +142,55 @@ class ExecutionProvider(abc.ABC):
     def accepts_source(cls, source: str) -> bool:
         keys = cls.sources or (cls.name,)
         return source.lower() in {k.lower() for k in keys}
+
+
+def opset_of(node: ir.Node, opset_imports: Mapping[str, int]) -> int:
+    """The opset version that applies to ``node`` (its domain's import in the model)."""
+    domain = node.domain or ""
+    if node.version is not None:
+        return node.version
+    if domain in opset_imports:
+        return opset_imports[domain]
+    if domain == "ai.onnx" and "" in opset_imports:
+        return opset_imports[""]
+    return 1
+
+
+def make_partition(
+    name: str, ep_name: str, graph: ir.Graph, members: list[ir.Node], opset_imports: Mapping[str, int]
+) -> Partition:
+    """Describe a fused group: the values it reads from outside and the values it must expose."""
+    from epctx.model.scopes import node_subgraphs, outer_scope_values
+
+    # Nodes of the members' subgraphs count as inside: a value read only there is not an output.
+    inside = set(members)
+    for node in members:
+        for sub in node_subgraphs(node):
+            inside.update(sub.all_nodes())
+    produced = {v for n in members for v in n.outputs}
+    inputs: dict[ir.Value, None] = {}
+    initializers: dict[ir.Value, None] = {}
+    for node in members:
+        for value in (*node.inputs, *outer_scope_values(node)):
+            if value is None or value in produced:
+                continue
+            if value.const_value is not None and not value.is_graph_input():
+                initializers.setdefault(value, None)
+            else:
+                inputs.setdefault(value, None)
+    graph_outputs = set(graph.outputs)
+    outputs = [
+        v
+        for n in members
+        for v in n.outputs
+        if v in graph_outputs or any(consumer not in inside for consumer, _ in v.uses())
+    ]
+    return Partition(
+        name=name,
+        ep_name=ep_name,
+        nodes=tuple(members),
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        initializers=tuple(initializers),
+        opset_imports=dict(opset_imports),
+    )

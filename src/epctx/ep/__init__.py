@@ -1,0 +1,110 @@
+"""``epctx.ep``: everything an EP author imports, and nothing else is needed.
+
+An execution provider implements :class:`ExecutionProvider` (capability, then compile or per-node kernels, and
+for the EP context cache ``save_partition`` / ``load_partition``) against the values the framework hands it:
+a :class:`Partition` of the graph, a :class:`ContextWriter` to save into, a :class:`ContextReader` to load
+from, and the :class:`EPContextNode` being loaded. Everything else (partitioning, files, names, checksums,
+identities, sharing, devices) is the framework's.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from epctx.ep.alignment import align, same_bytes
+from epctx.ep.context_io import (
+    BinaryFile,
+    BinaryLayout,
+    ContextReader,
+    ContextWriter,
+    EntryLocation,
+)
+from epctx.ep.context_node import DOMAIN, OP_TYPE, OPSET_VERSION, EPContextNode, is_ep_context
+from epctx.ep.contract import (
+    CompiledPartition,
+    ExecutionProvider,
+    Kernel,
+    NodeContext,
+    Partition,
+    SubgraphRunner,
+    make_partition,
+    opset_of,
+)
+from epctx.ep.devices import (
+    VIRTUAL_METADATA_KEY,
+    EpDevice,
+    EpFactory,
+    ExecutionProviderDevicePolicy,
+    HardwareDevice,
+    HardwareDeviceType,
+)
+from epctx.ep.documents import dump_document, load_document
+from epctx.ep.target import target_binary
+from epctx.model.scopes import node_subgraphs, outer_scope_values
+
+if TYPE_CHECKING:
+    from epctx.ep.onnx_export import (
+        ExternalRef,
+        WeightsFile,
+        initializer_array,
+        partition_model,
+        plan_weights_file,
+    )
+
+# The ONNX export helper imports onnx: loaded on first use, so an EP that only loads context binaries does not.
+_LAZY = {
+    name: "epctx.ep.onnx_export"
+    for name in ("ExternalRef", "WeightsFile", "initializer_array", "partition_model", "plan_weights_file")
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'epctx.ep' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    # the contract
+    "ExecutionProvider",
+    "Partition",
+    "CompiledPartition",
+    "Kernel",
+    "NodeContext",
+    "SubgraphRunner",
+    "make_partition",
+    "opset_of",
+    "outer_scope_values",
+    "node_subgraphs",
+    # devices and plugin libraries
+    "EpFactory",
+    "EpDevice",
+    "HardwareDevice",
+    "HardwareDeviceType",
+    "ExecutionProviderDevicePolicy",
+    "VIRTUAL_METADATA_KEY",
+    # exporting a partition as an ONNX model (for EPs that import ONNX)
+    "partition_model",
+    "initializer_array",
+    "WeightsFile",
+    "ExternalRef",
+    "plan_weights_file",
+    # the EP context cache
+    "ContextWriter",
+    "ContextReader",
+    "BinaryLayout",
+    "BinaryFile",
+    "EntryLocation",
+    "EPContextNode",
+    "is_ep_context",
+    "DOMAIN",
+    "OP_TYPE",
+    "OPSET_VERSION",
+    "target_binary",
+    "dump_document",
+    "load_document",
+    "align",
+    "same_bytes",
+]
