@@ -19,6 +19,12 @@ from epctx.errors import (
 from epctx.options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
 
 if TYPE_CHECKING:
+    import os
+
+    from epctx.ep.devices import EpDevice as OrtEpDevice
+    from epctx.ep.devices import ExecutionProviderDevicePolicy as OrtExecutionProviderDevicePolicy
+    from epctx.ep.devices import HardwareDevice as OrtHardwareDevice
+    from epctx.ep.devices import HardwareDeviceType as OrtHardwareDeviceType
     from epctx.session import InferenceSession
     from epctx.session.node_arg import ModelMetadata, NodeArg
 
@@ -42,9 +48,17 @@ __all__ = [
     "SessionOptions",
     "errors",
     "get_available_providers",
+    # plugin EP libraries and devices (onnxruntime's names)
+    "OrtEpDevice",
+    "OrtExecutionProviderDevicePolicy",
+    "OrtHardwareDevice",
+    "OrtHardwareDeviceType",
+    "get_ep_devices",
+    "register_execution_provider_library",
+    "unregister_execution_provider_library",
 ]
 
-__version__ = "0.1.0"
+from epctx._version import __version__ as __version__
 
 # The session layer pulls in onnx and onnx-ir (and onnx-ir pulls sympy): imported on first use, so that
 # `import epctx` stays light.
@@ -52,6 +66,10 @@ _LAZY = {
     "InferenceSession": "epctx.session",
     "ModelMetadata": "epctx.session.node_arg",
     "NodeArg": "epctx.session.node_arg",
+    "OrtEpDevice": "epctx.ep.devices:EpDevice",
+    "OrtExecutionProviderDevicePolicy": "epctx.ep.devices:ExecutionProviderDevicePolicy",
+    "OrtHardwareDevice": "epctx.ep.devices:HardwareDevice",
+    "OrtHardwareDeviceType": "epctx.ep.devices:HardwareDeviceType",
 }
 
 
@@ -59,7 +77,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'epctx' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attr = module.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value
     return value
 
@@ -69,3 +88,25 @@ def get_available_providers() -> list[str]:
     from epctx.providers.registry import available_providers
 
     return available_providers()
+
+
+def get_ep_devices() -> list[OrtEpDevice]:
+    """Every (EP, device) pair usable here: built-in EPs, entry-point and registered plugin EP libraries."""
+    from epctx.providers.registry import get_ep_devices as discover
+
+    return discover()
+
+
+def register_execution_provider_library(registration_name: str, path: str | os.PathLike[str]) -> None:
+    """Load a plugin EP library (a Python file or an importable module exposing ``create_ep_factories``); a
+    name ending in ``.virtual`` allows it virtual devices (cross-compilation)."""
+    from epctx.providers.registry import register_execution_provider_library as register
+
+    register(registration_name, path)
+
+
+def unregister_execution_provider_library(registration_name: str) -> None:
+    """Unload a registered plugin EP library (fails while a session or ModelCompiler holds one of its EPs)."""
+    from epctx.providers.registry import unregister_execution_provider_library as unregister
+
+    unregister(registration_name)

@@ -98,7 +98,7 @@ class ModelCompiler:
             )
             self._check_output(path, overwrite)
             generate_context_model(
-                pipeline,
+                pipeline.result(),
                 path,
                 overwrite=overwrite,
                 embed=self._embed,
@@ -147,9 +147,10 @@ class ModelCompiler:
 
         options = self._options
         config = options.config
-        if not options.providers:
+        chooses = options.selection_policy is not None or options.selection_policy_delegate is not None
+        if not options.provider_entries and not chooses:
             logger.info("ModelCompiler: no provider added to the session options; only the CPU EP takes part")
-        eps = resolve_providers([(name, o) for name, o in options.providers], None, config)
+        eps = resolve_providers(None, None, options, source=self._source)
         level = options.graph_optimization_level
         options.graph_optimization_level = self._level
         try:
@@ -209,7 +210,9 @@ class ModelCompiler:
     def _build(self, pipeline: Pipeline, path: Path, *, embed: bool) -> ContextModel:
         from epctx.epcontext.generate import build_context_model
 
-        return build_context_model(pipeline, path, embed=embed, placement=self._placement(pipeline, path))
+        return build_context_model(
+            pipeline.result(), path, embed=embed, placement=self._placement(pipeline, path)
+        )
 
     def _placement(
         self, pipeline: Pipeline, out_path: Path

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from epctx.errors import InvalidArgument
 
@@ -66,8 +67,11 @@ class SessionOptions:
         self.inter_op_num_threads = 0
         self.enable_profiling = False
         self.optimized_model_filepath = ""
-        # Providers added through add_provider / add_provider_for_devices (used by the compile API).
-        self._providers: list[tuple[str, dict[str, str]]] = []
+        # Providers added through add_provider (a name) / add_provider_for_devices (a tuple of EpDevice), in
+        # precedence order; used by InferenceSession and ModelCompiler when no providers are given to them.
+        self._providers: list[tuple[str | tuple[Any, ...], dict[str, str]]] = []
+        self._selection_policy: int | None = None
+        self._selection_delegate: Callable[..., Any] | None = None
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not key:
@@ -94,11 +98,77 @@ class SessionOptions:
         return dict(self._config)
 
     def add_provider(self, provider_name: str, provider_options: Mapping[str, str] | None = None) -> None:
-        self._providers.append((provider_name, {k: str(v) for k, v in (provider_options or {}).items()}))
+        """Use EP ``provider_name`` with ``provider_options`` (after the EPs added before it)."""
+        if not isinstance(provider_name, str) or not provider_name:
+            raise InvalidArgument(f"provider_name must be a non-empty string, got {provider_name!r}")
+        self._providers.append((provider_name, _string_options(provider_options, provider_name)))
+
+    def add_provider_for_devices(
+        self, ep_devices: Sequence[Any], provider_options: Mapping[str, str] | None = None
+    ) -> None:
+        """Use the EP of ``ep_devices`` (``epctx.get_ep_devices()`` entries, all of one EP) on those devices,
+        with ``provider_options`` over the devices' own ``ep_options``."""
+        devices = tuple(ep_devices or ())
+        if not devices or any(not hasattr(d, "ep_name") or not hasattr(d, "device") for d in devices):
+            raise InvalidArgument(
+                f"add_provider_for_devices needs a non-empty list of EpDevice (from get_ep_devices()), got "
+                f"{ep_devices!r}"
+            )
+        names = sorted({d.ep_name for d in devices})
+        if len(names) != 1:
+            raise InvalidArgument(f"add_provider_for_devices: the devices must belong to one EP, got {names}")
+        self._providers.append((devices, _string_options(provider_options, names[0])))
+
+    def set_provider_selection_policy(self, policy: int) -> None:
+        """How a session picks EPs and devices when none are given (``OrtExecutionProviderDevicePolicy``);
+        see ``epctx.providers.selection`` for what each policy picks."""
+        if isinstance(policy, bool) or not isinstance(policy, int) or not 0 <= int(policy) <= 6:
+            raise InvalidArgument(
+                f"policy must be an OrtExecutionProviderDevicePolicy (0..6), got {policy!r}"
+            )
+        self._selection_policy = int(policy)
+        self._selection_delegate = None
+
+    def set_provider_selection_policy_delegate(self, delegate: Callable[..., Any]) -> None:
+        """Pick devices with ``delegate(ep_devices, model_metadata, runtime_metadata, max_selections) ->
+        ep_devices`` when a session is given no providers (replaces a policy set before)."""
+        if not callable(delegate):
+            raise InvalidArgument(f"the selection policy delegate must be callable, got {delegate!r}")
+        self._selection_delegate = delegate
+        self._selection_policy = None
+
+    @property
+    def provider_entries(self) -> list[tuple[str | tuple[Any, ...], dict[str, str]]]:
+        """What add_provider / add_provider_for_devices added, in order: (name or devices, options)."""
+        return [(target, dict(options)) for target, options in self._providers]
 
     @property
     def providers(self) -> list[tuple[str, dict[str, str]]]:
-        return list(self._providers)
+        """(EP name, options) of every added provider (for devices: their EP, their ep_options under yours)."""
+        result = []
+        for target, options in self._providers:
+            if isinstance(target, str):
+                result.append((target, dict(options)))
+            else:
+                merged = {k: v for d in target for k, v in d.ep_options.items()}
+                result.append((target[0].ep_name, {**merged, **options}))
+        return result
+
+    @property
+    def selection_policy(self) -> int | None:
+        return self._selection_policy
+
+    @property
+    def selection_policy_delegate(self) -> Callable[..., Any] | None:
+        return self._selection_delegate
+
+
+def _string_options(options: Mapping[str, Any] | None, provider: str) -> dict[str, str]:
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise InvalidArgument(f"options of provider {provider!r} must be a mapping, got {options!r}")
+    return {str(k): str(v) for k, v in options.items()}
 
 
 def config_flag(config: Mapping[str, str], key: str) -> bool:

@@ -13,13 +13,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="epctx", description="ONNX runtime built around the EP context cache"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    from epctx.cli import compile, demo, inspect, merge, run, share
+    from epctx.cli import compile, demo, devices, inspect, merge, run, share
 
     compile.add_parser(sub)
     run.add_parser(sub)
     merge.add_parser(sub)
     share.add_parser(sub)
     inspect.add_parser(sub)
+    devices.add_parser(sub)
     demo.add_parser(sub)
     args = parser.parse_args(argv)
     try:

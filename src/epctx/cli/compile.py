@@ -1,4 +1,4 @@
-"""``epctx compile MODEL [-p EP[:k=v,...]]... [-o OUT] [--embed] [--prefix P]``: write a context model."""
+"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [-o OUT] [--embed] [--prefix P]``: write a context model."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from epctx.cli.provider_args import add_provider_arguments, providers_from_args
+
 __all__ = ["add_parser", "parse_provider"]
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("compile", help="compile a model into a context model (<stem>_ctx.onnx + .bin)")
     p.add_argument("model")
-    p.add_argument("-p", "--provider", action="append", default=[], metavar="EP[:k=v,...]")
+    add_provider_arguments(p)
     p.add_argument("-o", "--output", help="output model path (default: <stem>_ctx.onnx beside MODEL)")
     p.add_argument("--embed", action="store_true", help="embed binaries in the model (embed mode 1)")
     p.add_argument("--prefix", default="", help="ep.context_node_name_prefix (for merging)")
@@ -27,15 +29,10 @@ def add_parser(sub: Any) -> None:
 
 
 def parse_provider(spec: str) -> tuple[str, dict[str, str]]:
-    """``Name`` or ``Name:key=value,key=value``."""
-    name, _, rest = spec.partition(":")
-    options: dict[str, str] = {}
-    for item in filter(None, rest.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"provider option {item!r} in {spec!r} is not key=value")
-        options[key.strip()] = value.strip()
-    return name.strip(), options
+    """``Name`` or ``Name:key=value,key=value`` (a value with commas quoted); the library's one parser."""
+    from epctx.providers.selection import parse_provider_spec
+
+    return parse_provider_spec(spec)
 
 
 def compile_model(args: argparse.Namespace) -> int:
@@ -50,7 +47,7 @@ def compile_model(args: argparse.Namespace) -> int:
     so = epctx.SessionOptions()
     if args.prefix:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
-    providers = [parse_provider(p) for p in args.provider] or [("ExampleExecutionProvider", {})]
+    providers = providers_from_args(args) or [("ExampleExecutionProvider", {})]
     for name, options in providers:
         so.add_provider(name, options)
     source = Path(args.model)

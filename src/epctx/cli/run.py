@@ -1,4 +1,4 @@
-"""``epctx run MODEL [--input name=file.npy]... [-p EP]``: run a model, print an output summary and timing."""
+"""``epctx run MODEL [--input name=file.npy]... [-p EP[:k=v,...]]...``: run a model, print an output summary and timing."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from epctx.cli.provider_args import add_provider_arguments, providers_from_args
+
 __all__ = ["add_parser", "random_feed"]
 
 
@@ -16,7 +18,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="run a model once and summarize its outputs")
     p.add_argument("model")
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy")
-    p.add_argument("--provider", "-p", action="append", default=[], metavar="EP")
+    add_provider_arguments(p)
     p.add_argument("--repeat", type=int, default=1, help="runs to time (the median is reported)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -51,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
         if not sep:
             raise ValueError(f"--input expects NAME=FILE.npy, got {item!r}")
         files[name] = path
+    providers = providers_from_args(args)
     t0 = time.perf_counter()
-    session = epctx.InferenceSession(args.model, providers=args.provider or None)
+    session = epctx.InferenceSession(args.model, providers=providers or None)
     created = time.perf_counter() - t0
     feed = random_feed(session, files)
     times = []

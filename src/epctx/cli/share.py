@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from epctx.cli.compile import parse_provider
+from epctx.cli.provider_args import add_provider_arguments, providers_from_args
 
 __all__ = ["add_parser"]
 
@@ -18,14 +18,15 @@ __all__ = ["add_parser"]
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("share", help="compile several models into context models sharing one binary")
     p.add_argument("models", nargs="+")
-    p.add_argument("-p", "--provider", required=True, metavar="EP[:k=v,...]")
+    add_provider_arguments(p, required=True)
     p.set_defaults(func=share)
 
 
 def share(args: argparse.Namespace) -> int:
     import epctx
 
-    name, options = parse_provider(args.provider)
+    providers = providers_from_args(args)
+    name = providers[0][0]  # the shared binary is named after the first EP
     written = []
     for k, model in enumerate(args.models):
         so = epctx.SessionOptions()
@@ -34,7 +35,7 @@ def share(args: argparse.Namespace) -> int:
         so.add_session_config_entry("ep.share_ep_contexts", "1")
         if k == len(args.models) - 1:
             so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
-        epctx.InferenceSession(model, so, providers=[(name, options)])
+        epctx.InferenceSession(model, so, providers=providers)
         path = Path(model)
         written.append(path.with_name(f"{path.stem}_ctx.onnx"))
     first = Path(args.models[0])

@@ -42,7 +42,7 @@ class InferenceSession:
             raise InvalidArgument(f"unexpected InferenceSession arguments: {', '.join(sorted(kwargs))}")
         self._options = sess_options if sess_options is not None else opt.SessionOptions()
         config = self._options.config
-        self._providers = resolve_providers(providers, provider_options, config)
+        self._providers = resolve_providers(providers, provider_options, self._options, source=path_or_bytes)
         generate = opt.config_flag(config, opt.EP_CONTEXT_ENABLE)
         try:
             pipeline = Pipeline.partition(path_or_bytes, self._providers, self._options)
@@ -58,7 +58,7 @@ class InferenceSession:
             if generate:
                 if ctx_path is None:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
-                elif generate_context_model(pipeline, ctx_path, overwrite=False):
+                elif generate_context_model(pipeline.result(), ctx_path, overwrite=False):
                     logger.info("wrote context model %s", ctx_path)
         except BaseException as exc:
             if generate and opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
@@ -112,6 +112,12 @@ class InferenceSession:
 
     def get_providers(self) -> list[str]:
         return [ep.name for ep in self._providers]
+
+    def get_partitions(self) -> list[tuple[str, list[str]]]:
+        """Where the graph runs, one entry per step in execution order: (EP name, names of the nodes it runs).
+        A compiled partition lists its nodes; a partition loaded from a context model, its EPContext node;
+        a kernel EP (the CPU EP), one node per entry. Read-only: building it changes nothing."""
+        return [(unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in self._units]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}

@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epctx import options as opt
+from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import ModelRequiresCompilation
 from epctx.model import LoadedModel, load_model
-from epctx.partition import GraphPartitioner, Unit
-from epctx.providers.base import CompiledPartition, ExecutionProvider
+from epctx.partition import CompiledModel, GraphPartitioner, Unit
 from epctx.providers.registry import create_provider
 from epctx.session.builder import StepBuilder
 
@@ -78,33 +78,22 @@ class Pipeline:
     def compile(self) -> None:
         self.compiled, self.from_context = self.builder.compile_units(self.units, self.loader)
 
+    def result(self) -> CompiledModel:
+        """What generation needs of this pipeline, as an immutable value."""
+        return CompiledModel(
+            self.loaded.model, self.loaded.path, tuple(self.units), dict(self.compiled), dict(self.config)
+        )
+
 
 def resolve_providers(
     providers: Sequence[str | tuple[str, Mapping[str, Any]]] | None,
     provider_options: Sequence[Mapping[str, Any]] | None,
-    config: Mapping[str, str],
+    options: opt.SessionOptions | Mapping[str, str] | None,
+    *,
+    source: str | os.PathLike[str] | bytes | None = None,
 ) -> list[ExecutionProvider]:
-    """Providers in precedence order; the CPU EP appended last unless CPU fallback is disabled."""
-    from epctx.errors import InvalidArgument
+    """Providers in precedence order, the CPU EP last unless CPU fallback is disabled: the one provider
+    normaliser (``epctx.providers.selection``), shared with ModelCompiler and the command line."""
+    from epctx.providers.selection import resolve_providers as resolve
 
-    specs: list[tuple[str, Mapping[str, Any]]] = []
-    for k, p in enumerate(providers or []):
-        if isinstance(p, str):
-            specs.append((p, {}))
-        elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], Mapping):
-            specs.append((p[0], p[1]))
-        else:
-            raise InvalidArgument(f"providers[{k}] must be a name or a (name, options) tuple, got {p!r}")
-    if provider_options is not None:
-        if len(provider_options) != len(specs):
-            raise InvalidArgument(
-                f"provider_options has {len(provider_options)} entries for {len(specs)} providers"
-            )
-        specs = [(name, {**opts, **extra}) for (name, opts), extra in zip(specs, provider_options)]
-    names = [n for n, _ in specs]
-    if len(set(names)) != len(names):
-        raise InvalidArgument(f"a provider is listed twice: {names}")
-    eps = [create_provider(name, {k: str(v) for k, v in opts.items()}) for name, opts in specs]
-    if "CPUExecutionProvider" not in names and not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK):
-        eps.append(create_provider("CPUExecutionProvider"))
-    return eps
+    return resolve(providers, provider_options, options, source=source)
