@@ -1,12 +1,10 @@
-"""Every Generation and Loading scenario of EP_CONTEXT_SPEC.md, with the example EP and the CPU EP."""
+"""Every Generation and Loading scenario of EP_CONTEXT_SPEC.md, with the example EP and the CPU EP. The
+scenarios every compiling EP must pass (embed mode 1 round trip, a fresh process loading without compiling,
+the node-name prefix) are cases of the conformance suite: tests/test_conformance.py."""
 
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +12,7 @@ import onnx
 import pytest
 
 import epctx
-from epctx.epcontext import ContextBinary
-from epctx.session.builder import no_compile
+from epctx.testing import no_compile
 from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 from tests.oracle import run_ort
 
@@ -70,17 +67,6 @@ def test_generate_from_path_embed0_default_names(tmp_path):
     assert [i.name for i in model.graph.input] == ["x"] and [o.name for o in model.graph.output] == ["y"]
     out = _load(ctx).run(None, feed())[0]
     np.testing.assert_allclose(out, expected, atol=1e-5)
-
-
-def test_generate_embed1(tmp_path):
-    _, expected = _generate(tmp_path, ep__context_embed_mode="1")
-    assert {p.name for p in tmp_path.iterdir()} == {"model.onnx", "model_ctx.onnx"}
-    main = _attrs(_ctx_nodes(tmp_path / "model_ctx.onnx")[0])
-    assert main["embed_mode"] == 1 and bytes(main["ep_cache_context"]).startswith(b"EPCTXBIN")  # type: ignore[arg-type]
-    np.testing.assert_allclose(_load(tmp_path / "model_ctx.onnx").run(None, feed())[0], expected, atol=1e-5)
-    # An embedded context loads from bytes with no path option at all.
-    data = (tmp_path / "model_ctx.onnx").read_bytes()
-    np.testing.assert_allclose(_load(data).run(None, feed())[0], expected, atol=1e-5)
 
 
 def test_context_file_path_option_and_subfolder(tmp_path):
@@ -159,15 +145,6 @@ def test_external_initializers_file_option(tmp_path):
     np.testing.assert_allclose(_load(tmp_path / "model_ctx.onnx").run(None, feed())[0], expected, atol=1e-5)
 
 
-def test_prefix_names_nodes_partitions_and_binary_graphs(tmp_path):
-    _generate(tmp_path, ep__context_node_name_prefix="enc_")
-    nodes = _ctx_nodes(tmp_path / "model_ctx.onnx")
-    assert all(n.name.startswith("enc_") for n in nodes)
-    assert all(bytes(_attrs(n)["partition_name"]).startswith(b"enc_") for n in nodes)  # type: ignore[arg-type]
-    with ContextBinary.open(tmp_path / f"model_{EXAMPLE}.bin") as binary:
-        assert binary.names() and all(name.startswith("enc_") for name in binary.names())
-
-
 def test_output_exists_is_an_error_and_no_compiled_node_writes_nothing(tmp_path, caplog):
     src, _ = _generate(tmp_path)
     with pytest.raises(epctx.Fail, match="exists already"):
@@ -191,23 +168,6 @@ def test_generation_is_byte_identical(tmp_path):
             ((folder / "model_ctx.onnx").read_bytes(), (folder / f"model_{EXAMPLE}.bin").read_bytes())
         )
     assert outs[0] == outs[1]
-
-
-def test_fresh_process_loads_without_compiling(tmp_path):
-    _, expected = _generate(tmp_path)
-    np.save(tmp_path / "x.npy", feed()["x"])
-    code = textwrap.dedent(
-        f"""
-        import numpy as np, epctx
-        from epctx.session.builder import no_compile
-        with no_compile():
-            s = epctx.InferenceSession({str(tmp_path / "model_ctx.onnx")!r}, providers=[{EXAMPLE!r}])
-        np.save({str(tmp_path / "y.npy")!r}, s.run(None, {{"x": np.load({str(tmp_path / "x.npy")!r})}})[0])
-        """
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env)
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, atol=1e-5)
 
 
 def test_disable_model_compile(tmp_path):

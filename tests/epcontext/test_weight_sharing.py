@@ -1,5 +1,6 @@
-"""ep.share_ep_contexts / ep.stop_share_ep_contexts: N models -> N+1 files, identical weights stored once,
-and inference sessions of a group open the shared binary once."""
+"""ep.share_ep_contexts / ep.stop_share_ep_contexts through ``epctx share``: N models -> N+1 files, identical
+weights stored once. Sharing sessions opening the binary once is a case of the conformance suite
+(tests/test_conformance.py, ``weight_sharing``), run on every compiling EP."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import epctx
 from epctx.cli import main as cli_main
 from epctx.epcontext import ContextBinary
-from epctx.session.builder import no_compile
+from epctx.testing import no_compile
 from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 from tests.oracle import run_ort
 
@@ -46,35 +47,6 @@ def test_share_generates_n_plus_one_files_with_weights_stored_once(tmp_path):
         with no_compile():
             sess = epctx.InferenceSession(str(path.with_name(f"m{k}_ctx.onnx")), providers=[EXAMPLE])
         np.testing.assert_allclose(sess.run(None, feed())[0], run_ort(_variant(k), feed())[0], atol=1e-5)
-
-
-def test_sharing_sessions_open_the_binary_once_and_close_in_any_order(tmp_path, monkeypatch):
-    paths = []
-    for k in range(2):
-        path = tmp_path / f"s{k}.onnx"
-        onnx.save(_variant(k), path)
-        paths.append(path)
-    assert cli_main(["share", "-p", EXAMPLE, *map(str, paths)]) == 0
-    opened = []
-    real_open = ContextBinary.open.__func__  # type: ignore[attr-defined]
-
-    def counting_open(cls, path):
-        opened.append(path)
-        return real_open(cls, path)
-
-    monkeypatch.setattr(ContextBinary, "open", classmethod(counting_open))
-    sessions = []
-    for k in range(2):
-        so = epctx.SessionOptions()
-        so.add_session_config_entry("ep.share_ep_contexts", "1")
-        if k == 1:
-            so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
-        with no_compile():
-            sessions.append(epctx.InferenceSession(str(tmp_path / f"s{k}_ctx.onnx"), so, providers=[EXAMPLE]))
-    assert len(opened) == 1
-    first = sessions.pop(0)
-    del first  # close the session that opened the binary first; the other still runs
-    np.testing.assert_allclose(sessions[0].run(None, feed())[0], run_ort(_variant(1), feed())[0], atol=1e-5)
 
 
 def test_share_with_embed_mode_is_rejected(tmp_path):
