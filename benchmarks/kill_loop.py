@@ -4,7 +4,7 @@ never a loadable mixture.
 A child process regenerates context models in a loop, alternating between two sets of source models (other
 weights, same names), with the example EP: ``single`` overwrites one context model (``ModelCompiler.
 compile_to_file``, CPU-fallback weights in an external file), ``group`` overwrites a weight-sharing group of two
-models (one shared binary). The parent kills it with SIGKILL at a random moment of a generation, then loads
+models (one shared binary), ``fresh`` writes one context model into a folder emptied before each generation. The parent kills it with SIGKILL at a random moment of a generation, then loads
 every context model present in a fresh session and compares its output with both sets' onnxruntime outputs.
 
     python benchmarks/kill_loop.py --mode group --kills 200
@@ -73,12 +73,16 @@ def generate(folder: Path, mode: str, variant: int) -> None:
     """One generation of ``mode`` from the sources of ``variant`` (the child's loop body)."""
     import epctx
 
-    count = 1 if mode == "single" else MODELS
+    count = MODELS if mode == "group" else 1
+    if mode == "fresh":  # a first generation every time: nothing of an earlier one is there
+        for path in folder.iterdir():
+            if path.is_file():
+                path.unlink()
     for k in range(count):
         so = epctx.SessionOptions()
         so.add_provider(EP, {})
         kwargs = {}
-        if mode == "single":
+        if mode != "group":
             kwargs = dict(
                 external_initializers_file_path="cpu_weights.bin", external_initializers_size_threshold=0
             )
@@ -96,7 +100,7 @@ def check(folder: Path, mode: str, expected: dict[tuple[int, int], np.ndarray]) 
 
     import epctx
 
-    present = [k for k in range(1 if mode == "single" else MODELS) if (folder / f"m{k}_ctx.onnx").exists()]
+    present = [k for k in range(MODELS if mode == "group" else 1) if (folder / f"m{k}_ctx.onnx").exists()]
     if not present:
         return "absent"
     for k in present:
@@ -139,11 +143,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mode", choices=("single", "group", "both"), default="both")
+    parser.add_argument("--mode", choices=("single", "group", "fresh", "all"), default="all")
     parser.add_argument("--kills", type=int, default=100)
     args = parser.parse_args()
     bad = 0
-    for mode in ("single", "group") if args.mode == "both" else (args.mode,):
+    for mode in ("single", "group", "fresh") if args.mode == "all" else (args.mode,):
         with tempfile.TemporaryDirectory() as tmp:
             outcomes = kill_loop(Path(tmp), mode, args.kills)
             leftovers = sorted(p.name for p in Path(tmp).iterdir() if p.name.endswith(".tmp"))

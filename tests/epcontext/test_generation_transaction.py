@@ -31,7 +31,7 @@ def _compiler(source: Path | bytes, **kwargs: object) -> epctx.ModelCompiler:
     return epctx.ModelCompiler(so, source if isinstance(source, bytes) else str(source), **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("mode", ["single", "group"])
+@pytest.mark.parametrize("mode", ["single", "group", "fresh"])
 def test_kill_at_random_moments_never_leaves_a_loadable_mixture(tmp_path, mode):
     outcomes = kill_loop(tmp_path, mode, kills=6, seed=1)
     print(f"{mode}: {dict(outcomes)}")
@@ -41,9 +41,9 @@ def test_kill_at_random_moments_never_leaves_a_loadable_mixture(tmp_path, mode):
 
     regenerate(tmp_path, mode, 0)
     left = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
-    count = 1 if mode == "single" else 2
+    count = 2 if mode == "group" else 1
     assert not [n for n in left if n.endswith(".tmp")], left
-    assert len([n for n in left if n.endswith(".bin")]) == (2 if mode == "single" else 1), left
+    assert len([n for n in left if n.endswith(".bin")]) == (1 if mode == "group" else 2), left
     assert len([n for n in left if n.endswith("_ctx.onnx")]) == count, left
 
 
