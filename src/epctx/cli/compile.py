@@ -74,16 +74,10 @@ def compile_model(args: argparse.Namespace) -> int:
 
 
 def _binaries_of(model_path: Path) -> list[Path]:
-    """The context binary files a context model refers to (embed_mode=0 EPContext nodes)."""
+    """The files a context model refers to (binaries of embed_mode=0 EPContext nodes, external initializers)."""
     import onnx
 
+    from epctx.epcontext.transaction import model_references
+
     model = onnx.load(model_path, load_external_data=False)
-    files = set()
-    for node in model.graph.node:
-        if node.op_type != "EPContext":
-            continue
-        attrs = {a.name: a for a in node.attribute}
-        embed = attrs["embed_mode"].i if "embed_mode" in attrs else 1
-        if embed == 0 and "ep_cache_context" in attrs:
-            files.add(model_path.parent / attrs["ep_cache_context"].s.decode())
-    return sorted(files)
+    return sorted(model_path.parent / name for name in model_references(model))

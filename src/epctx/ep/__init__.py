@@ -40,6 +40,7 @@ from epctx.ep.devices import (
     HardwareDeviceType,
 )
 from epctx.ep.documents import dump_document, load_document
+from epctx.ep.memory import release_pages
 from epctx.ep.target import target_binary
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 
@@ -107,4 +108,5 @@ __all__ = [
     "load_document",
     "align",
     "same_bytes",
+    "release_pages",
 ]

@@ -65,6 +65,7 @@ import numpy as np
 import xxhash
 
 from epctx.ep.alignment import align
+from epctx.ep.memory import mapped_file, release_pages
 from epctx.epcontext.layout import EntryInfo, Slot, check_layout, deduplicate, place
 from epctx.errors import EPCtxError, Fail, InvalidArgument, InvalidGraph, NoSuchFile
 
@@ -79,6 +80,7 @@ __all__ = [
     "ContextBinaryWriter",
     "EntryInfo",
     "is_stale_temp",
+    "write_file_atomic",
     "release_pages",
     "temp_writer_pid",
 ]
@@ -135,45 +137,10 @@ _STREAMS: Mapping[str, Callable[[], Any]] = MappingProxyType(
 )
 
 
-def _mapped(view: memoryview) -> mmap.mmap | None:
-    """The ``mmap`` a view's memory belongs to (a payload given as a view, or an array view, of a memory-mapped
-    file), else None."""
-    owner: object = view.obj
-    for _ in range(64):  # views of views: follow the chain to the object that owns the memory
-        if isinstance(owner, np.ndarray) and owner.base is not None:
-            owner = owner.base
-        elif isinstance(owner, memoryview):
-            owner = owner.obj
-        else:
-            break
-    return owner if isinstance(owner, mmap.mmap) and not owner.closed else None
-
-
-def release_pages(view: memoryview) -> None:
-    """Drop the pages of ``view`` from this process's resident memory when it is a view of a memory-mapped
-    file (a payload streamed to a file, an entry of an opened binary): the data stays in the file and is read
-    again if touched, so nothing changes but the memory held. Writing or hashing a payload larger than memory
-    this way holds one chunk at a time, as a stream would. Anything else is left alone."""
-    owner = _mapped(view)
-    if owner is None or view.nbytes < mmap.PAGESIZE:
-        return
-    with memoryview(owner) as whole:
-        if not whole.readonly:  # private or anonymous writable memory: dropping pages would lose data
-            return
-    try:
-        base = np.frombuffer(owner, np.uint8).ctypes.data
-        start = np.frombuffer(view, np.uint8).ctypes.data - base
-        first = start // mmap.PAGESIZE * mmap.PAGESIZE
-        end = min(start + view.nbytes, len(owner))
-        owner.madvise(mmap.MADV_DONTNEED, first, end - first)
-    except (AttributeError, OSError, ValueError):  # no madvise here, or the mapping went away: keep the pages
-        pass
-
-
 def _digest(algorithm: str, data: memoryview) -> str:
     """``CHECKSUM_ALGORITHMS[algorithm](data)``; a memory-mapped payload is hashed chunk by chunk, each chunk's
     pages released after it (see ``release_pages``)."""
-    if data.nbytes <= _CHUNK or _mapped(data) is None:
+    if data.nbytes <= _CHUNK or mapped_file(data) is None:
         return CHECKSUM_ALGORITHMS[algorithm](data)
     stream = _STREAMS[algorithm]()
     for start in range(0, data.nbytes, _CHUNK):
@@ -415,35 +382,44 @@ class ContextBinaryWriter:
         return total
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        """Write atomically: a temporary file in the same folder (``.<name>.<pid>.<hex>.tmp``, see
-        ``TEMP_PATTERN`` and ``is_stale_temp``; mode 0o666 less the umask), fsync'ed, then renamed over ``path``."""
+        """Write atomically (``write_file_atomic``): a temporary file in the same folder, fsync'ed, renamed over
+        ``path``."""
         target = os.fspath(path)
         if os.path.isdir(target):
             raise InvalidArgument(f"context binary path {target!r} is a folder")
-        folder = os.path.dirname(os.path.abspath(target))
-        tmp = os.path.join(folder, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-        except FileNotFoundError:
-            raise NoSuchFile(
-                f"cannot write context binary {target!r}: folder {folder!r} does not exist"
-            ) from None
-        except OSError as exc:
-            raise Fail(f"cannot write context binary {target!r}: {exc}") from exc
-        try:
-            with open(fd, "wb") as fh:
-                for chunk in self._chunks():
-                    fh.write(chunk)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise Fail(f"writing context binary {target!r} failed: {exc}") from exc
-            raise
-        _fsync_folder(folder)
+        write_file_atomic(
+            target, lambda write: [write(chunk) for chunk in self._chunks()], what="context binary"
+        )
+
+
+def write_file_atomic(
+    path: str | os.PathLike[str], fill: Callable[[Callable[[Any], object]], object], *, what: str = "file"
+) -> None:
+    """Write ``path`` through a temporary file in its folder (``.<name>.<pid>.<hex>.tmp``, see ``TEMP_PATTERN``
+    and ``is_stale_temp``; mode 0o666 less the umask) that ``fill(write)`` fills, fsync'ed, then renamed over
+    ``path``: never a half file under ``path``, and a killed writer's temporary file can be told apart."""
+    target = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(folder, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except FileNotFoundError:
+        raise NoSuchFile(f"cannot write {what} {target!r}: folder {folder!r} does not exist") from None
+    except OSError as exc:
+        raise Fail(f"cannot write {what} {target!r}: {exc}") from exc
+    try:
+        with open(fd, "wb") as fh:
+            fill(fh.write)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise Fail(f"writing {what} {target!r} failed: {exc}") from exc
+        raise
+    _fsync_folder(folder)
 
 
 def _fsync_folder(folder: str) -> None:

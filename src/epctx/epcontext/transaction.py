@@ -23,14 +23,13 @@ import logging
 import mmap
 import os
 import re
-import secrets
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import xxhash
 
-from epctx.epcontext.container import MAGIC, MAX_HEADER_BYTES, is_stale_temp
+from epctx.epcontext.container import MAGIC, MAX_HEADER_BYTES, is_stale_temp, write_file_atomic
 from epctx.errors import Fail, InvalidArgument
 
 if TYPE_CHECKING:
@@ -38,15 +37,9 @@ if TYPE_CHECKING:
 
     from epctx.epcontext.container import ContextBinaryWriter
 
-__all__ = ["Transaction", "model_references", "temp_path_for"]
+__all__ = ["Transaction", "model_references", "rename_references"]
 
 logger = logging.getLogger("epctx")
-
-
-def temp_path_for(target: Path) -> Path:
-    """A fresh temporary path beside ``target``, named as the container writer names its own (``.<name>.<pid>.
-    <12 hex>.tmp``, ``container.TEMP_PATTERN``), so one cleaner knows both."""
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
 
 
 def remove_stale_temps(folder: Path) -> list[str]:
@@ -61,30 +54,6 @@ def remove_stale_temps(folder: Path) -> list[str]:
     if removed:
         logger.info("removed %d temporary file(s) of killed generations in %s", len(removed), folder)
     return removed
-
-
-def write_file_atomic(path: Path, write: Callable[[Callable[[bytes], object]], object]) -> None:
-    """Write ``path`` through a temporary file in its folder (mode 0o666 less the umask), fsync'ed, then
-    renamed over it: never a half file under ``path``."""
-    tmp = temp_path_for(path)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    except FileNotFoundError:
-        raise InvalidArgument(f"cannot write {str(path)!r}: its folder does not exist") from None
-    except OSError as exc:
-        raise Fail(f"cannot write {str(path)!r}: {exc}") from exc
-    try:
-        with open(fd, "wb") as fh:
-            write(fh.write)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise Fail(f"writing {str(path)!r} failed: {exc}") from exc
-        raise
 
 
 def model_references(model: onnx.ModelProto) -> set[str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import mmap
 import os
 import tempfile
 import threading
@@ -34,7 +33,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
-from epctx.ep import ExternalRef, Partition, WeightsFile, align, initializer_array, same_bytes
+from epctx.ep import (
+    ExternalRef,
+    Partition,
+    WeightsFile,
+    align,
+    initializer_array,
+    release_pages,
+    same_bytes,
+)
 from epctx.errors import InvalidGraph
 
 if TYPE_CHECKING:
@@ -62,29 +69,6 @@ def header_budget(entries: int) -> int:
     weights are copied at load (correct, slower; logged). The room costs zeros in the binary, partly filled by
     the small entries (blobs, meta)."""
     return align(2 * _PAGE + _ENTRY_BUDGET * _GROUP_ROOM * max(entries, 0), _PAGE)
-
-
-def release_pages(data: memoryview) -> None:
-    """Drop ``data``'s pages from this process's resident memory when it views a memory-mapped file (a source
-    model's external data, mapped by onnx-ir): nothing changes but the memory held (the pages are read again
-    if touched), so hashing or writing weights larger than memory holds one chunk at a time. (The context
-    binary writer does the same for its payloads.)"""
-    owner: object = data.obj
-    for _ in range(64):  # views of views: follow the chain to the object that owns the memory
-        if isinstance(owner, np.ndarray) and owner.base is not None:
-            owner = owner.base
-        elif isinstance(owner, memoryview):
-            owner = owner.obj
-        else:
-            break
-    if not isinstance(owner, mmap.mmap) or owner.closed or data.nbytes < mmap.PAGESIZE:
-        return
-    try:
-        start = np.frombuffer(data, np.uint8).ctypes.data - np.frombuffer(owner, np.uint8).ctypes.data
-        first = start // mmap.PAGESIZE * mmap.PAGESIZE
-        owner.madvise(mmap.MADV_DONTNEED, first, min(start + data.nbytes, len(owner)) - first)
-    except (AttributeError, OSError, ValueError):  # no madvise here, or the mapping went away: keep the pages
-        pass
 
 
 def _bytes(array: np.ndarray) -> memoryview:
