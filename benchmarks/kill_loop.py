@@ -75,7 +75,8 @@ def generate(folder: Path, mode: str, variant: int) -> None:
 
     count = MODELS if mode == "group" else 1
     if mode == "fresh":  # a first generation every time: nothing of an earlier one is there
-        for path in folder.iterdir():
+        # The model first: a kill while emptying the folder must not leave a model without its files.
+        for path in sorted(folder.iterdir(), key=lambda p: not p.name.endswith(".onnx")):
             if path.is_file():
                 path.unlink()
     for k in range(count):
