@@ -41,6 +41,7 @@ from epctx.ep.devices import (
 )
 from epctx.ep.documents import dump_document, load_document
 from epctx.ep.memory import release_pages
+from epctx.ep.options import Option, parse_options
 from epctx.ep.target import target_binary
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 
@@ -79,6 +80,9 @@ __all__ = [
     "opset_of",
     "outer_scope_values",
     "node_subgraphs",
+    # provider options
+    "Option",
+    "parse_options",
     # devices and plugin libraries
     "EpFactory",
     "EpDevice",

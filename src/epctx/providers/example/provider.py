@@ -18,7 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from epctx._version import __version__
-from epctx.ep import CompiledPartition, ExecutionProvider, Partition
+from epctx.ep import CompiledPartition, ExecutionProvider, Option, Partition, parse_options
 from epctx.errors import InvalidArgument, InvalidGraph
 from epctx.providers.example.interpreter import CompiledProgram, build_op
 from epctx.providers.example.program import (
@@ -50,7 +50,9 @@ SUPPORTED_OPS: Mapping[str, tuple[int, int, int]] = {
     "Transpose": (1, 1, 1),
     "Identity": (1, 1, 1),
 }
-_OPTIONS = ("ops",)
+OPTIONS = (
+    Option("ops", "list", default=frozenset(), choices=SUPPORTED_OPS, doc="op types to claim (default: all)"),
+)
 _SDK_PREFIX = "example-"
 _PROGRAM_TAG = "/program-"
 
@@ -61,20 +63,8 @@ class ExampleExecutionProvider(ExecutionProvider):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
-        unknown = sorted(set(self.options) - set(_OPTIONS))
-        if unknown:
-            raise InvalidArgument(
-                f"{self.name}: unknown provider option(s) {unknown}; known: {list(_OPTIONS)}"
-            )
-        self.ops: frozenset[str] = frozenset(SUPPORTED_OPS)
-        if "ops" in self.options:
-            wanted = {op.strip() for op in self.options["ops"].split(",") if op.strip()}
-            bad = sorted(wanted - set(SUPPORTED_OPS))
-            if bad:
-                raise InvalidArgument(
-                    f"{self.name} option 'ops': unsupported op type(s) {bad}; supported: {sorted(SUPPORTED_OPS)}"
-                )
-            self.ops = frozenset(wanted)
+        values = parse_options(self.name, self.options, OPTIONS)
+        self.ops: frozenset[str] = values["ops"] or frozenset(SUPPORTED_OPS)
 
     # -- capability -----------------------------------------------------------------------------------
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:

@@ -21,21 +21,26 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from epctx.errors import InvalidArgument
+from epctx.ep import Option
+from epctx.ep import parse_options as parse_declared
 
 __all__ = ["OPTIONS", "OpenVINOOptions", "parse_options"]
 
-OPTIONS = (
-    "device_type",
-    "precision",
-    "num_streams",
-    "num_of_threads",
-    "cache_dir",
-    "weightless",
-    "disabled_ops",
-)
-_PRECISIONS = {"f32": "f32", "fp32": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"}
 _NAME = "OpenVINOExecutionProvider"
+OPTIONS = (
+    Option("device_type", "str", default="CPU", doc="OpenVINO device (CPU, GPU, GPU.1, NPU)"),
+    Option(
+        "precision",
+        "choice",
+        choices={"f32": "f32", "fp32": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"},
+        doc="INFERENCE_PRECISION_HINT; default f32 on CPU, the device's own otherwise",
+    ),
+    Option("num_streams", "int", doc="NUM_STREAMS (a positive integer)"),
+    Option("num_of_threads", "int", doc="INFERENCE_NUM_THREADS (a positive integer)"),
+    Option("cache_dir", "str", doc="OpenVINO's own model cache folder (CACHE_DIR), when compiling"),
+    Option("weightless", "bool", default=False, doc="blobs reference their weights, entries of the binary"),
+    Option("disabled_ops", "list", default=frozenset(), doc="op types never claimed"),
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,54 +73,19 @@ class OpenVINOOptions:
         return config
 
 
-def _positive(options: Mapping[str, str], key: str) -> int | None:
-    raw = options.get(key)
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidArgument(f"{_NAME} option {key!r}: expected a positive integer, got {raw!r}")
-    return value
-
-
-def _flag(options: Mapping[str, str], key: str) -> bool:
-    raw = options.get(key, "0").strip().lower()
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off", ""):
-        return False
-    raise InvalidArgument(f"{_NAME} option {key!r}: expected 0 or 1, got {options[key]!r}")
-
-
 def parse_options(options: Mapping[str, str]) -> OpenVINOOptions:
     """Check the provider options (all str); an unknown option or a bad value is InvalidArgument."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise InvalidArgument(
-            f"{_NAME}: unknown provider option(s) {unknown}; valid options: {list(OPTIONS)}"
-        )
-    device = options.get("device_type", "CPU").strip().upper() or "CPU"
-    if "precision" in options:
-        key = options["precision"].strip().lower()
-        if key not in _PRECISIONS:
-            raise InvalidArgument(
-                f"{_NAME} option 'precision': expected one of {sorted(set(_PRECISIONS.values()))}, "
-                f"got {options['precision']!r}"
-            )
-        precision: str | None = _PRECISIONS[key]
-    else:
+    values = parse_declared(_NAME, options, OPTIONS)
+    device = str(values["device_type"]).upper()
+    precision = values["precision"]
+    if precision is None:
         precision = "f32" if device == "CPU" else None  # bf16 on CPUs that have it drifts up to 1e-2
-    cache_dir = options.get("cache_dir") or None
-    disabled = frozenset(op.strip() for op in options.get("disabled_ops", "").split(",") if op.strip())
     return OpenVINOOptions(
         device=device,
         precision=precision,
-        num_streams=_positive(options, "num_streams"),
-        num_threads=_positive(options, "num_of_threads"),
-        cache_dir=cache_dir,
-        weightless=_flag(options, "weightless"),
-        disabled_ops=disabled,
+        num_streams=values["num_streams"],
+        num_threads=values["num_of_threads"],
+        cache_dir=values["cache_dir"],
+        weightless=values["weightless"],
+        disabled_ops=values["disabled_ops"],
     )
