@@ -174,3 +174,25 @@ def test_a_failed_session_rolls_its_sharing_group_back(tmp_path, caplog):
     other = [_save(two_partition_model(k), tmp_path / "h" / f"n{k}.onnx") for k in range(2)]
     _share(other)
     np.testing.assert_allclose(_run(tmp_path / "h" / "n1_ctx.onnx"), _expected(1), atol=1e-5)
+
+
+def test_the_framework_checks_input_and_output_names_against_the_graph(tmp_path):
+    # The binary records each graph's input and output names (epctx.io); a node rewired to other values is
+    # refused before the EP sees it.
+    src = _save(two_partition_model(), tmp_path / "model.onnx")
+    _compile(src, tmp_path / "model_ctx.onnx")
+    model = onnx.load(tmp_path / "model_ctx.onnx")
+    node = model.graph.node[0]
+    node.input[0] = "renamed"
+    model.graph.input[0].name = "renamed"
+    onnx.save(model, tmp_path / "model_ctx.onnx")
+    with pytest.raises(epctx.InvalidGraph, match=r"its graph reads \['x'\].*node has inputs \['renamed'\]"):
+        _run(tmp_path / "model_ctx.onnx")
+
+
+def test_an_ep_saves_only_what_it_compiled(tmp_path):
+    from epctx.epcontext import generate
+    from epctx.providers.example import ExampleExecutionProvider
+
+    with pytest.raises(epctx.InvalidArgument, match="was not compiled by this EP"):
+        generate._check_compiled_type(ExampleExecutionProvider(), "p", object())

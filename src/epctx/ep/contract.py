@@ -88,6 +88,8 @@ class ExecutionProvider(abc.ABC):
     # EPContext ``source`` keys this EP accepts (compared case-insensitively); defaults to ``(name,)``.
     sources: ClassVar[tuple[str, ...]] = ()
     compiles: ClassVar[bool] = False
+    # The type(s) of the compiled partitions this EP saves: the framework refuses to save anything else.
+    compiled_type: ClassVar[type | tuple[type, ...] | None] = None
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}

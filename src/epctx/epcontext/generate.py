@@ -26,6 +26,7 @@ from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext import paths
 from epctx.epcontext.container import ContextBinaryWriter
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
+from epctx.epcontext.io_names import IO_KEY, io_document
 from epctx.epcontext.store import ContextStore
 from epctx.epcontext.transaction import Transaction, rename_references
 from epctx.epcontext.workspace import (
@@ -127,7 +128,9 @@ def build_context_model(
         # A shared writer takes graphs from concurrent sessions of the group: one at a time.
         with group.lock if group is not None else contextlib.nullcontext():
             store = ContextStore(writer, graph_name)
+            _check_compiled_type(ep, part.name, compiled[k])
             ep.save_partition(part, compiled[k], store)
+            store.add(IO_KEY, io_document(part), kind="io")
             identity = graph_identity(graph_name, writer.entry_rows(store.names), writer.checksum_algorithm)
         is_main = ep.name not in mains
         view = EPContextNode(
@@ -187,6 +190,15 @@ def build_context_model(
         used = _add_initializers(g, initializers, placement, files)
     external = {} if group is not None else {name: files[name] for name in used}
     return ContextModel(model=out, binaries=binaries, external_files=external)
+
+
+def _check_compiled_type(ep: ExecutionProvider, partition: str, compiled: CompiledPartition) -> None:
+    """An EP saves only what it compiled (``ExecutionProvider.compiled_type``)."""
+    expected = ep.compiled_type
+    if expected is not None and not isinstance(compiled, expected):
+        raise InvalidArgument(
+            f"{ep.name}.save_partition: {partition!r} was not compiled by this EP ({type(compiled).__name__})"
+        )
 
 
 def _check_embedded_size(writers: Mapping[str, ContextBinaryWriter], ctx_path: Path) -> None:

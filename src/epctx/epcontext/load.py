@@ -12,6 +12,7 @@ from epctx.ep.context_node import EPContextNode, is_ep_context
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
+from epctx.epcontext.io_names import IO_KEY, check_io_names
 from epctx.epcontext.paths import resolve_context_file
 from epctx.epcontext.store import ContextSource
 from epctx.epcontext.workspace import workspace
@@ -82,6 +83,7 @@ class ContextLoader:
             raise InvalidGraph(f"{where} cannot be loaded by this {ep.name}: {reason}")
         source = ContextSource(binary, graph_name)
         try:
+            check_io_names(source.read(IO_KEY) if IO_KEY in source else None, view, where)
             return ep.load_partition(source, view, partition)
         except InvalidGraph as exc:  # e.g. a checksum mismatch in the binary: say which node it broke
             message = str(exc.args[0]) if exc.args else str(exc)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import onnx_ir as ir
 
 from epctx._version import __version__
 from epctx.ep import CompiledPartition, ExecutionProvider, Option, Partition, parse_options
-from epctx.errors import InvalidArgument, InvalidGraph
+from epctx.errors import InvalidGraph
 from epctx.providers.example.interpreter import CompiledProgram, build_op
 from epctx.providers.example.program import (
     PROGRAM_VERSION,
@@ -60,6 +60,7 @@ _PROGRAM_TAG = "/program-"
 class ExampleExecutionProvider(ExecutionProvider):
     name = "ExampleExecutionProvider"
     compiles = True
+    compiled_type = CompiledProgram
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -121,11 +122,7 @@ class ExampleExecutionProvider(ExecutionProvider):
         return None
 
     def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
-        if not isinstance(compiled, CompiledProgram):
-            raise InvalidArgument(
-                f"{self.name}.save_partition: {partition.name!r} was not compiled by this EP "
-                f"({type(compiled).__name__})"
-            )
+        compiled = cast(CompiledProgram, compiled)  # the framework checks compiled_type
         store.add("program", compiled.program.to_json(), kind="graph")
         for j, (weight, spec) in enumerate(zip(compiled.weights, compiled.program.weights)):
             data = np.ascontiguousarray(weight, dtype=WEIGHT_DTYPES[spec.dtype])
@@ -137,13 +134,6 @@ class ExampleExecutionProvider(ExecutionProvider):
     ) -> CompiledPartition:
         where = f"{self.name} graph {source.graph_name!r}"
         program = Program.from_json(source.read("program"), where=where)
-        names = ([v.name or "" for v in partition.inputs], [v.name or "" for v in partition.outputs])
-        if names != (list(program.inputs), [name for name, _ in program.outputs]):
-            raise InvalidGraph(
-                f"{where}: the program reads {list(program.inputs)} and writes "
-                f"{[name for name, _ in program.outputs]}, but EPContext node {node.name!r} has inputs "
-                f"{names[0]} and outputs {names[1]}"
-            )
         weights = [
             source.array(f"weights/{j}", WEIGHT_DTYPES[spec.dtype], spec.shape)
             for j, spec in enumerate(program.weights)

@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from epctx.ep import (
     CompiledPartition,
@@ -27,7 +27,7 @@ from epctx.ep import (
     is_ep_context,
     target_binary,
 )
-from epctx.errors import EPFail, InvalidArgument, InvalidGraph
+from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
 from epctx.providers.openvino.compiled import CompiledOpenVINO
 from epctx.providers.openvino.context import exported_blob, read_meta, shared_tensor, write_entries
@@ -78,6 +78,7 @@ def device_hardware(device: str) -> str:
 class OpenVINOExecutionProvider(ExecutionProvider):
     name = "OpenVINOExecutionProvider"
     compiles = True
+    compiled_type = CompiledOpenVINO
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -183,11 +184,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         return None
 
     def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
-        if not isinstance(compiled, CompiledOpenVINO):
-            raise InvalidArgument(
-                f"{self.name}.save_partition: {partition.name!r} was not compiled by this EP "
-                f"({type(compiled).__name__})"
-            )
+        compiled = cast(CompiledOpenVINO, compiled)  # the framework checks compiled_type
         if compiled.weights is not None:
             self._place_weights(partition, compiled, store)
         blob = exported_blob(compiled.compiled_model)
@@ -222,12 +219,6 @@ class OpenVINOExecutionProvider(ExecutionProvider):
     ) -> CompiledPartition:
         where = f"{self.name} graph {source.graph_name!r}"
         meta = read_meta(source.read("meta"), where)
-        names = ([v.name or "" for v in partition.inputs], [v.name or "" for v in partition.outputs])
-        if names != (list(meta.inputs), list(meta.outputs)):
-            raise InvalidGraph(
-                f"{where}: the blob reads {list(meta.inputs)} and writes {list(meta.outputs)}, but EPContext "
-                f"node {node.name!r} has inputs {names[0]} and outputs {names[1]}"
-            )
         if meta.device != self.config.device:
             raise InvalidGraph(
                 f"{where}: compiled for device {meta.device!r}, this EP runs on {self.config.device!r}"
