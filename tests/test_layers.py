@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "epctx"
 
 # Lowest first. A module's layer is that of its first path component under epctx/.
 LAYERS = [
-    {"_version", "errors", "options"},
+    {"_version", "_hooks", "errors", "options"},
     {"model"},
     {"ep", "optimize"},
     {"partition"},

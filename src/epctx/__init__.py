@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from epctx import errors
+from epctx import _hooks, errors
 from epctx.compiler import CompileFlags, ExternalInitializerInfo, ModelCompiler
 from epctx.errors import (
     EPFail,
@@ -60,8 +60,18 @@ __all__ = [
 
 from epctx._version import __version__ as __version__
 
+
 # The session layer pulls in onnx and onnx-ir (and onnx-ir pulls sympy): imported on first use, so that
 # `import epctx` stays light.
+def _ep_payload_detectors() -> Any:
+    from epctx.providers.registry import payload_detectors
+
+    return payload_detectors()
+
+
+# epctx inspect asks each EP to recognise its own payloads (epcontext/ sits below providers/).
+_hooks.set_payload_detectors(_ep_payload_detectors)
+
 _LAZY = {
     "InferenceSession": "epctx.session",
     "ModelMetadata": "epctx.session.node_arg",

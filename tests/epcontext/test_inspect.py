@@ -432,3 +432,24 @@ def test_qnn_missing_binary(qnn_models: dict[str, Path], tmp_path: Path) -> None
     (file,) = report.binary_files
     assert file.status == "missing" and not file.exists
     assert "does not exist" in _messages(report)
+
+
+def test_each_ep_recognises_its_own_payloads(tmp_path: Path) -> None:
+    """inspect asks the EPs: a plugin library's factory (payload_detectors) is heard with no edit elsewhere,
+    and the OpenVINO folder declares the formats of ORT's OpenVINO EP (EP_PAYLOADS)."""
+    import epctx
+    from epctx.providers.registry import payload_detectors
+
+    library = Path(__file__).resolve().parents[1] / "fixtures" / "plugin_ep" / "plugin_ep.py"
+    model = _ctx_model(
+        [dict(ep_cache_context=b"CONTOSO1\x07rest", embed_mode=1, source="ContosoExecutionProvider")]
+    )
+    path = _save(tmp_path, model)
+    assert inspect_model(path).ep_context_nodes[0].payload.format == FORMAT_UNKNOWN
+    epctx.register_execution_provider_library("contoso_inspect", str(library))
+    try:
+        payload = inspect_model(path).ep_context_nodes[0].payload
+        assert payload.format == "contoso-blob" and payload.details == {"version": "7"}
+    finally:
+        epctx.unregister_execution_provider_library("contoso_inspect")
+    assert {FORMAT_OPENVINO, FORMAT_OPENVINO_BIN} <= {fmt for fmt, _ in payload_detectors()}

@@ -54,6 +54,7 @@ __all__ = [
     "create_provider_for_devices",
     "discover_hardware",
     "factories",
+    "payload_detectors",
     "get_ep_devices",
     "register_execution_provider_library",
     "register_provider_class",
@@ -85,6 +86,7 @@ class BuiltinDeclaration:
     devices: str | None = None  # "module:function": (ep_name, ep_vendor, hardware) -> list[EpDevice]
     hardware: str | None = None  # "module:function": () -> list[HardwareDevice]
     by_policy: bool = True  # False: selection policies never pick it (it is used when asked for by name)
+    payloads: str | None = None  # "module:DETECTORS": ((format, detector), ...) for the payloads it writes
 
     def missing(self) -> list[str]:
         """Required modules that are not installed."""
@@ -119,9 +121,22 @@ def builtin_declarations() -> tuple[BuiltinDeclaration, ...]:
                 devices=getattr(module, "EP_DEVICES", None),
                 hardware=getattr(module, "EP_HARDWARE", None),
                 by_policy=bool(getattr(module, "EP_BY_POLICY", True)),
+                payloads=getattr(module, "EP_PAYLOADS", None),
             )
         )
     return tuple(found)
+
+
+def payload_detectors() -> list[tuple[str, Any]]:
+    """(format, detector) of the payloads each EP recognises as its own: built-in folders' ``EP_PAYLOADS``, then
+    plugin factories' ``payload_detectors`` attribute. Detectors read bytes only (no backend import)."""
+    found: list[tuple[str, Any]] = []
+    for decl in builtin_declarations():
+        if decl.payloads:
+            found.extend(_resolve(decl.payloads))
+    for factory in factories():
+        found.extend(getattr(factory, "payload_detectors", ()) or ())
+    return found
 
 
 def _resolve(target: str) -> Any:
