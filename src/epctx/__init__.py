@@ -61,17 +61,17 @@ __all__ = [
 from epctx._version import __version__ as __version__
 
 
-# The session layer pulls in onnx and onnx-ir (and onnx-ir pulls sympy): imported on first use, so that
-# `import epctx` stays light.
-def _ep_payload_detectors() -> Any:
+def _ep_payload_detectors(source: str | None) -> Any:
     from epctx.providers.registry import payload_detectors
 
-    return payload_detectors()
+    return payload_detectors(source)
 
 
 # epctx inspect asks each EP to recognise its own payloads (epcontext/ sits below providers/).
 _hooks.set_payload_detectors(_ep_payload_detectors)
 
+# The session layer pulls in onnx and onnx-ir (and onnx-ir pulls sympy): imported on first use, so that
+# `import epctx` stays light.
 _LAZY = {
     "InferenceSession": "epctx.session",
     "ModelMetadata": "epctx.session.node_arg",

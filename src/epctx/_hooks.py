@@ -6,21 +6,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["PayloadDetector", "payload_detectors", "set_payload_detectors"]
+__all__ = ["payload_detectors", "set_payload_detectors"]
 
-# bytes -> None (not this format), or (details, entries as (name, kind, size)); a malformed payload of the
-# format raises ValueError / struct.error / IndexError.
-PayloadDetector = Callable[[memoryview], "tuple[dict[str, str], tuple[tuple[str, str, int], ...]] | None"]
+# source -> (who, detector) pairs, where a detector is ``epctx.ep.PayloadDetector`` (typed there: this module
+# sits below epctx.ep).
+DetectorSource = Callable[[str | None], Sequence[tuple[str, Callable[[memoryview], Any]]]]
 
-_source: Callable[[], Sequence[tuple[str, PayloadDetector]]] | None = None
+_source: DetectorSource | None = None
 
 
-def set_payload_detectors(source: Callable[[], Sequence[tuple[str, PayloadDetector]]]) -> None:
+def set_payload_detectors(source: DetectorSource) -> None:
     global _source
     _source = source
 
 
-def payload_detectors() -> Sequence[tuple[str, PayloadDetector]]:
-    """(format name, detector) of every EP that recognises its own payloads (``epctx inspect``)."""
-    return () if _source is None else _source()
+def payload_detectors(source: str | None = None) -> Sequence[tuple[str, Callable[[memoryview], Any]]]:
+    """(EP name, detector) of every EP that recognises its own payloads (``epctx inspect``), the EP accepting
+    ``source`` (an EPContext node's) first."""
+    return () if _source is None else _source(source)

@@ -434,22 +434,106 @@ def test_qnn_missing_binary(qnn_models: dict[str, Path], tmp_path: Path) -> None
     assert "does not exist" in _messages(report)
 
 
-def test_each_ep_recognises_its_own_payloads(tmp_path: Path) -> None:
-    """inspect asks the EPs: a plugin library's factory (payload_detectors) is heard with no edit elsewhere,
-    and the OpenVINO folder declares the formats of ORT's OpenVINO EP (EP_PAYLOADS)."""
+def test_a_plugin_factory_recognises_its_own_payloads(tmp_path: Path) -> None:
+    """A plugin library's factory (its optional ``detect_payload``) is asked by inspect with no edit elsewhere."""
     import epctx
     from epctx.providers.registry import payload_detectors
 
     library = Path(__file__).resolve().parents[1] / "fixtures" / "plugin_ep" / "plugin_ep.py"
-    model = _ctx_model(
-        [dict(ep_cache_context=b"CONTOSO1\x07rest", embed_mode=1, source="ContosoExecutionProvider")]
-    )
+    source = "ContosoExecutionProvider"
+    model = _ctx_model([dict(ep_cache_context=b"CONTOSO1\x07rest", embed_mode=1, source=source),
+                        dict(ep_cache_context=b"CONTOSO1", embed_mode=1, source=source, main_context=0)])  # fmt: skip
     path = _save(tmp_path, model)
     assert inspect_model(path).ep_context_nodes[0].payload.format == FORMAT_UNKNOWN
     epctx.register_execution_provider_library("contoso_inspect", str(library))
     try:
-        payload = inspect_model(path).ep_context_nodes[0].payload
-        assert payload.format == "contoso-blob" and payload.details == {"version": "7"}
+        assert payload_detectors(source)[0][0] == source
+        report = inspect_model(path)
+        good, short = (n.payload for n in report.ep_context_nodes)
+        assert good.format == "contoso-blob" and good.details == {"version": "7"}
+        assert short.format == "contoso-blob" and short.details == {}
+        assert "contoso-blob header could not be read: no version byte" in _messages(report)
     finally:
         epctx.unregister_execution_provider_library("contoso_inspect")
-    assert {FORMAT_OPENVINO, FORMAT_OPENVINO_BIN} <= {fmt for fmt, _ in payload_detectors()}
+    assert OPENVINO in [name for name, _ in payload_detectors()]  # the folder's EP_PAYLOADS
+
+
+_ACME_INIT = """
+EP_NAME = "AcmeExecutionProvider"
+EP_CLASS = "epctx.providers.acme.provider:AcmeExecutionProvider"
+EP_REQUIRES = ("acme_sdk_that_is_not_installed",)
+EP_PAYLOADS = "epctx.providers.acme.payloads:detect"
+"""
+_ACME_PAYLOADS = """
+from epctx.ep import PayloadInfo
+
+
+def detect(data):
+    head = bytes(data[:8])
+    if head.startswith(b"ACMEBAD"):
+        raise RuntimeError("acme detector bug")
+    if head.startswith(b"ACME") or head == b"OVEP_BIN":  # an Acme format that shares OVEP_BIN's magic
+        return PayloadInfo("acme-blob", {"rev": str(data[4])})
+    return None
+"""
+
+
+@pytest.fixture
+def acme_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A new EP folder, epctx/providers/acme/ (its backend not installed), and nothing else edited."""
+    import epctx.providers
+    from epctx.providers import registry
+
+    folder = tmp_path / "folders" / "acme"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(_ACME_INIT)
+    (folder / "payloads.py").write_text(_ACME_PAYLOADS)
+    monkeypatch.setattr(epctx.providers, "__path__", [*epctx.providers.__path__, str(folder.parent)])
+    registry.builtin_declarations.cache_clear()
+    yield registry
+    monkeypatch.undo()
+    registry.builtin_declarations.cache_clear()
+    for name in ("epctx.providers.acme.payloads", "epctx.providers.acme"):
+        sys.modules.pop(name, None)
+
+
+def test_a_new_ep_folder_recognises_its_own_payloads(
+    acme_folder: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """EP_PAYLOADS in a new folder is used by inspect (library and CLI), the EP named by the node's source asked
+    first; the declaration imports nothing and the detector needs no backend."""
+    acme = "AcmeExecutionProvider"
+    assert acme in [d.name for d in acme_folder.builtin_declarations()]
+    assert "epctx.providers.acme.payloads" not in sys.modules  # loaded only when inspect asks
+    assert acme not in acme_folder.available_providers()  # its SDK is missing; its payloads are still known
+
+    meta = _bson_doc({"version": "1.0.0", "blob_metadata_map": {}})
+    ovep = struct.pack("<8sQQQQ", b"OVEP_BIN", 1, 40, 40, len(meta)) + meta
+    (tmp_path / "model_acme.bin").write_bytes(b"ACME\x03" + bytes(11))
+    nodes = [
+        dict(ep_cache_context=b"ACME\x02payload", embed_mode=1, source=acme, name="embedded"),
+        dict(ep_cache_context="model_acme.bin", embed_mode=0, source=acme, name="in_file"),
+        # Bytes two EPs claim: the node's source decides (acme's folder sorts before openvino's).
+        dict(ep_cache_context=ovep, embed_mode=1, source=acme.lower(), name="acme_ovep"),
+        dict(ep_cache_context=ovep, embed_mode=1, source=OPENVINO, name="ov_ovep"),
+        dict(ep_cache_context=b"ACMEBAD!", embed_mode=1, source=acme, name="broken"),
+    ]
+    path = _save(tmp_path, _ctx_model(nodes))
+    report = inspect_model(path)
+    formats = {n.name: n.payload.format for n in report.ep_context_nodes if n.payload is not None}
+    assert formats == {"embedded": "acme-blob", "in_file": "acme-blob", "acme_ovep": "acme-blob",
+                       "ov_ovep": FORMAT_OPENVINO_BIN, "broken": FORMAT_UNKNOWN}  # fmt: skip
+    assert report.ep_context_nodes[0].payload.details == {"rev": "2"}
+    assert report.binary_files[0].payload.details == {"rev": "3"}
+    (finding,) = report.errors
+    assert finding.node == "broken"
+    assert (
+        finding.message
+        == "the payload detector of AcmeExecutionProvider failed: RuntimeError: acme detector bug"
+    )
+
+    assert cli_main(["inspect", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [n["payload"]["format"] for n in data["ep_context_nodes"]] == list(formats.values())
+    assert cli_main(["inspect", str(path)]) == 0
+    assert "acme-blob" in capsys.readouterr().out

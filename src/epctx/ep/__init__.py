@@ -42,6 +42,7 @@ from epctx.ep.devices import (
 from epctx.ep.documents import dump_document, load_document
 from epctx.ep.memory import release_pages
 from epctx.ep.options import Option, parse_options
+from epctx.ep.payloads import PayloadDetector, PayloadEntry, PayloadInfo
 from epctx.ep.target import target_binary
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 
@@ -90,6 +91,10 @@ __all__ = [
     "HardwareDeviceType",
     "ExecutionProviderDevicePolicy",
     "VIRTUAL_METADATA_KEY",
+    # recognising an EP's own context payloads (epctx inspect)
+    "PayloadInfo",
+    "PayloadEntry",
+    "PayloadDetector",
     # exporting a partition as an ONNX model (for EPs that import ONNX)
     "partition_model",
     "initializer_array",

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from epctx.ep.context_io import ContextReader, ContextWriter
     from epctx.ep.context_node import EPContextNode
+    from epctx.ep.payloads import PayloadInfo
 
 __all__ = [
     "CompiledPartition",
@@ -144,6 +145,12 @@ class ExecutionProvider(abc.ABC):
     def accepts_source(cls, source: str) -> bool:
         keys = cls.sources or (cls.name,)
         return source.lower() in {k.lower() for k in keys}
+
+    @classmethod
+    def detect_payload(cls, data: memoryview) -> PayloadInfo | None:
+        """Optional: recognise a context payload this EP's backend writes outside epctx's container (those of
+        the matching onnxruntime EP), from its bytes only (``epctx inspect``; see :mod:`epctx.ep.payloads`)."""
+        return None
 
 
 def opset_of(node: ir.Node, opset_imports: Mapping[str, int]) -> int:

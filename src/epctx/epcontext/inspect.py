@@ -5,7 +5,9 @@ that would stop a session from loading the model (bad attributes, absolute / ``.
 paths, corrupt epctx containers, version disagreements) are :class:`Finding` entries, never exceptions. Only a
 file that is not an ONNX model at all raises (InvalidGraph / NoSuchFile / InvalidArgument).
 
-Payload formats are told apart by their bytes: see :mod:`epctx.epcontext.payload_formats`.
+Payload formats are told apart by their bytes: the framework reads epctx containers, each EP recognises its own
+payloads (the EP named by the node's ``source`` asked first), then the table of formats of onnxruntime EPs epctx
+does not have; see :mod:`epctx.epcontext.payload_formats`.
 """
 
 from __future__ import annotations
@@ -193,10 +195,10 @@ class _Inspector:
             file_ref = _text(cache)
             if file_ref.encode("utf-8", "surrogatepass") != cache:
                 self._error(f"ep_cache_context is not a UTF-8 path: {file_ref!r}", name)
-            payload = self._file(file_ref, name)
+            payload = self._file(file_ref, name, view.source)
         elif cache:
             where = f"embedded context of EPContext node {name!r}"
-            payload, problems = detect_payload(cache, verify=self.verify, where=where)
+            payload, problems = detect_payload(cache, verify=self.verify, where=where, source=view.source)
             for problem in problems:
                 self._error(problem, name)
         info = EPContextInfo(
@@ -231,7 +233,7 @@ class _Inspector:
                 extra[attr.name] = shown
         return values, extra, display
 
-    def _file(self, reference: str, node: str) -> Payload | None:
+    def _file(self, reference: str, node: str, source: str | None) -> Payload | None:
         status = "ok"
         try:
             target = resolve_context_file(self.base_dir, reference, node=node)
@@ -244,7 +246,7 @@ class _Inspector:
         if entry is None:
             exists = target.is_file()
             size = target.stat().st_size if exists else None
-            payload = self._read_file(target, node) if status == "ok" else None
+            payload = self._read_file(target, node, source) if status == "ok" else None
             entry = dict(reference=reference, path=key, status=status, exists=exists, size=size,
                          payload=payload, nodes=[])  # fmt: skip
             self._files[key] = entry
@@ -252,7 +254,7 @@ class _Inspector:
         payload = entry["payload"]
         return payload if isinstance(payload, Payload) else None
 
-    def _read_file(self, target: Path, node: str) -> Payload:
+    def _read_file(self, target: Path, node: str, source: str | None) -> Payload:
         problems: list[str] = []
         try:
             with open(target, "rb") as fh:
@@ -268,7 +270,7 @@ class _Inspector:
                     )
                 else:
                     with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                        payload, problems = detect_payload(mapped)
+                        payload, problems = detect_payload(mapped, source=source)
         except OSError as exc:
             self._error(f"cannot read the context binary {str(target)!r}: {exc}", node)
             return Payload(FORMAT_UNKNOWN, 0)

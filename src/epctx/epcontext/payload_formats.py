@@ -1,11 +1,15 @@
-"""Context payload formats, told apart by their bytes, not by the node's ``source`` (used by ``epctx inspect``).
+"""Context payload formats, told apart by their bytes (used by ``epctx inspect``).
 
-- ``epctx-container``: magic ``b"EPCTXBIN"``; the header is read with :class:`ContextBinary` (every epctx EP's
-  binaries are containers).
-- Formats an EP recognises as its own come first: each EP folder declares its detectors (``EP_PAYLOADS``, e.g.
-  ``providers/openvino/payloads.py`` for what ONNX Runtime's OpenVINO EP writes) and a plugin factory may carry
-  ``payload_detectors``; they reach this layer through ``epctx._hooks``.
-- Formats of EPs epctx does not have (``_FOREIGN``), written by onnxruntime's EPs:
+Who recognises what, asked in this order:
+
+- the framework: ``epctx-container``, magic ``b"EPCTXBIN"``, the header read with :class:`ContextBinary`
+  (every epctx EP's binaries are containers);
+- the EPs, each recognising its own payloads (:mod:`epctx.ep.payloads`): a built-in folder's ``EP_PAYLOADS``
+  (e.g. ``providers/openvino/payloads.py`` for what ONNX Runtime's OpenVINO EP writes), a plugin factory's
+  ``detect_payload``, a registered class's ``ExecutionProvider.detect_payload``; the EP named by the node's
+  ``source`` first. They reach this layer through ``epctx._hooks`` (the providers' registry sits above);
+- the framework's table of **foreign formats** (``FOREIGN``): those of onnxruntime EPs epctx does not have, so
+  that no EP folder of epctx speaks for them:
   - ``qnn-context-binary``: what ``QnnContext_getBinary`` returns (ORT's QNN EP stores it as is). Not a
     documented format: recognised by the layout seen in binaries of QNN SDK 2.51 (onnxruntime-qnn 2.7.0):
     big-endian u32 major and minor header versions, then at 0x10 three little-endian u64 (metadata size,
@@ -17,6 +21,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import struct
 from collections.abc import Mapping
@@ -24,31 +29,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epctx._hooks import payload_detectors
+from epctx.ep.payloads import PayloadDetector, PayloadEntry, PayloadInfo
 from epctx.epcontext.container import MAGIC, ContextBinary
 from epctx.errors import EPCtxError, InvalidGraph
 
 __all__ = [
-    "FORMAT_EPCTX", "FORMAT_OPENVINO", "FORMAT_OPENVINO_BIN", "FORMAT_QNN", "FORMAT_TENSORRT", "FORMAT_UNKNOWN",
-    "Payload", "PayloadEntry", "container_payload", "detect_payload",
+    "FOREIGN", "FORMAT_EPCTX", "FORMAT_OPENVINO", "FORMAT_OPENVINO_BIN", "FORMAT_QNN", "FORMAT_TENSORRT",
+    "FORMAT_UNKNOWN", "Payload", "PayloadEntry", "container_payload", "detect_payload",
 ]  # fmt: skip
+
+logger = logging.getLogger("epctx")
 
 FORMAT_EPCTX = "epctx-container"
 FORMAT_QNN = "qnn-context-binary"
-FORMAT_OPENVINO = "openvino-blob"
-FORMAT_OPENVINO_BIN = "openvino-ep-bin"
 FORMAT_TENSORRT = "tensorrt-engine"
 FORMAT_UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class PayloadEntry:
-    """One entry of a multi-entry payload (an epctx container's entries, an OVEP_BIN file's blobs)."""
-
-    name: str
-    kind: str
-    size: int
-    checksum: str = ""  # epctx containers: the payload checksum and attributes (what identities are made of)
-    attrs: Mapping[str, str] = field(default_factory=dict)
+# Recognised by the OpenVINO EP folder (providers/openvino/payloads.py); the names stay here for reports' readers.
+FORMAT_OPENVINO = "openvino-blob"
+FORMAT_OPENVINO_BIN = "openvino-ep-bin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +61,11 @@ class Payload:
 
 
 def detect_payload(
-    data: object, *, verify: bool = False, where: str = "embedded context"
+    data: object, *, verify: bool = False, where: str = "embedded context", source: str | None = None
 ) -> tuple[Payload, list[str]]:
     """The format of a context payload (bytes-like) and the problems met reading its header (``where`` names
-    it in them). ``verify`` checks every entry checksum of an epctx container."""
+    it in them). ``verify`` checks every entry checksum of an epctx container. ``source`` (the EPContext node's)
+    names the EP asked first."""
     buf = memoryview(data).cast("B")  # type: ignore[arg-type]
     try:
         if bytes(buf[: len(MAGIC)]) == MAGIC:
@@ -75,15 +74,19 @@ def detect_payload(
                 lambda: ContextBinary.from_bytes(buf, where=where), buf.nbytes, problems, verify=verify
             )
             return payload, problems
-        for fmt, detect in (*payload_detectors(), *_FOREIGN):
+        failed: list[str] = []
+        detectors: list[tuple[str, PayloadDetector]] = [*payload_detectors(source), *FOREIGN]
+        for asked, detect in detectors:
             try:
                 found = detect(buf)
-            except (ValueError, struct.error, IndexError) as exc:
-                return Payload(fmt, buf.nbytes), [f"{fmt} header could not be read: {exc}"]
+            except Exception as exc:  # a broken detector is a finding, never a crash of inspect
+                logger.debug("the payload detector of %s failed", asked, exc_info=True)
+                failed.append(f"the payload detector of {asked} failed: {type(exc).__name__}: {exc}")
+                continue
             if found is not None:
-                details, entries = found
-                return Payload(fmt, buf.nbytes, details, tuple(PayloadEntry(*e) for e in entries)), []
-        return Payload(FORMAT_UNKNOWN, buf.nbytes), []
+                payload = Payload(found.format, buf.nbytes, dict(found.details), tuple(found.entries))
+                return payload, [*failed, found.problem] if found.problem else failed
+        return Payload(FORMAT_UNKNOWN, buf.nbytes), failed
     finally:
         buf.release()
 
@@ -111,11 +114,10 @@ def container_payload(opener: Any, size: int, problems: list[str], *, verify: bo
     )
 
 
-_Found = tuple[dict[str, str], tuple[tuple[str, str, int], ...]] | None
 _QNN_SDK = re.compile(rb"v(\d+\.\d+\.\d+\.\d+)")
 
 
-def _qnn(buf: memoryview) -> _Found:
+def _qnn(buf: memoryview) -> PayloadInfo | None:
     if buf.nbytes < 0x30:  # header versions (big-endian), then metadata / header section / body sizes
         return None
     major, minor = struct.unpack_from(">II", buf, 0)
@@ -126,13 +128,13 @@ def _qnn(buf: memoryview) -> _Found:
     sdk = _QNN_SDK.search(bytes(buf[0x30 : 0x30 + min(meta_size, 1 << 16)]))
     if sdk:
         details["sdk_version"] = sdk.group(1).decode()
-    return details, ()
+    return PayloadInfo(FORMAT_QNN, details)
 
 
 _TRT_SIGNATURES = (b"ptrt", b"ftrt")
 
 
-def _tensorrt(buf: memoryview) -> _Found:
+def _tensorrt(buf: memoryview) -> PayloadInfo | None:
     at = 0
     if buf.nbytes >= 8 and bytes(buf[4:5]) == b"{":  # a length-prefixed JSON preamble before the engine
         at = struct.unpack_from("<I", buf, 0)[0] + 4
@@ -142,12 +144,21 @@ def _tensorrt(buf: memoryview) -> _Found:
     details = {"signature": bytes(buf[at : at + 4]).decode(), "serialization_version": f"0x{version:x}"}
     if at:
         details["preamble_bytes"] = str(at)
-    return details, ()
+    return PayloadInfo(FORMAT_TENSORRT, details)
 
 
-# Formats of EPs epctx does not have, written by onnxruntime's EPs; an EP epctx has recognises its own
-# (``EP_PAYLOADS`` in its folder, or a plugin factory's ``payload_detectors``), asked first.
-_FOREIGN = (
-    (FORMAT_TENSORRT, _tensorrt),
-    (FORMAT_QNN, _qnn),
+def _foreign(fmt: str, detect: PayloadDetector) -> PayloadDetector:
+    def checked(buf: memoryview) -> PayloadInfo | None:
+        try:
+            return detect(buf)
+        except (ValueError, struct.error, IndexError) as exc:
+            return PayloadInfo(fmt, problem=f"{fmt} header could not be read: {exc}")
+
+    return checked
+
+
+# Formats of onnxruntime EPs epctx does not have (asked after every EP): (who, detector).
+FOREIGN: tuple[tuple[str, PayloadDetector], ...] = (
+    ("onnxruntime's TensorRT EP", _foreign(FORMAT_TENSORRT, _tensorrt)),
+    ("onnxruntime's QNN EP", _foreign(FORMAT_QNN, _qnn)),
 )

@@ -6,8 +6,9 @@ Three sources of EPs, each wrapped by an :class:`~epctx.ep.EpFactory` (ONNX Runt
   declares ``EP_NAME`` (and ``EP_CLASS = "module:Class"``, optionally ``EP_VENDOR``, ``EP_REQUIRES`` (modules
   that must be importable), ``EP_DEVICES = "module:function"`` (``(ep_name, ep_vendor, hardware) ->
   [EpDevice]``; default: the CPU) and ``EP_HARDWARE = "module:function"`` (``() -> [HardwareDevice]``, devices
-  the backend discovers beyond the OS's CPU), ``EP_BY_POLICY = False`` (selection policies skip it)). The
-  declaration imports nothing: adding an EP = one folder;
+  the backend discovers beyond the OS's CPU), ``EP_BY_POLICY = False`` (selection policies skip it),
+  ``EP_PAYLOADS = "module:function"`` (:data:`~epctx.ep.PayloadDetector`: recognises its own payloads for
+  ``epctx inspect``)). The declaration imports nothing: adding an EP = one folder;
 - **plugin EP libraries** of installed packages, by the ``epctx.execution_providers`` entry-point group (each
   entry point names a module exposing ``create_ep_factories``), loaded on the first discovery;
 - **registered libraries**: :func:`register_execution_provider_library` (a Python file or an importable module
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from epctx.errors import Fail, InvalidArgument, NoSuchFile
 
 if TYPE_CHECKING:
-    from epctx.ep import EpDevice, EpFactory, ExecutionProvider, HardwareDevice
+    from epctx.ep import EpDevice, EpFactory, ExecutionProvider, HardwareDevice, PayloadDetector
 
 __all__ = [
     "ALLOW_VIRTUAL_DEVICES",
@@ -86,7 +87,7 @@ class BuiltinDeclaration:
     devices: str | None = None  # "module:function": (ep_name, ep_vendor, hardware) -> list[EpDevice]
     hardware: str | None = None  # "module:function": () -> list[HardwareDevice]
     by_policy: bool = True  # False: selection policies never pick it (it is used when asked for by name)
-    payloads: str | None = None  # "module:DETECTORS": ((format, detector), ...) for the payloads it writes
+    payloads: str | None = None  # "module:function": (data: memoryview) -> PayloadInfo | None (epctx inspect)
 
     def missing(self) -> list[str]:
         """Required modules that are not installed."""
@@ -96,9 +97,9 @@ class BuiltinDeclaration:
 @functools.cache
 def builtin_declarations() -> tuple[BuiltinDeclaration, ...]:
     """The built-in EPs, one per folder, in folder order (imports each folder's import-free ``__init__``)."""
-    folder = Path(__file__).resolve().parent
+    folders = list(sys.modules[__package__].__path__)  # this folder (tests may extend the package's path)
     found = []
-    for info in sorted(pkgutil.iter_modules([str(folder)]), key=lambda i: i.name):
+    for info in sorted(pkgutil.iter_modules(folders), key=lambda i: i.name):
         if not info.ispkg:
             continue
         module = importlib.import_module(f"{__package__}.{info.name}")
@@ -127,16 +128,26 @@ def builtin_declarations() -> tuple[BuiltinDeclaration, ...]:
     return tuple(found)
 
 
-def payload_detectors() -> list[tuple[str, Any]]:
-    """(format, detector) of the payloads each EP recognises as its own: built-in folders' ``EP_PAYLOADS``, then
-    plugin factories' ``payload_detectors`` attribute. Detectors read bytes only (no backend import)."""
-    found: list[tuple[str, Any]] = []
-    for decl in builtin_declarations():
-        if decl.payloads:
-            found.extend(_resolve(decl.payloads))
-    for factory in factories():
-        found.extend(getattr(factory, "payload_detectors", ()) or ())
-    return found
+def payload_detectors(source: str | None = None) -> list[tuple[str, PayloadDetector]]:
+    """(EP name, detector) of every EP that recognises its own payloads (``epctx inspect``; see
+    :mod:`epctx.ep.payloads`), the EP that accepts ``source`` (an EPContext node's) first: built-in folders'
+    ``EP_PAYLOADS`` (imported on the first call, installed backend or not: detectors read bytes only), classes'
+    ``detect_payload`` (``register_provider_class``), plugin factories' optional ``detect_payload``."""
+    found: list[tuple[str, PayloadDetector, bool]] = []
+    wanted = (source or "").lower()
+    with _LOCK:
+        _load_entry_points()
+        for name, cls in _REGISTERED.items():
+            found.append((name, cls.detect_payload, bool(source) and cls.accepts_source(source or "")))
+        for decl in builtin_declarations():
+            if decl.payloads and decl.name not in _REGISTERED:
+                found.append((decl.name, _resolve_lazily(decl.payloads), decl.name.lower() == wanted))
+        for library in _LIBRARIES.values():
+            for factory in library.factories:
+                detect = getattr(factory, "detect_payload", None)
+                if callable(detect):
+                    found.append((factory.ep_name, detect, factory.ep_name.lower() == wanted))
+    return [(name, detect) for name, detect, _ in sorted(found, key=lambda f: not f[2])]
 
 
 def _resolve(target: str) -> Any:

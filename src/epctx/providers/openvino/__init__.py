@@ -14,7 +14,7 @@ EP_VENDOR = "Intel"
 EP_REQUIRES = ("openvino",)
 EP_DEVICES = "epctx.providers.openvino.devices:supported_devices"  # which devices it serves
 EP_HARDWARE = "epctx.providers.openvino.devices:discover_hardware"  # GPUs and NPUs OpenVINO sees
-EP_PAYLOADS = "epctx.providers.openvino.payloads:DETECTORS"  # what ORT's OpenVINO EP writes (epctx inspect)
+EP_PAYLOADS = "epctx.providers.openvino.payloads:detect"  # what ORT's OpenVINO EP writes (epctx inspect)
 
 __all__ = ["OpenVINOExecutionProvider"]
 

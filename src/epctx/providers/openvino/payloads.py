@@ -1,7 +1,7 @@
 """The payloads ONNX Runtime's OpenVINO EP writes, recognised by their bytes (``epctx inspect`` asks this EP
-folder through ``EP_PAYLOADS``): ``openvino-blob`` (``CompiledModel.export_model()`` output: the CPU plugin's
-stream, with a ``meta=...;ov=<version>;isa=...`` preamble in recent releases or the bare data header followed by
-XML in older ones, or an NPU blob with ``OVNPU`` at its start or in its trailer) and ``openvino-ep-bin`` (the
+folder's ``EP_PAYLOADS``, i.e. :func:`detect`): ``openvino-blob`` (``CompiledModel.export_model()`` output: the
+CPU plugin's stream, with a ``meta=...;ov=<version>;isa=...`` preamble in recent releases or the bare data header
+followed by XML in older ones, or an NPU blob with ``OVNPU`` at its start or in its trailer) and ``openvino-ep-bin`` (the
 multi-blob file of ORT's OpenVINO EP: magic ``OVEP_BIN``, a 40-byte header, BSON metadata naming each blob's
 offset and size). Bytes only: nothing here imports openvino.
 """
@@ -12,11 +12,24 @@ import re
 import struct
 from typing import Any
 
-__all__ = ["DETECTORS", "FORMAT_BLOB", "FORMAT_EP_BIN", "detect_blob", "detect_ep_bin"]
+from epctx.ep import PayloadEntry, PayloadInfo
+
+__all__ = ["FORMAT_BLOB", "FORMAT_EP_BIN", "detect"]
 
 FORMAT_BLOB = "openvino-blob"
 FORMAT_EP_BIN = "openvino-ep-bin"
-Found = tuple[dict[str, str], tuple[tuple[str, str, int], ...]] | None
+
+
+def detect(data: memoryview) -> PayloadInfo | None:
+    """An OVEP_BIN file or an exported OpenVINO blob (None: neither)."""
+    for fmt, detector in ((FORMAT_EP_BIN, _ep_bin), (FORMAT_BLOB, _blob)):
+        try:
+            found = detector(data)
+        except (ValueError, struct.error, IndexError) as exc:
+            return PayloadInfo(fmt, problem=f"{fmt} header could not be read: {exc}")
+        if found is not None:
+            return found
+    return None
 
 
 _OV_CPU_MAGIC = b"RR_UPCVO"
@@ -25,10 +38,10 @@ _OV_VERSION = re.compile(rb"meta=[^;\x00]*;ov=([0-9][\w.\-]*)")
 _OV_META_KEYS = {"meta": "meta_version", "ov": "openvino_version", "isa": "isa"}
 
 
-def detect_blob(buf: memoryview) -> Found:
+def _blob(buf: memoryview) -> PayloadInfo | None:
     head = bytes(buf[:512])
     if head.startswith(_OV_NPU_MAGIC) or _OV_NPU_MAGIC in bytes(buf[-256:]):
-        return {"device": "NPU"}, ()
+        return PayloadInfo(FORMAT_BLOB, {"device": "NPU"})
     if head.startswith(_OV_CPU_MAGIC) and len(head) >= 20:
         # Recent CPU plugin streams: magic, u32 version, u64 length, "meta=...;ov=...;isa=..." text.
         (length,) = struct.unpack_from("<Q", head, 12)
@@ -38,13 +51,13 @@ def detect_blob(buf: memoryview) -> Found:
             key, _, value = item.partition("=")
             if key in _OV_META_KEYS and value:
                 details[_OV_META_KEYS[key]] = value
-        return details, ()
+        return PayloadInfo(FORMAT_BLOB, details)
     found = _OV_VERSION.search(head)
     if found is not None:
-        return {"openvino_version": found.group(1).decode("ascii", "replace")}, ()
+        return PayloadInfo(FORMAT_BLOB, {"openvino_version": found.group(1).decode("ascii", "replace")})
     # Older CPU plugin streams: the data header (6 u64: custom data offset/size, constants, model) and its XML.
     if len(head) >= 56 and struct.unpack_from("<Q", head, 0)[0] == 48 and head[48:53] == b"<?xml":
-        return {"device": "CPU"}, ()
+        return PayloadInfo(FORMAT_BLOB, {"device": "CPU"})
     return None
 
 
@@ -52,7 +65,7 @@ _OVEP_BIN_MAGIC = b"OVEP_BIN"
 _OVEP_HEADER = struct.Struct("<8sQQQQ")  # magic, version, header size, BSON offset, BSON size
 
 
-def detect_ep_bin(buf: memoryview) -> Found:
+def _ep_bin(buf: memoryview) -> PayloadInfo | None:
     if bytes(buf[:8]) != _OVEP_BIN_MAGIC:
         return None
     _, version, header_size, bson_at, bson_size = _OVEP_HEADER.unpack_from(buf, 0)
@@ -68,11 +81,11 @@ def detect_ep_bin(buf: memoryview) -> Found:
     if isinstance(blobs, dict):
         for name, info in blobs.items():
             size = info.get("size") if isinstance(info, dict) else None
-            entries.append((name, "blob", int(size) if isinstance(size, int) else -1))
+            entries.append(PayloadEntry(name, "blob", int(size) if isinstance(size, int) else -1))
     weights = meta.get("weights_metadata_map")
     if isinstance(weights, dict):
         details["shared_weights"] = str(len(weights))
-    return details, tuple(entries)
+    return PayloadInfo(FORMAT_EP_BIN, details, tuple(entries))
 
 
 def _bson(raw: bytes) -> dict[str, Any]:
@@ -110,6 +123,3 @@ def _bson(raw: bytes) -> dict[str, Any]:
 
 
 _BSON_SCALARS = {0x01: "<d", 0x08: "<?", 0x0A: "", 0x10: "<i", 0x11: "<Q", 0x12: "<q"}
-
-
-DETECTORS = ((FORMAT_EP_BIN, detect_ep_bin), (FORMAT_BLOB, detect_blob))
