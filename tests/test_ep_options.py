@@ -65,3 +65,26 @@ def test_shipped_eps_declare_their_options():
         openvino_options({"num_streams": "-1"})
     assert openvino_options({"device_type": "gpu"}).precision is None  # the device's own default off the CPU
     assert openvino_options({}).precision == "f32"
+
+
+def test_values_are_read_only_or_a_frozen_dataclass():
+    import dataclasses
+
+    values = parse_options("MyEP", {"streams": "2"}, SPEC)
+    with pytest.raises(TypeError):
+        values["streams"] = 3  # type: ignore[index]
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        device_name: str
+        precision: str | None
+        streams: int | None
+        fast: bool
+        ops: frozenset[str]
+        tags: frozenset[str]
+
+    spec = (Option("device", "str", default="CPU", field="device_name"), *SPEC[1:])
+    config = parse_options("MyEP", {"device": "GPU", "fast": "1"}, spec, into=Config)
+    assert config == Config("GPU", None, None, True, frozenset(), frozenset())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.fast = False  # type: ignore[misc]

@@ -501,6 +501,35 @@ def test_program_bytes_are_deterministic() -> None:
     assert programs[0] == Program.from_json(programs[0]).to_json()
 
 
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda d: d.update(format="other"), "format"),
+        (lambda d: d.update(version=PROGRAM_VERSION + 1), "format version"),
+        (lambda d: d["instructions"][0].update(op="Conv"), "unknown op 'Conv'"),
+        (lambda d: d["instructions"][0].update(inputs=[99, 0]), "undefined slots"),
+        (lambda d: d["instructions"][0].update(output=0), "writes slot"),
+        (lambda d: d["weights"][0].update(dtype="float64"), "malformed"),
+        (lambda d: d["weights"][0].update(shape=[1, 2]), "expected"),
+        (lambda d: d["outputs"][0].update(slot=1000), "outputs read undefined"),
+        (lambda d: d["instructions"][1].update(attrs={"axis": "last"}), "must be an integer"),
+        (lambda d: d.pop("weights"), "malformed"),
+    ],
+)
+def test_load_rejects_malformed_programs(mutate: Any, match: str) -> None:
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Softmax", ["m"], ["y"])]
+    partition, compiled = _compile(make_model(nodes, {"x": (2, 3)}, ["y"], {"w": randn(3, 4)}))
+    doc = json.loads(compiled.program.to_json())
+    mutate(doc)
+    ep = ExampleExecutionProvider()
+    writer = ContextBinaryWriter(ep_name=EP)
+    writer.add("graph_0/program", json.dumps(doc).encode())
+    writer.add("graph_0/weights/0", np.ascontiguousarray(compiled.weights[0]), kind="weights")
+    source = ContextSource(ContextBinary.from_bytes(writer.to_bytes()), "graph_0")
+    with pytest.raises(InvalidGraph, match=match):
+        ep.load_partition(source, _node_for(partition), partition)
+
+
 def test_load_rejects_non_json() -> None:
     partition, _ = _compile(make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (2,)}, ["y"]))
     writer = ContextBinaryWriter(ep_name=EP)

@@ -12,19 +12,29 @@ option an EP accepts is an option it honours.
         Option("weightless", "bool", default=False),
         Option("disabled_ops", "list", default=frozenset()),
     )
-    values = parse_options("MyExecutionProvider", options, OPTIONS)
+    values = parse_options("MyExecutionProvider", options, OPTIONS)  # a read-only mapping
+
+or straight into a frozen dataclass with one field per option (``Option.field`` renames one):
+
+    @dataclasses.dataclass(frozen=True)
+    class MyOptions:
+        device_type: str
+        ...
+    config = parse_options("MyExecutionProvider", options, OPTIONS, into=MyOptions)
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Literal
+import types
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 from epctx.errors import InvalidArgument
 
 __all__ = ["Option", "parse_options"]
 
+T = TypeVar("T")
 OptionKind = Literal["str", "int", "bool", "choice", "list"]
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -43,6 +53,7 @@ class Option:
     default: Any = None
     choices: Mapping[str, Any] | Collection[str] | None = None
     doc: str = ""
+    field: str = ""  # the attribute it fills with ``parse_options(..., into=...)``; default: ``name``
 
     def parse(self, ep_name: str, raw: str) -> Any:
         where = f"{ep_name} option {self.name!r}"
@@ -80,15 +91,32 @@ class Option:
         return items
 
 
-def parse_options(ep_name: str, options: Mapping[str, str], spec: Sequence[Option]) -> dict[str, Any]:
-    """Every declared option's typed value (its default when not given); unknown options are InvalidArgument."""
+@overload
+def parse_options(ep_name: str, options: Mapping[str, str], spec: Sequence[Option]) -> Mapping[str, Any]: ...
+@overload
+def parse_options(
+    ep_name: str, options: Mapping[str, str], spec: Sequence[Option], *, into: Callable[..., T]
+) -> T: ...
+def parse_options(
+    ep_name: str,
+    options: Mapping[str, str],
+    spec: Sequence[Option],
+    *,
+    into: Callable[..., Any] | None = None,
+) -> Any:
+    """Every declared option's typed value (its default when not given), as a read-only mapping by name, or
+    ``into(**{option.field or option.name: value})`` (a frozen dataclass, say); unknown options are
+    InvalidArgument listing the known ones."""
     known = {option.name: option for option in spec}
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise InvalidArgument(
             f"{ep_name}: unknown provider option(s) {unknown}; valid options: {list(known)}"
         )
-    return {
+    values = {
         name: option.parse(ep_name, options[name]) if name in options else option.default
         for name, option in known.items()
     }
+    if into is None:
+        return types.MappingProxyType(values)
+    return into(**{known[name].field or name: value for name, value in values.items()})

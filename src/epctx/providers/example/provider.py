@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -53,6 +54,13 @@ SUPPORTED_OPS: Mapping[str, tuple[int, int, int]] = {
 OPTIONS = (
     Option("ops", "list", default=frozenset(), choices=SUPPORTED_OPS, doc="op types to claim (default: all)"),
 )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExampleOptions:
+    ops: frozenset[str]
+
+
 _SDK_PREFIX = "example-"
 _PROGRAM_TAG = "/program-"
 
@@ -64,8 +72,8 @@ class ExampleExecutionProvider(ExecutionProvider):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
-        values = parse_options(self.name, self.options, OPTIONS)
-        self.ops: frozenset[str] = values["ops"] or frozenset(SUPPORTED_OPS)
+        config = parse_options(self.name, self.options, OPTIONS, into=ExampleOptions)
+        self.ops = config.ops or frozenset(SUPPORTED_OPS)
 
     # -- capability -----------------------------------------------------------------------------------
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:

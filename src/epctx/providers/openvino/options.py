@@ -28,7 +28,7 @@ __all__ = ["OPTIONS", "OpenVINOOptions", "parse_options"]
 
 _NAME = "OpenVINOExecutionProvider"
 OPTIONS = (
-    Option("device_type", "str", default="CPU", doc="OpenVINO device (CPU, GPU, GPU.1, NPU)"),
+    Option("device_type", "str", default="CPU", doc="OpenVINO device (CPU, GPU, GPU.1, NPU)", field="device"),
     Option(
         "precision",
         "choice",
@@ -36,7 +36,7 @@ OPTIONS = (
         doc="INFERENCE_PRECISION_HINT; default f32 on CPU, the device's own otherwise",
     ),
     Option("num_streams", "int", doc="NUM_STREAMS (a positive integer)"),
-    Option("num_of_threads", "int", doc="INFERENCE_NUM_THREADS (a positive integer)"),
+    Option("num_of_threads", "int", doc="INFERENCE_NUM_THREADS (a positive integer)", field="num_threads"),
     Option("cache_dir", "str", doc="OpenVINO's own model cache folder (CACHE_DIR), when compiling"),
     Option("weightless", "bool", default=False, doc="blobs reference their weights, entries of the binary"),
     Option("disabled_ops", "list", default=frozenset(), doc="op types never claimed"),
@@ -75,17 +75,9 @@ class OpenVINOOptions:
 
 def parse_options(options: Mapping[str, str]) -> OpenVINOOptions:
     """Check the provider options (all str); an unknown option or a bad value is InvalidArgument."""
-    values = parse_declared(_NAME, options, OPTIONS)
-    device = str(values["device_type"]).upper()
-    precision = values["precision"]
+    config = parse_declared(_NAME, options, OPTIONS, into=OpenVINOOptions)
+    device = config.device.upper()
+    precision = config.precision
     if precision is None:
         precision = "f32" if device == "CPU" else None  # bf16 on CPUs that have it drifts up to 1e-2
-    return OpenVINOOptions(
-        device=device,
-        precision=precision,
-        num_streams=values["num_streams"],
-        num_threads=values["num_of_threads"],
-        cache_dir=values["cache_dir"],
-        weightless=values["weightless"],
-        disabled_ops=values["disabled_ops"],
-    )
+    return dataclasses.replace(config, device=device, precision=precision)
