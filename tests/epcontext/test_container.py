@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
-from epctx.epcontext import container as container_mod
+from epctx.epcontext import checksums as checksums_mod
 from epctx.errors import Fail, InvalidArgument, InvalidGraph, NoSuchFile
 
 PREAMBLE = struct.Struct("<8sIIQQ")
@@ -202,7 +202,7 @@ def test_same_checksum_different_bytes_are_not_merged(monkeypatch: pytest.Monkey
     w = _writer()
     w.add("a", b"A" * 100)
     w.add("b", b"B" * 100)
-    monkeypatch.setattr(container_mod, "CHECKSUM_ALGORITHMS", {"xxh3_64": constant})
+    monkeypatch.setattr(checksums_mod, "CHECKSUM_ALGORITHMS", {"xxh3_64": constant})
     _, payloads = w._layout()
     assert len(payloads) == 2
 

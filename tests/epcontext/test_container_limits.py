@@ -20,7 +20,9 @@ import xxhash
 
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.epcontext import container as container_mod
-from epctx.epcontext.container import TEMP_PATTERN, is_stale_temp, temp_writer_pid
+from epctx.epcontext import header as header_mod
+from epctx.epcontext import writer as writer_mod
+from epctx.epcontext.files import TEMP_PATTERN, is_stale_temp, temp_writer_pid
 from epctx.epcontext.store import ContextSource
 from epctx.errors import Fail, InvalidArgument, InvalidGraph
 
@@ -253,12 +255,14 @@ def test_header_length_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         w.add(f"entry_{k}", bytes([k]))
     blob = w.to_bytes()
     _, _, _, header_len, _ = PREAMBLE.unpack_from(blob)
-    monkeypatch.setattr(container_mod, "MAX_HEADER_BYTES", header_len - 1)
+    for module in (header_mod, writer_mod):  # the reader's and the writer's bound
+        monkeypatch.setattr(module, "MAX_HEADER_BYTES", header_len - 1)
     with pytest.raises(InvalidGraph, match=f"header length {header_len} is over"):
         ContextBinary.from_bytes(blob)
     with pytest.raises(InvalidArgument, match=f"more than the {header_len - 1} a reader accepts"):
         w.to_bytes()
-    monkeypatch.setattr(container_mod, "MAX_HEADER_BYTES", header_len)
+    for module in (header_mod, writer_mod):
+        monkeypatch.setattr(module, "MAX_HEADER_BYTES", header_len)
     assert w.to_bytes() == blob
     ContextBinary.from_bytes(blob).verify()
 

@@ -6,7 +6,9 @@ import mmap
 
 import numpy as np
 
-__all__ = ["mapped_file", "release_pages"]
+from epctx.errors import InvalidArgument
+
+__all__ = ["byte_view", "mapped_file", "release_pages"]
 
 
 def mapped_file(view: memoryview) -> mmap.mmap | None:
@@ -42,3 +44,22 @@ def release_pages(view: memoryview) -> None:
         owner.madvise(mmap.MADV_DONTNEED, first, end - first)
     except (AttributeError, OSError, ValueError):  # no madvise here, or the mapping went away: keep the pages
         pass
+
+
+def byte_view(data: object, what: str) -> memoryview:
+    """A flat unsigned-byte view of ``data`` without copying it; ``what`` names it in errors."""
+    if isinstance(data, np.ndarray):
+        if data.dtype.hasobject:
+            raise InvalidArgument(f"{what}: arrays of Python objects cannot be stored")
+        if not data.flags.c_contiguous:
+            raise InvalidArgument(f"{what}: the array is not C-contiguous (pass np.ascontiguousarray(data))")
+        return memoryview(data.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidArgument(
+            f"{what}: expected bytes-like data or a numpy array, not {type(data).__name__}"
+        ) from None
+    if not view.c_contiguous:
+        raise InvalidArgument(f"{what}: the buffer is not C-contiguous")
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")

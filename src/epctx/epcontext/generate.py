@@ -24,7 +24,6 @@ from epctx._version import __version__
 from epctx.ep.context_node import DOMAIN, OPSET_VERSION, EPContextNode
 from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext import paths
-from epctx.epcontext.container import ContextBinaryWriter
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.io_names import IO_KEY, io_document
 from epctx.epcontext.store import ContextStore
@@ -36,6 +35,7 @@ from epctx.epcontext.workspace import (
     compiling_into,
     generation_group,
 )
+from epctx.epcontext.writer import ContextBinaryWriter
 from epctx.errors import Fail, InvalidArgument
 from epctx.model.scopes import outer_scope_values
 from epctx.partition import CompiledModel, Unit

@@ -22,7 +22,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from epctx.ep.context_node import DOMAIN, OP_TYPE, EPContextNode
-from epctx.epcontext.container import MAGIC, ContextBinary
+from epctx.epcontext.container import ContextBinary
+from epctx.epcontext.header import MAGIC
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.paths import resolve_context_file
 from epctx.epcontext.payload_formats import (

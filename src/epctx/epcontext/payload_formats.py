@@ -30,7 +30,8 @@ from typing import Any
 
 from epctx._hooks import payload_detectors
 from epctx.ep.payloads import PayloadDetector, PayloadEntry, PayloadInfo
-from epctx.epcontext.container import MAGIC, ContextBinary
+from epctx.epcontext.container import ContextBinary
+from epctx.epcontext.header import MAGIC
 from epctx.errors import EPCtxError, InvalidGraph
 
 __all__ = [

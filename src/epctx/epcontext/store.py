@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from epctx.epcontext.container import ContextBinary, ContextBinaryWriter, EntryInfo
+from epctx.epcontext.container import ContextBinary, EntryInfo
+from epctx.epcontext.writer import ContextBinaryWriter
 
 __all__ = ["ContextSource", "ContextStore"]
 

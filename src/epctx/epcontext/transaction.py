@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
-from epctx.epcontext.container import MAGIC, MAX_HEADER_BYTES, is_stale_temp, write_file_atomic
+from epctx.epcontext.files import is_stale_temp, write_file_atomic
+from epctx.epcontext.header import MAGIC, MAX_HEADER_BYTES
 from epctx.errors import Fail, InvalidArgument
 
 if TYPE_CHECKING:
     import onnx
 
-    from epctx.epcontext.container import ContextBinaryWriter
+    from epctx.epcontext.writer import ContextBinaryWriter
 
 __all__ = ["Transaction", "model_references", "rename_references"]
 

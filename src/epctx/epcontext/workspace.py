@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 import xxhash
 
 from epctx.ep.target import compile_target
-from epctx.epcontext.container import ContextBinary, ContextBinaryWriter
+from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.paths import binary_file_name
+from epctx.epcontext.writer import ContextBinaryWriter
 from epctx.errors import InvalidArgument
 
 if TYPE_CHECKING:

@@ -36,8 +36,9 @@ import numpy as np
 
 from epctx import options as opt
 from epctx.ep.context_node import DOMAIN, OP_TYPE
-from epctx.epcontext.container import ContextBinary, ContextBinaryWriter
+from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.merge import merge_context_models
+from epctx.epcontext.writer import ContextBinaryWriter
 from epctx.errors import EPCtxError, InvalidGraph, ModelRequiresCompilation
 from epctx.session.builder import NO_COMPILE_ENV, no_compile
 from epctx.testing.conformance import models

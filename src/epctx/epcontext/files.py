@@ -1,0 +1,87 @@
+"""Files epctx writes: atomically, through temporary files whose names say which process writes them."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from epctx.errors import Fail, NoSuchFile
+
+__all__ = ["TEMP_PATTERN", "fsync_folder", "is_stale_temp", "temp_writer_pid", "write_file_atomic"]
+
+# ``.<binary name>.<writer pid>.<random hex>.tmp``: what ContextBinaryWriter.write writes before renaming.
+TEMP_PATTERN = re.compile(
+    r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.(?P<token>[0-9a-f]{12})\.tmp", re.DOTALL
+)
+
+
+def write_file_atomic(
+    path: str | os.PathLike[str], fill: Callable[[Callable[[Any], object]], object], *, what: str = "file"
+) -> None:
+    """Write ``path`` through a temporary file in its folder (``.<name>.<pid>.<hex>.tmp``, see ``TEMP_PATTERN``
+    and ``is_stale_temp``; mode 0o666 less the umask) that ``fill(write)`` fills, fsync'ed, then renamed over
+    ``path``: never a half file under ``path``, and a killed writer's temporary file can be told apart."""
+    target = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(folder, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except FileNotFoundError:
+        raise NoSuchFile(f"cannot write {what} {target!r}: folder {folder!r} does not exist") from None
+    except OSError as exc:
+        raise Fail(f"cannot write {what} {target!r}: {exc}") from exc
+    try:
+        with open(fd, "wb") as fh:
+            fill(fh.write)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise Fail(f"writing {what} {target!r} failed: {exc}") from exc
+        raise
+    fsync_folder(folder)
+
+
+def fsync_folder(folder: str) -> None:
+    """Make the rename durable where the platform allows it (best effort)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def temp_writer_pid(path: str | os.PathLike[str]) -> int | None:
+    """The process id of the writer whose temporary file ``path`` is (a name ``ContextBinaryWriter.write``
+    gives: ``.<binary name>.<pid>.<12 hex digits>.tmp``), else None."""
+    match = TEMP_PATTERN.fullmatch(os.path.basename(os.fspath(path)))
+    return int(match["pid"]) if match else None
+
+
+def is_stale_temp(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a context binary writer's temporary file whose writer process no longer runs on this
+    machine (killed mid-write; a finished or failed write leaves none). False for any other name, and where
+    it cannot be told (Windows; a writer that runs as another user counts as running). A reused process id
+    reads as running: never stale by mistake, at worst kept until that process ends. Only the name and the
+    process table are looked at: the caller decides what to remove, and when."""
+    pid = temp_writer_pid(path)
+    if pid is None or os.name != "posix":
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: existence check only
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    except OSError as exc:
+        return exc.errno == errno.ESRCH
+    return False
