@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from epctx.providers.cpu.kernels import elementwise as ew
+from epctx.providers.cpu.kernels import erf as ew
 
 
 def _erf_fit(limit: float, degree: int) -> np.ndarray:

@@ -566,7 +566,7 @@ def test_erf_float64_and_float16() -> None:
     # onnxruntime has no float64 Erf: compare with math.erf.
     import math
 
-    from epctx.providers.cpu.kernels.elementwise import erf
+    from epctx.providers.cpu.kernels.erf import erf
 
     x = np.linspace(-7, 7, 2001)
     expected = np.array([math.erf(v) for v in x.tolist()])

@@ -1,126 +1,24 @@
-"""CPU kernels: elementwise math, activations, broadcasting binary ops, comparisons, Where, Clip, Cast.
+"""CPU kernels: elementwise math, activations, broadcasting binary ops, comparisons, Where, Clip, Identity.
 
 Each family is registered from a table by one small factory; the returned ``run`` closures do no attribute
-parsing and (at most) one dtype check on the hot path.
+parsing and (at most) one dtype check on the hot path. Cast is in ``cast.py``, erf in ``erf.py``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from epctx.ep import Kernel
-from epctx.providers.cpu.reference import reference_kernel
+from epctx.providers.cpu.kernels.erf import erf
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
-__all__ = ["DIRECT_DTYPES", "NATIVE_DTYPES", "convert_dtype", "erf", "onnx_to_numpy_dtype", "widened"]
+__all__ = ["DIRECT_DTYPES", "widened"]
 
 Fn = Callable[..., Any]
-
-
-# ----------------------------------------------------------------------------------------------- erf
-# erf(x) ~= x * T_c(2 x^2 / limit^2 - 1) on |x| <= limit: Chebyshev coefficients c fitted by least squares
-# (np.polynomial.chebyshev.chebfit at 4 * degree + 64 Chebyshev nodes), stored as constants so that importing
-# the CPU EP does no BLAS work (issue 7); tests/cpu/test_erf_coefficients.py re-derives and compares them.
-# float32 (and narrower): |x| <= 4 (erfc(4) ~ 1.5e-8), degree 16 converted to monomials in t, highest power
-# first, for Horner (all below 0.4, so Horner in float32 is stable): ~3e-7 relative. float64: |x| <= 6
-# (erfc(6) ~ 2e-17), Clenshaw of degree 44.
-_ERF32_LIMIT = 4.0
-_ERF32_DEGREE = 16
-_ERF32_HORNER = (
-    0.0005964250760405544,
-    -0.0013728150919252446,
-    0.0006166107064264988,
-    -0.0010769420974992994,
-    0.0055773636942869085,
-    -0.010085906983711531,
-    0.01390814620087608,
-    -0.02166253225456539,
-    0.033217001104644164,
-    -0.0460143213657504,
-    0.05985599357852605,
-    -0.07468753070210446,
-    0.09021204267260763,
-    -0.10771336119337308,
-    0.13167500145685612,
-    -0.17657617187695768,
-    0.35353099636156904,
-)
-_ERF32 = [np.float32(c) for c in _ERF32_HORNER]
-_ERF64_LIMIT = 6.0
-_ERF64_DEGREE = 44
-_ERF64 = np.array(
-    [
-        0.3674498180429922,
-        -0.3134656066710444,
-        0.18068036754729247,
-        -0.10948259780540122,
-        0.06650028321506797,
-        -0.03976284161522614,
-        0.023194768790993376,
-        -0.013132045071459814,
-        0.007193664033012386,
-        -0.003805440047020393,
-        0.0019417349790359253,
-        -0.0009550486382426148,
-        0.0004526814560034558,
-        -0.00020677121401630548,
-        9.103378630425243e-05,
-        -3.864376344861928e-05,
-        1.5824027438643246e-05,
-        -6.253838171503066e-06,
-        2.386845548771821e-06,
-        -8.802851958636263e-07,
-        3.139269266644465e-07,
-        -1.083256356826505e-07,
-        3.6193117155297243e-08,
-        -1.1716764393951545e-08,
-        3.677641816651296e-09,
-        -1.1199561404789588e-09,
-        3.3112100764588646e-10,
-        -9.510575671206154e-11,
-        2.6553979750323718e-11,
-        -7.211639076211984e-12,
-        1.9060483321596087e-12,
-        -4.908313028784601e-13,
-        1.2286046831129028e-13,
-        -3.030245618758494e-14,
-        7.0806793555386514e-15,
-        -1.7893989080730637e-15,
-        2.261837448374384e-16,
-        -7.510727185860072e-17,
-        -1.455066551613924e-16,
-        -4.0833855997992164e-17,
-        -3.7555582930717765e-17,
-        -5.4180861884634647e-17,
-        -2.9656272769273847e-16,
-        -4.496353541757644e-16,
-        4.877967284107881e-16,
-    ]
-)
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """The error function elementwise (numpy has none); keeps float16/float32/float64."""
-    dtype = x.dtype
-    if dtype == np.float64:
-        xc = np.clip(x, -_ERF64_LIMIT, _ERF64_LIMIT)
-        t = xc * xc * (2.0 / (_ERF64_LIMIT * _ERF64_LIMIT)) - 1.0
-        return np.asarray(xc * np.polynomial.chebyshev.chebval(t, _ERF64))
-    xc = np.clip(x.astype(np.float32, copy=False), np.float32(-_ERF32_LIMIT), np.float32(_ERF32_LIMIT))
-    t = xc * xc
-    t *= np.float32(2.0 / (_ERF32_LIMIT * _ERF32_LIMIT))
-    t -= np.float32(1.0)
-    r = np.full_like(t, _ERF32[0])
-    for c in _ERF32[1:]:
-        r *= t
-        r += c
-    r *= xc
-    return r if dtype == np.float32 else r.astype(dtype)
 
 
 # ------------------------------------------------------------------------------------------- unary
@@ -514,131 +412,5 @@ def _clip(info: NodeInfo) -> Kernel:
 def _identity(info: NodeInfo) -> Kernel:
     def run(x: Any) -> tuple[Any]:
         return (x,)
-
-    return run
-
-
-# -------------------------------------------------------------------------------------------- cast
-_NP_OF_ONNX: dict[int, Any] = {
-    1: np.dtype(np.float32),
-    2: np.dtype(np.uint8),
-    3: np.dtype(np.int8),
-    4: np.dtype(np.uint16),
-    5: np.dtype(np.int16),
-    6: np.dtype(np.int32),
-    7: np.dtype(np.int64),
-    8: np.dtype(object),
-    9: np.dtype(np.bool_),
-    10: np.dtype(np.float16),
-    11: np.dtype(np.float64),
-    12: np.dtype(np.uint32),
-    13: np.dtype(np.uint64),
-}
-
-
-NATIVE_DTYPES = frozenset(_NP_OF_ONNX.values())
-
-
-def onnx_to_numpy_dtype(elem_type: int) -> np.dtype[Any] | None:
-    """The numpy dtype of an ONNX element type this module converts natively (None for the others)."""
-    return _NP_OF_ONNX.get(elem_type)
-
-
-def _float_str(v: float) -> str:
-    if v != v:
-        return "NaN"
-    if v in (math.inf, -math.inf):
-        return "INF" if v > 0 else "-INF"
-    return f"{v:.8g}"
-
-
-def _to_strings(x: np.ndarray) -> np.ndarray:
-    flat = np.asarray(x).ravel()
-    kind = flat.dtype.kind
-    if kind in "OSU":
-        items = [s.decode() if isinstance(s, bytes) else str(s) for s in flat.tolist()]
-    elif kind == "f":
-        items = [_float_str(v) for v in flat.tolist()]
-    elif kind == "b":
-        items = ["1" if v else "0" for v in flat.tolist()]
-    else:
-        items = [str(v) for v in flat.tolist()]
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out.reshape(np.shape(x))
-
-
-_NUMBER_PREFIX = re.compile(r"\s*[-+]?(?:inf(?:inity)?|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)", re.I)
-
-
-def _parse_float(s: Any) -> float:
-    if isinstance(s, bytes):
-        s = s.decode()
-    try:
-        return float(s)
-    except ValueError:
-        m = _NUMBER_PREFIX.match(s)
-        if m is None:
-            raise
-        return float(m.group(0))
-
-
-def _parse_int(s: Any) -> int:
-    if isinstance(s, bytes):
-        s = s.decode()
-    try:
-        return int(s)
-    except ValueError:
-        return int(_parse_float(s))
-
-
-def _from_strings(x: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
-    flat = np.asarray(x).ravel().tolist()
-    if dtype.kind in "iu":
-        return np.array([_parse_int(s) for s in flat], dtype=dtype).reshape(np.shape(x))
-    if dtype.kind == "b":
-        return np.array([_parse_float(s) != 0 for s in flat], dtype=dtype).reshape(np.shape(x))
-    return np.array([_parse_float(s) for s in flat], dtype=np.float64).astype(dtype).reshape(np.shape(x))
-
-
-def convert_dtype(x: Any, dtype: np.dtype[Any]) -> Any:
-    """``x`` as ``dtype`` with ONNX Cast semantics for the plain numeric, bool and string types."""
-    if x.dtype == dtype:
-        return x
-    if dtype.kind == "O":
-        return _to_strings(x)
-    if x.dtype.kind in "OSU":
-        return _from_strings(x, dtype)
-    return x.astype(dtype)
-
-
-@kernel("Cast", since=6)
-def _cast(info: NodeInfo) -> Kernel:
-    dtype = _NP_OF_ONNX.get(int(info.get("to", 0)))
-    if dtype is None:  # bfloat16, float8 (saturate), 4-bit types: the reference implements them
-        return reference_kernel(info)
-    if dtype.kind == "O":
-        return lambda x: (_to_strings(x),)
-
-    def run(x: Any) -> tuple[Any]:
-        if x.dtype.kind in "OSU":
-            return (_from_strings(x, dtype),)
-        return (x.astype(dtype, copy=False),)
-
-    return run
-
-
-@kernel("CastLike", since=15)
-def _cast_like(info: NodeInfo) -> Kernel:
-    fallback: list[Kernel] = []
-
-    def run(x: Any, like: Any) -> Any:
-        dtype = like.dtype
-        if dtype not in NATIVE_DTYPES:
-            # bfloat16, float8, int4 (ml_dtypes): their rounding and saturation rules are in the reference
-            if not fallback:
-                fallback.append(reference_kernel(info))
-            return fallback[0](x, like)
-        return (convert_dtype(x, dtype),)
 
     return run

@@ -9,7 +9,8 @@ import numpy as np
 
 from epctx.ep import Kernel
 from epctx.providers.cpu import blas
-from epctx.providers.cpu.kernels.elementwise import NATIVE_DTYPES, widened
+from epctx.providers.cpu.kernels.cast import NATIVE_DTYPES
+from epctx.providers.cpu.kernels.elementwise import widened
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []
