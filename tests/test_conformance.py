@@ -147,18 +147,47 @@ def test_a_failing_ep_is_reported_not_raised(tmp_path: Path) -> None:
         run_conformance("ExampleExecutionProvider", tmp_dir=tmp_path, cases=["no_such_case"])
 
 
-def test_module_entry_prints_the_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_prints_the_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
+    import subprocess
+    import sys
 
-    from epctx.testing.conformance.__main__ import main
+    from epctx.cli import main
 
-    args = ["-p", "ExampleExecutionProvider", "--case", "partial_model", "--keep", str(tmp_path)]
+    args = [
+        "conformance",
+        "-p",
+        "ExampleExecutionProvider",
+        "--case",
+        "partial_model",
+        "--keep",
+        str(tmp_path),
+    ]
     assert main(args) == 0
     table = capsys.readouterr().out
     assert "partial_model" in table and "5/6" in table and "yes" in table
-    assert main([*args[:4], "--keep", str(tmp_path / "again"), "--json"]) == 0
+    assert main([*args[:5], "--keep", str(tmp_path / "again"), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["ExampleExecutionProvider"]
     assert row["passed"] and row["total_nodes"] == 6 and row["max_error"] < 1e-4
+    # python -m epctx.testing.conformance is the same command
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "epctx.testing.conformance",
+            *args[1:5],
+            "--keep",
+            str(tmp_path / "m"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ExampleExecutionProvider"][0]["passed"]
+    assert main(["conformance", "-p", "ExampleExecutionProvider", "--case-option", "nope:k=v"]) == 1
+    assert "unknown case 'nope'" in capsys.readouterr().err
 
 
 def test_no_compile_guard_by_context_and_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="epctx", description="ONNX runtime built around the EP context cache"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    from epctx.cli import compile, demo, devices, inspect, merge, run, share
+    from epctx.cli import compile, conformance, demo, devices, inspect, merge, run, share
 
     compile.add_parser(sub)
     run.add_parser(sub)
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     share.add_parser(sub)
     inspect.add_parser(sub)
     devices.add_parser(sub)
+    conformance.add_parser(sub)
     demo.add_parser(sub)
     args = parser.parse_args(argv)
     try:

@@ -4,7 +4,7 @@
   context model must never compile). ``EPCTX_NO_COMPILE=1`` in the environment does the same for a whole
   process (read when something is about to compile, never on ``run()``).
 - :mod:`epctx.testing.conformance`: the EP conformance suite (``run_conformance``, and
-  ``python -m epctx.testing.conformance --provider NAME``).
+  ``epctx conformance -p NAME``).
 
 The top layer beside ``cli``: it may import anything, and nothing in epctx imports it.
 """
