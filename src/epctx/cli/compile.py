@@ -37,6 +37,7 @@ def parse_provider(spec: str) -> tuple[str, dict[str, str]]:
 
 def compile_model(args: argparse.Namespace) -> int:
     import epctx
+    from epctx.epcontext.paths import context_model_path
 
     if not (args.quiet or args.json):
         handler = logging.StreamHandler(sys.stderr)
@@ -51,7 +52,7 @@ def compile_model(args: argparse.Namespace) -> int:
     for name, options in providers:
         so.add_provider(name, options)
     source = Path(args.model)
-    output = Path(args.output) if args.output else source.with_name(f"{source.stem}_ctx.onnx")
+    output = Path(args.output) if args.output else context_model_path(source, {})
     flags = epctx.CompileFlags.NONE if args.force else epctx.CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
     started = time.perf_counter()
     epctx.ModelCompiler(

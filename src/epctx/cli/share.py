@@ -24,6 +24,7 @@ def add_parser(sub: Any) -> None:
 
 def share(args: argparse.Namespace) -> int:
     import epctx
+    from epctx.epcontext.paths import context_model_path
 
     providers = providers_from_args(args)
     name = providers[0][0]  # the shared binary is named after the first EP
@@ -37,7 +38,7 @@ def share(args: argparse.Namespace) -> int:
             so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
         epctx.InferenceSession(model, so, providers=providers)
         path = Path(model)
-        written.append(path.with_name(f"{path.stem}_ctx.onnx"))
+        written.append(context_model_path(path, {}))
     first = Path(args.models[0])
     shared = first.with_name(f"{first.stem}_{name}.bin")
     for path in [*written, shared]:
