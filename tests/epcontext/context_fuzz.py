@@ -16,6 +16,7 @@ Used by ``tests/epcontext/test_fuzz_models.py`` (a few thousand cases) and ``ben
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -30,7 +31,7 @@ import onnx
 
 import epctx
 from epctx.errors import EPCtxError
-from tests.epcontext.models import EXAMPLE, feed, two_partition_model
+from tests.epcontext.models import EXAMPLE, feed, two_partition_model, whole_model
 
 __all__ = ["OUTCOMES", "CaseResult", "ContextFuzzer", "summarize"]
 
@@ -65,10 +66,12 @@ class _Mutated:
 
 
 class ContextFuzzer:
-    """Generates the base context models in ``workdir`` once; ``run_case(seed)`` is one mutated load + run."""
+    """Generates the base context models in ``workdir`` once; ``run_case(seed)`` is one mutated load + run.
+    ``whole``: the model is EPContext nodes only (the lean load path); else CPU nodes remain (the full one)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, whole: bool = False) -> None:
         self.workdir = workdir
+        self.make_model = whole_model if whole else two_partition_model
         self.feed = feed()
         self.bases = [self._generate(0), self._generate(1)]
         self.expected = self._run(self.bases[0].folder / _CTX)
@@ -92,7 +95,7 @@ class ContextFuzzer:
     def _generate(self, embed: int, *, seed: int = 0, name: str = "") -> _Base:
         folder = self.workdir / (name or f"base_embed{embed}")
         folder.mkdir(parents=True)
-        onnx.save(two_partition_model(seed), folder / "model.onnx")
+        onnx.save(self.make_model(seed), folder / "model.onnx")
         so = epctx.SessionOptions()
         so.add_session_config_entry("ep.context_enable", "1")
         so.add_session_config_entry("ep.context_embed_mode", str(embed))
@@ -122,6 +125,15 @@ class ContextFuzzer:
 
     # -- one case ------------------------------------------------------------------------------------
     def run_case(self, seed: int) -> CaseResult:
+        with self.mutated(seed) as (path, base, name, mutated):
+            started = time.perf_counter()
+            outcome, detail = self._classify(path, mutated)
+            return CaseResult(seed, base.embed, name, outcome, detail, time.perf_counter() - started)
+
+    @contextlib.contextmanager
+    def mutated(self, seed: int) -> Iterator[tuple[Path, _Base, str, _Mutated]]:
+        """Case ``seed``'s files in a folder of their own (removed after): (context model path, its base,
+        the mutation's name, what it did)."""
         rng = np.random.default_rng(seed)
         base = self.bases[seed % len(self.bases)]
         name, mutate = self._mutations[int(rng.integers(len(self._mutations)))]
@@ -130,10 +142,7 @@ class ContextFuzzer:
         try:
             for file, content in base.files.items():
                 (folder / file).write_bytes(content)
-            mutated = mutate(rng, base, folder)
-            started = time.perf_counter()
-            outcome, detail = self._classify(folder / _CTX, mutated)
-            return CaseResult(seed, base.embed, name, outcome, detail, time.perf_counter() - started)
+            yield folder / _CTX, base, name, mutate(rng, base, folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -39,5 +39,21 @@ def two_partition_model(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+def whole_model(seed: int = 0) -> onnx.ModelProto:
+    """``two_partition_model`` without its CPU node: the example EP takes every node, so the context model
+    is EPContext nodes only (what the lean load path reads)."""
+    model = two_partition_model(seed)
+    graph = model.graph
+    ln = next(n for n in graph.node if n.op_type == "LayerNormalization")
+    graph.node.remove(ln)
+    for node in graph.node:
+        node.input[:] = ["b" if name == "c" else name for name in node.input]
+    kept = [t for t in graph.initializer if not t.name.startswith("ln_")]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    graph.name = "whole"
+    return model
+
+
 def feed(seed: int = 1, n: int = 3) -> dict[str, np.ndarray]:
     return {"x": np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)}

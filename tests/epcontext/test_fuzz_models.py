@@ -27,9 +27,10 @@ _PER_CHUNK = 300  # 2,400 cases: about 5-10 s on a shared 2-core machine
 _RESULTS: list[CaseResult] = []
 
 
-@pytest.fixture(scope="module")
-def fuzzer(tmp_path_factory: pytest.TempPathFactory) -> ContextFuzzer:
-    return ContextFuzzer(tmp_path_factory.mktemp("fuzz"))
+@pytest.fixture(scope="module", params=["partial", "whole"])
+def fuzzer(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> ContextFuzzer:
+    """ "partial": CPU nodes remain (the full loader); "whole": EPContext nodes only (the lean load path)."""
+    return ContextFuzzer(tmp_path_factory.mktemp("fuzz"), whole=request.param == "whole")
 
 
 @pytest.mark.parametrize("chunk", range(_CHUNKS))
@@ -48,7 +49,7 @@ def test_fuzzed_context_models_are_correct_or_typed(fuzzer: ContextFuzzer, chunk
 
 def test_fuzz_summary() -> None:
     """Prints the table (``pytest -s``); runs after the chunks (same module, definition order)."""
-    if len(_RESULTS) < _CHUNKS * _PER_CHUNK:
+    if len(_RESULTS) < 2 * _CHUNKS * _PER_CHUNK:
         pytest.skip("the fuzz chunks did not all run")
     print(f"\ncontext-model fuzz, {len(_RESULTS)} cases (seeds 0..{len(_RESULTS) - 1}):")
     print(summarize(_RESULTS))

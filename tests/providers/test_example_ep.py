@@ -19,7 +19,7 @@ from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.epcontext.store import ContextSource, ContextStore
 from epctx.errors import InvalidArgument, InvalidGraph
 from epctx.providers.example import ExampleExecutionProvider
-from epctx.providers.example import provider as provider_mod
+from epctx.providers.example import lowering as lowering_mod
 from epctx.providers.example.interpreter import CompiledProgram
 from epctx.providers.example.program import PROGRAM_VERSION, Program
 from tests.oracle import run_ort
@@ -445,7 +445,7 @@ def _forbid_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("load_partition compiled")
 
     monkeypatch.setattr(ExampleExecutionProvider, "compile", fail)
-    monkeypatch.setattr(provider_mod, "lower_partition", fail)
+    monkeypatch.setattr(lowering_mod, "lower_partition", fail)
 
 
 def test_save_load_round_trip_without_compiling_or_copying(monkeypatch: pytest.MonkeyPatch) -> None:

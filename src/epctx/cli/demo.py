@@ -135,8 +135,8 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def _placement(session: Any) -> dict[str, int]:
-    """Nodes per EP in the source model's session (from the plan's steps)."""
+    """Nodes per EP in the source model's session (its placement, ``get_partitions``)."""
     counts: dict[str, int] = {}
-    for unit in session._units:
-        counts[unit.ep.name] = counts.get(unit.ep.name, 0) + len(unit.nodes)
+    for ep, nodes in session.get_partitions():
+        counts[ep] = counts.get(ep, 0) + len(nodes)
     return counts

@@ -44,21 +44,18 @@ from epctx.ep.memory import release_pages
 from epctx.ep.options import Option, parse_options
 from epctx.ep.payloads import PayloadDetector, PayloadEntry, PayloadInfo
 from epctx.ep.target import target_binary
-from epctx.model.scopes import node_subgraphs, outer_scope_values
+from epctx.ep.weights_file import ExternalRef, WeightsFile, initializer_array, plan_weights_file
 
 if TYPE_CHECKING:
-    from epctx.ep.onnx_export import (
-        ExternalRef,
-        WeightsFile,
-        initializer_array,
-        partition_model,
-        plan_weights_file,
-    )
+    from epctx.ep.onnx_export import partition_model
+    from epctx.model.scopes import node_subgraphs, outer_scope_values
 
-# The ONNX export helper imports onnx: loaded on first use, so an EP that only loads context binaries does not.
+# The ONNX export helper imports onnx, the graph helpers onnx-ir: loaded on first use, so an EP that only
+# loads context binaries imports neither.
 _LAZY = {
-    name: "epctx.ep.onnx_export"
-    for name in ("ExternalRef", "WeightsFile", "initializer_array", "partition_model", "plan_weights_file")
+    "partition_model": "epctx.ep.onnx_export",
+    "node_subgraphs": "epctx.model.scopes",
+    "outer_scope_values": "epctx.model.scopes",
 }
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, Any, Protocol
 
 from epctx.errors import InvalidGraph
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["DOMAIN", "OP_TYPE", "OPSET_VERSION", "EPContextNode", "is_ep_context"]
 
@@ -34,7 +35,39 @@ _STRING_ATTRS = (
 )
 
 
-def is_ep_context(node: ir.Node) -> bool:
+# AttributeProto.AttributeType: the numbers both onnx-ir and the lean reader (epctx.model.lean) give.
+_INT, _STRING = 2, 3
+_TYPE_NAMES = dict(
+    enumerate(
+        [
+            "UNDEFINED",
+            "FLOAT",
+            "INT",
+            "STRING",
+            "TENSOR",
+            "GRAPH",
+            "FLOATS",
+            "INTS",
+            "STRINGS",
+            "TENSORS",
+            "GRAPHS",
+            "SPARSE_TENSOR",
+            "SPARSE_TENSORS",
+            "TYPE_PROTO",
+            "TYPE_PROTOS",
+        ]
+    )
+)
+
+
+class _Node(Protocol):
+    @property
+    def op_type(self) -> str: ...
+    @property
+    def domain(self) -> str: ...
+
+
+def is_ep_context(node: _Node) -> bool:
     return node.op_type == OP_TYPE and node.domain == DOMAIN
 
 
@@ -61,37 +94,53 @@ class EPContextNode:
     @classmethod
     def from_ir(cls, node: ir.Node) -> EPContextNode:
         """Read and validate ``node``; a wrong type or value is InvalidGraph naming the node and attribute."""
+        import onnx_ir as ir
+
         where = f"EPContext node {node.name!r}"
         if not is_ep_context(node):
             raise InvalidGraph(f"{where} is {node.domain}::{node.op_type}, not {DOMAIN}::{OP_TYPE}")
-        if not node.inputs or not node.outputs:
-            raise InvalidGraph(f"{where} must have at least one input and one output")
-        values: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        attributes: dict[str, tuple[int, Any]] = {}
         for name, attr in node.attributes.items():
             if not isinstance(attr, ir.Attr):
                 raise InvalidGraph(f"{where}: attribute {name!r} is a reference, expected a value")
-            if name in _INT_ATTRS:
-                if attr.type != ir.AttributeType.INT:
-                    raise InvalidGraph(f"{where}: attribute {name!r} must be INT, found {attr.type.name}")
-                values[name] = int(attr.value)
-            elif name in _STRING_ATTRS:
-                if attr.type != ir.AttributeType.STRING:
-                    raise InvalidGraph(f"{where}: attribute {name!r} must be STRING, found {attr.type.name}")
-                raw = attr.value
-                if name == "ep_cache_context":
-                    values[name] = raw if isinstance(raw, bytes) else str(raw).encode()
-                else:
-                    values[name] = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            else:
-                extra[name] = attr.value
-        view = cls(
-            name=node.name or "",
-            inputs=tuple(v.name or "" if v is not None else "" for v in node.inputs),
-            outputs=tuple(v.name or "" for v in node.outputs),
-            extra=extra,
-            **values,
+            attributes[name] = (int(attr.type), attr.value)
+        return cls.from_parts(
+            node.name or "",
+            tuple(v.name or "" if v is not None else "" for v in node.inputs),
+            tuple(v.name or "" for v in node.outputs),
+            attributes,
         )
+
+    @classmethod
+    def from_parts(
+        cls,
+        name: str,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        attributes: Mapping[str, tuple[int, Any]],
+    ) -> EPContextNode:
+        """Read and validate a node given as names and attributes (AttributeProto type number, value as onnx-ir
+        gives it): the one place where attribute types and values are checked, for either loader."""
+        where = f"EPContext node {name!r}"
+        if not inputs or not outputs:
+            raise InvalidGraph(f"{where} must have at least one input and one output")
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, (kind, raw) in attributes.items():
+            if key in _INT_ATTRS:
+                if kind != _INT:
+                    raise InvalidGraph(f"{where}: attribute {key!r} must be INT, found {_type_name(kind)}")
+                values[key] = int(raw)
+            elif key in _STRING_ATTRS:
+                if kind != _STRING:
+                    raise InvalidGraph(f"{where}: attribute {key!r} must be STRING, found {_type_name(kind)}")
+                if key == "ep_cache_context":
+                    values[key] = raw if isinstance(raw, bytes) else str(raw).encode()
+                else:
+                    values[key] = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            else:
+                extra[key] = raw
+        view = cls(name=name, inputs=tuple(inputs), outputs=tuple(outputs), extra=extra, **values)
         view.validate()
         return view
 
@@ -120,6 +169,8 @@ class EPContextNode:
 
     def attributes(self) -> list[ir.Attr]:
         """The node's attributes in a fixed order (deterministic output), defaults included."""
+        import onnx_ir as ir
+
         attrs = [ir.AttrInt64("main_context", self.main_context)]
         if self.ep_cache_context is not None:
             # Binary payloads (embed_mode=1) are not UTF-8; onnx-ir keeps bytes as they are.
@@ -139,4 +190,10 @@ class EPContextNode:
 
     def to_ir(self, inputs: Sequence[ir.Value], outputs: Sequence[ir.Value]) -> ir.Node:
         """A node for a new graph; ``outputs`` must be fresh values (not produced by another node)."""
+        import onnx_ir as ir
+
         return ir.Node(DOMAIN, OP_TYPE, inputs, attributes=self.attributes(), outputs=outputs, name=self.name)
+
+
+def _type_name(kind: int) -> str:
+    return _TYPE_NAMES.get(kind, str(kind))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING, TypeVar
 
 from epctx import options as opt
 from epctx.ep.context_node import EPContextNode, is_ep_context
@@ -18,7 +17,12 @@ from epctx.epcontext.store import ContextSource
 from epctx.epcontext.workspace import workspace
 from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph
 
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
 __all__ = ["ContextLoader"]
+
+_Node = TypeVar("_Node", bound=Hashable)
 
 
 class ContextLoader:
@@ -31,7 +35,7 @@ class ContextLoader:
             self._base = Path(config[opt.EP_CONTEXT_FILE_PATH]).resolve().parent
         else:
             self._base = None
-        self._views: dict[ir.Node, EPContextNode] = {}
+        self._views: dict[Hashable, EPContextNode] = {}  # node (onnx-ir's or the lean reader's) -> its view
         self._mains: dict[str, list[EPContextNode]] = {}  # EP name -> its main context nodes
         self._binaries: dict[str, ContextBinary] = {}  # resolved path or node name -> opened binary
         self._share = opt.config_flag(config, opt.SHARE_EP_CONTEXTS)
@@ -41,11 +45,15 @@ class ContextLoader:
         self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
     ) -> dict[ir.Node, ExecutionProvider]:
         """Each EPContext node goes to the first EP that accepts its ``source``; none is InvalidGraph."""
-        routed: dict[ir.Node, ExecutionProvider] = {}
-        for node in graph:
-            if not is_ep_context(node):
-                continue
-            view = EPContextNode.from_ir(node)
+        views = ((node, EPContextNode.from_ir(node)) for node in graph if is_ep_context(node))
+        return self.route_views(views, providers)
+
+    def route_views(
+        self, views: Iterable[tuple[_Node, EPContextNode]], providers: Sequence[ExecutionProvider]
+    ) -> dict[_Node, ExecutionProvider]:
+        """``route`` for nodes already read (the lean reader's): keyed by the caller's node objects."""
+        routed: dict[_Node, ExecutionProvider] = {}
+        for node, view in views:
             source = view.source or ""
             ep = next((p for p in providers if p.compiles and p.accepts_source(source)), None)
             if ep is None:
@@ -60,7 +68,7 @@ class ContextLoader:
                 self._mains.setdefault(ep.name, []).append(view)
         return routed
 
-    def load(self, ep: ExecutionProvider, node: ir.Node, partition: Partition) -> CompiledPartition:
+    def load(self, ep: ExecutionProvider, node: Hashable, partition: Partition) -> CompiledPartition:
         view = self._views[node]
         graph_name = view.partition_name or view.name
         binary = self._binary_for(ep, view, graph_name)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from epctx.epcontext.container import ContextBinary, EntryInfo
-from epctx.epcontext.writer import ContextBinaryWriter
+
+if TYPE_CHECKING:
+    from epctx.epcontext.writer import ContextBinaryWriter  # generation only: not imported by loading
 
 __all__ = ["ContextSource", "ContextStore"]
 

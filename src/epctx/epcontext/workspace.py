@@ -30,13 +30,13 @@ import xxhash
 from epctx.ep.target import compile_target
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.paths import binary_file_name
-from epctx.epcontext.writer import ContextBinaryWriter
 from epctx.errors import InvalidArgument
 
 if TYPE_CHECKING:
     import onnx
 
     from epctx.ep import ExecutionProvider
+    from epctx.epcontext.writer import ContextBinaryWriter  # generation only: not imported by loading
 
 __all__ = [
     "ExternalFile",
@@ -92,6 +92,8 @@ class GenerationGroup:
         with self.lock:
             found = self.binaries.get(ep.name)
             if found is None:
+                from epctx.epcontext.writer import ContextBinaryWriter
+
                 writer = ContextBinaryWriter(
                     ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware()
                 )

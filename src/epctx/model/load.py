@@ -16,6 +16,7 @@ import onnx_ir.passes.common
 from google.protobuf.message import DecodeError
 
 from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
+from epctx.model.source import read_model_file
 
 __all__ = ["LoadedModel", "load_model", "parse_model_proto", "read_model_file"]
 
@@ -52,9 +53,11 @@ def load_model(
     *,
     external_data_folder: str | None = None,
     infer_types: bool = False,
+    data: bytes | None = None,
 ) -> LoadedModel:
     """Parse, check and convert a model. External tensors stay on disk (onnx-ir memory-maps them on use).
-    ``infer_types`` runs ONNX shape inference so intermediate values carry types (compiling EPs need them)."""
+    ``infer_types`` runs ONNX shape inference so intermediate values carry types (compiling EPs need them).
+    ``data``: the file's bytes when the caller has read them already (``source`` is then its path)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         if not data:
@@ -64,7 +67,8 @@ def load_model(
         what = "model bytes"
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        data = read_model_file(path)
+        if data is None:
+            data = read_model_file(path)
         base_dir = path.resolve().parent
         what = f"model file {str(path)!r}"
     else:
@@ -182,15 +186,6 @@ def _infer_types(model: ir.Model, checkable: bytes, what: str) -> None:
             value.type = ir.serde.deserialize_type_proto_for_type(info.type)
         if value.shape is None and info.type.tensor_type.HasField("shape"):
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
-
-
-def read_model_file(path: Path) -> bytes:
-    """The bytes of an ONNX file; a missing file is NoSuchFile and a folder InvalidArgument, both naming it."""
-    if not path.is_file():
-        if path.is_dir():
-            raise InvalidArgument(f"model path {str(path)!r} is a folder, expected an ONNX file")
-        raise NoSuchFile(f"model file not found: {str(path)!r}")
-    return path.read_bytes()
 
 
 def parse_model_proto(data: bytes, what: str) -> onnx.ModelProto:

@@ -3,44 +3,74 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx_ir as ir
 
 from epctx.errors import InvalidArgument
-from epctx.model.tensors import to_numpy
-from epctx.session.node_arg import type_string
+from epctx.session.node_arg import tensor_type_string, type_string
 
-__all__ = ["FeedBinder"]
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from epctx.model.lean import LeanValue
+
+__all__ = ["FeedBinder", "InputSpec"]
 
 
-class _InputSpec:
+class InputSpec:
+    """What the feed of one graph input is checked against: dtype None accepts any value (non-tensors)."""
+
     __slots__ = ("default", "dims", "dtype", "name", "rank", "type")
 
-    def __init__(self, value: ir.Value) -> None:
-        self.name = value.name or ""
-        self.type = type_string(value.type)
-        self.default = to_numpy(value.const_value) if value.const_value is not None else None
-        self.dtype: np.dtype[Any] | None = None
+    def __init__(
+        self,
+        name: str,
+        type: str,
+        dtype: np.dtype[Any] | None,
+        shape: Sequence[object] | None,
+        default: np.ndarray | None = None,
+    ) -> None:
+        self.name = name
+        self.type = type
+        self.default = default
+        self.dtype = dtype
         self.rank: int | None = None
         self.dims: tuple[tuple[int, int], ...] = ()
+        if dtype is not None and shape is not None:
+            self.rank = len(shape)
+            # Negative sizes (paddle2onnx writes -1) mean dynamic, as in onnxruntime.
+            self.dims = tuple((i, d) for i, d in enumerate(shape) if isinstance(d, int) and d >= 0)
+
+    @classmethod
+    def from_ir(cls, value: ir.Value) -> InputSpec:
+        import onnx_ir as ir
+
+        from epctx.model.tensors import to_numpy
+
+        dtype: np.dtype[Any] | None = None
         if isinstance(value.type, ir.TensorType):
             try:
-                self.dtype = np.dtype(value.type.dtype.numpy())
+                dtype = np.dtype(value.type.dtype.numpy())
             except Exception:
-                self.dtype = None
-            if value.shape is not None:
-                self.rank = len(value.shape)
-                # Negative sizes (paddle2onnx writes -1) mean dynamic, as in onnxruntime.
-                self.dims = tuple((i, d) for i, d in enumerate(value.shape) if isinstance(d, int) and d >= 0)
+                dtype = None
+        default = to_numpy(value.const_value) if value.const_value is not None else None
+        shape = list(value.shape) if value.shape is not None else None
+        return cls(value.name or "", type_string(value.type), dtype, shape, default)
+
+    @classmethod
+    def from_lean(cls, value: LeanValue) -> InputSpec:
+        from epctx.model.dtypes import numpy_dtype
+
+        dtype = numpy_dtype(value.elem_type)
+        return cls(value.name, tensor_type_string(value.elem_type), dtype, value.dims)
 
 
 class FeedBinder:
     __slots__ = ("_names", "_specs")
 
-    def __init__(self, inputs: Sequence[ir.Value]) -> None:
-        self._specs = [_InputSpec(v) for v in inputs]
+    def __init__(self, specs: Sequence[InputSpec]) -> None:
+        self._specs = list(specs)
         self._names = {s.name for s in self._specs}
 
     def bind(self, feed: Mapping[str, Any]) -> list[Any]:
@@ -70,7 +100,7 @@ class FeedBinder:
 _MISSING = object()
 
 
-def _check_tensor(spec: _InputSpec, value: Any) -> np.ndarray:
+def _check_tensor(spec: InputSpec, value: Any) -> np.ndarray:
     if not isinstance(value, np.ndarray):
         if isinstance(value, (list, tuple, int, float, bool, np.generic)):
             value = np.asarray(value)
@@ -99,18 +129,18 @@ def _check_tensor(spec: _InputSpec, value: Any) -> np.ndarray:
 
 
 # Error messages (cold path): onnxruntime's words first, then epctx's detail (the whole shape or dtype).
-def _bad_type(spec: _InputSpec, dtype: np.dtype[Any]) -> str:
-    try:
-        actual = type_string(ir.TensorType(ir.DataType.from_numpy(dtype)))
-    except Exception:
-        actual = f"numpy {dtype}"
+def _bad_type(spec: InputSpec, dtype: np.dtype[Any]) -> str:
+    from epctx.model.dtypes import onnx_elem_type
+
+    elem_type = onnx_elem_type(dtype)
+    actual = tensor_type_string(elem_type) if elem_type else f"numpy {dtype}"
     return (
         f"Unexpected input data type. Actual: ({actual}) , expected: ({spec.type}) (input {spec.name!r} has "
         f"dtype {dtype}, expected {spec.dtype})"
     )
 
 
-def _bad_dims(spec: _InputSpec, shape: tuple[int, ...]) -> str:
+def _bad_dims(spec: InputSpec, shape: tuple[int, ...]) -> str:
     wrong = [(i, d) for i, d in spec.dims if shape[i] != d]
     indices = "".join(f" index: {i} Got: {shape[i]} Expected: {d}\n" for i, d in wrong)
     i, d = wrong[0]

@@ -5,20 +5,20 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx_ir as ir
 
 from epctx import options as opt
-from epctx.epcontext.generate import generate_context_model, generation_scope
-from epctx.epcontext.paths import context_model_path
-from epctx.epcontext.workspace import abort_open_group
 from epctx.errors import Fail, InvalidArgument
-from epctx.session.feeds import FeedBinder
+from epctx.session.feeds import FeedBinder, InputSpec
 from epctx.session.node_arg import ModelMetadata, NodeArg, node_arg
-from epctx.session.pipeline import Pipeline, resolve_providers
-from epctx.session.plan import build_plan
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from epctx.ep.contract import ExecutionProvider
+    from epctx.model import LoadedModel
 
 __all__ = ["InferenceSession", "ProviderSpec"]
 
@@ -41,11 +41,38 @@ class InferenceSession:
         if kwargs:
             raise InvalidArgument(f"unexpected InferenceSession arguments: {', '.join(sorted(kwargs))}")
         self._options = sess_options if sess_options is not None else opt.SessionOptions()
+        self._source = path_or_bytes
+        self._loaded: LoadedModel | None = None
+        self._providers = _resolve_providers(providers, provider_options, self._options, path_or_bytes)
+        data: bytes | None = None
+        if not opt.config_flag(self._options.config, opt.EP_CONTEXT_ENABLE):
+            from epctx.session.lean import LeanSession, open_lean
+
+            lean = open_lean(path_or_bytes, self._providers, self._options.config)
+            if isinstance(lean, LeanSession):  # a context model: no onnx, no partitioning, no compiling
+                self._plan = lean.plan
+                self._inputs, self._outputs = lean.inputs, lean.outputs
+                self._overridable: list[NodeArg] = []
+                self._binder = FeedBinder(lean.specs)
+                self._partitions = lean.partitions
+                self._metadata = lean.metadata
+                self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
+                return
+            data = lean
+        self._create(path_or_bytes, data)
+
+    def _create(self, source: str | os.PathLike[str] | bytes, data: bytes | None) -> None:
+        """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
+        from epctx.epcontext.generate import generate_context_model, generation_scope
+        from epctx.epcontext.paths import context_model_path
+        from epctx.epcontext.workspace import abort_open_group
+        from epctx.session.pipeline import Pipeline
+        from epctx.session.plan import build_plan
+
         config = self._options.config
-        self._providers = resolve_providers(providers, provider_options, self._options, source=path_or_bytes)
         generate = opt.config_flag(config, opt.EP_CONTEXT_ENABLE)
         try:
-            pipeline = Pipeline.partition(path_or_bytes, self._providers, self._options)
+            pipeline = Pipeline.partition(source, self._providers, self._options, data=data)
             loaded = self._loaded = pipeline.loaded
             ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
             if ctx_path is not None and ctx_path.exists():
@@ -65,7 +92,9 @@ class InferenceSession:
                 abort_open_group(exc)  # a failed session of a sharing group rolls the group back
             raise
         graph = loaded.model.graph
-        self._units = pipeline.units
+        self._partitions = [
+            (unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in pipeline.units
+        ]
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
@@ -75,8 +104,9 @@ class InferenceSession:
         self._inputs = [node_arg(v) for v in graph.inputs if v.const_value is None]
         self._overridable = [node_arg(v) for v in graph.inputs if v.const_value is not None]
         self._outputs = [node_arg(v) for v in graph.outputs]
-        self._binder = FeedBinder(list(graph.inputs))
+        self._binder = FeedBinder([InputSpec.from_ir(v) for v in graph.inputs])
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
+        self._metadata = _metadata(loaded.model)
         logger.debug(
             "session ready: %d units on %s", len(pipeline.units), ", ".join(ep.name for ep in self._providers)
         )
@@ -117,7 +147,7 @@ class InferenceSession:
         """Where the graph runs, one entry per step in execution order: (EP name, names of the nodes it runs).
         A compiled partition lists its nodes; a partition loaded from a context model, its EPContext node;
         a kernel EP (the CPU EP), one node per entry. Read-only: building it changes nothing."""
-        return [(unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in self._units]
+        return [(ep, list(nodes)) for ep, nodes in self._partitions]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}
@@ -126,21 +156,40 @@ class InferenceSession:
         return self._options
 
     def get_modelmeta(self) -> ModelMetadata:
-        model = self._loaded.model
-        return ModelMetadata(
-            producer_name=model.producer_name or "",
-            graph_name=model.graph.name or "",
-            domain=model.domain or "",
-            description=model.doc_string or "",
-            graph_description=model.graph.doc_string or "",
-            version=model.model_version or 0,
-            custom_metadata_map=dict(model.metadata_props),
-        )
+        return self._metadata
 
     @property
     def model(self) -> ir.Model:
-        """The session's model (after loading; read-only by convention)."""
+        """The session's model (read-only by convention). A session made on the lean path (a context model)
+        loads it with onnx-ir on first access."""
+        if self._loaded is None:
+            from epctx.model import load_model
+
+            self._loaded = load_model(self._source)
         return self._loaded.model
+
+
+def _resolve_providers(
+    providers: Sequence[ProviderSpec] | None,
+    provider_options: Sequence[Mapping[str, Any]] | None,
+    options: opt.SessionOptions,
+    source: str | os.PathLike[str] | bytes,
+) -> list[ExecutionProvider]:
+    from epctx.providers.selection import resolve_providers
+
+    return resolve_providers(providers, provider_options, options, source=source)
+
+
+def _metadata(model: ir.Model) -> ModelMetadata:
+    return ModelMetadata(
+        producer_name=model.producer_name or "",
+        graph_name=model.graph.name or "",
+        domain=model.domain or "",
+        description=model.doc_string or "",
+        graph_description=model.graph.doc_string or "",
+        version=model.model_version or 0,
+        custom_metadata_map=dict(model.metadata_props),
+    )
 
 
 def _as_output(value: Any) -> Any:

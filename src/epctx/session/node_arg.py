@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-import onnx_ir as ir
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
-__all__ = ["ModelMetadata", "NodeArg", "node_arg", "type_string"]
+    from epctx.model.lean import LeanValue
+
+__all__ = ["ModelMetadata", "NodeArg", "lean_node_arg", "node_arg", "tensor_type_string", "type_string"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -30,32 +34,40 @@ class ModelMetadata:
     custom_metadata_map: dict[str, str]
 
 
+# ONNX TensorProto.DataType numbers (onnx-ir's DataType has the same values) -> onnxruntime's spelling.
 _ELEM_NAMES = {
-    ir.DataType.FLOAT: "float",
-    ir.DataType.DOUBLE: "double",
-    ir.DataType.FLOAT16: "float16",
-    ir.DataType.BFLOAT16: "bfloat16",
-    ir.DataType.INT8: "int8",
-    ir.DataType.INT16: "int16",
-    ir.DataType.INT32: "int32",
-    ir.DataType.INT64: "int64",
-    ir.DataType.UINT8: "uint8",
-    ir.DataType.UINT16: "uint16",
-    ir.DataType.UINT32: "uint32",
-    ir.DataType.UINT64: "uint64",
-    ir.DataType.BOOL: "bool",
-    ir.DataType.STRING: "string",
-    ir.DataType.COMPLEX64: "complex64",
-    ir.DataType.COMPLEX128: "complex128",
+    1: "float",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    8: "string",
+    9: "bool",
+    10: "float16",
+    11: "double",
+    12: "uint32",
+    13: "uint64",
+    14: "complex64",
+    15: "complex128",
+    16: "bfloat16",
 }
+
+
+def tensor_type_string(elem_type: int, fallback: str = "") -> str:
+    """``tensor(float)`` for ONNX element type 1."""
+    return f"tensor({_ELEM_NAMES.get(int(elem_type), fallback or str(elem_type))})"
 
 
 def type_string(t: ir.TypeProtocol | None) -> str:
     """onnxruntime's spelling: tensor(float), seq(tensor(int64)), optional(tensor(float)), map(...)."""
+    import onnx_ir as ir
+
     if t is None:
         return "unknown"
     if isinstance(t, ir.TensorType):
-        return f"tensor({_ELEM_NAMES.get(t.dtype, t.dtype.name.lower())})"
+        return tensor_type_string(t.dtype, t.dtype.name.lower())
     if isinstance(t, ir.SparseTensorType):
         return f"sparse_tensor({_ELEM_NAMES.get(t.dtype, t.dtype.name.lower())})"
     if isinstance(t, ir.SequenceType):
@@ -75,3 +87,12 @@ def node_arg(value: ir.Value) -> NodeArg:
             else:
                 shape.append(dim.value if getattr(dim, "value", None) is not None else None)
     return NodeArg(name=value.name or "", type=type_string(value.type), shape=shape)
+
+
+def lean_node_arg(value: LeanValue) -> NodeArg:
+    """The same NodeArg as :func:`node_arg` gives, for a value of the lean reader (epctx.model.lean)."""
+    return NodeArg(
+        name=value.name,
+        type=tensor_type_string(value.elem_type),
+        shape=None if value.dims is None else list(value.dims),
+    )

@@ -39,10 +39,13 @@ class Pipeline:
         source: str | os.PathLike[str] | bytes,
         providers: list[ExecutionProvider],
         options: opt.SessionOptions,
+        *,
+        data: bytes | None = None,
     ) -> Pipeline:
         config = options.config
         loaded = load_model(
             source,
+            data=data,
             external_data_folder=config.get(opt.EXTERNAL_INITIALIZERS_FOLDER),
             infer_types=any(ep.compiles for ep in providers),
         )

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx_ir as ir
 
 from epctx.errors import EPCtxError, Fail
 from epctx.model.tensors import to_numpy
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["ExecutionPlan", "PlanStep", "build_plan"]
 

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-
-import onnx_ir as ir
+from typing import TYPE_CHECKING
 
 from epctx.ep import ExecutionProvider, Kernel, NodeContext, opset_of
 from epctx.errors import NotImplemented
 from epctx.providers.cpu import blas
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["CPUExecutionProvider"]
 
 
 @functools.cache
 def _load_kernels() -> None:
-    # Importing the kernel modules registers them; done once, at the first CPU session.
+    # Importing the kernel modules registers them: done once, when a node is first asked about or built, so a
+    # session whose nodes all run elsewhere (a context model) never imports them.
     from epctx.providers.cpu import kernels  # noqa: F401
 
 
@@ -25,13 +28,13 @@ class CPUExecutionProvider(ExecutionProvider):
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
-        _load_kernels()
-        blas.settle()  # Conv, RNN, Einsum... call BLAS too: not while a backend the user imported still forks
 
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+        blas.settle()  # Conv, RNN, Einsum... call BLAS too: not while a backend the user imported still forks
         return [n for n in graph if self.supports(n, opset_imports)]
 
     def supports(self, node: ir.Node, opset_imports: Mapping[str, int]) -> bool:
+        _load_kernels()
         from epctx.providers.cpu.reference import has_reference
         from epctx.providers.cpu.registry import find_factory
 
@@ -40,6 +43,7 @@ class CPUExecutionProvider(ExecutionProvider):
         return find_factory(domain, node.op_type, opset) is not None or has_reference(node, opset)
 
     def create_kernel(self, ctx: NodeContext) -> Kernel:
+        _load_kernels()
         from epctx.providers.cpu.reference import reference_kernel
         from epctx.providers.cpu.registry import NodeInfo, find_factory
 

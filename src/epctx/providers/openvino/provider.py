@@ -28,16 +28,16 @@ from epctx.ep import (
     target_binary,
 )
 from epctx.errors import EPFail, InvalidGraph
-from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
 from epctx.providers.openvino.compiled import CompiledOpenVINO
 from epctx.providers.openvino.context import exported_blob, read_meta, shared_tensor, write_entries
-from epctx.providers.openvino.onnx_bridge import read_partition, weightless_model_folder
 from epctx.providers.openvino.options import OpenVINOOptions, parse_options
 from epctx.providers.openvino.weights import WeightsLayout, header_budget, layout_for, weights_file
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    # Loading a context model imports only what import_model needs: the capability and ONNX-bridge modules (onnx,
+    # onnx-ir, OpenVINO's ONNX frontend) are imported by get_capability / compile.
     from epctx.ep import ContextReader, ContextWriter, WeightsFile
 
 __all__ = ["OpenVINOExecutionProvider", "shared_core"]
@@ -102,6 +102,8 @@ class OpenVINOExecutionProvider(ExecutionProvider):
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
         if any(is_ep_context(n) and self._owns(n) for n in graph):
             return []  # a context model: its other nodes were offered to OpenVINO when it was generated
+        from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
+
         candidates = candidate_nodes(graph, self.config.disabled_ops)
         try:
             claimed = supported_nodes(
@@ -123,6 +125,8 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         return [self._compile(p) for p in partitions]
 
     def _compile(self, partition: Partition) -> CompiledOpenVINO:
+        from epctx.providers.openvino.onnx_bridge import read_partition
+
         where = f"{self.name} partition {partition.name!r}"
         inputs = [v.name or "" for v in partition.inputs]
         outputs = [v.name or "" for v in partition.outputs]
@@ -139,6 +143,8 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         return CompiledOpenVINO(compiled, inputs, outputs, where=where, keep_alive=keep)
 
     def _compile_weightless(self, partition: Partition, plan: WeightsFile, where: str) -> Any:
+        from epctx.providers.openvino.onnx_bridge import weightless_model_folder
+
         try:
             with weightless_model_folder(partition, plan) as path:
                 model = self.core.read_model(path)
