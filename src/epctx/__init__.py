@@ -6,7 +6,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from epctx import _hooks, errors
-from epctx.compiler import CompileFlags, ExternalInitializerInfo, ModelCompiler
 from epctx.errors import (
     EPFail,
     Fail,
@@ -21,6 +20,7 @@ from epctx.options import ExecutionMode, GraphOptimizationLevel, RunOptions, Ses
 if TYPE_CHECKING:
     import os
 
+    from epctx.compiler import CompileFlags, ExternalInitializerInfo, ModelCompiler
     from epctx.ep.devices import EpDevice as OrtEpDevice
     from epctx.ep.devices import ExecutionProviderDevicePolicy as OrtExecutionProviderDevicePolicy
     from epctx.ep.devices import HardwareDevice as OrtHardwareDevice
@@ -70,9 +70,12 @@ def _ep_payload_detectors(source: str | None) -> Any:
 # epctx inspect asks each EP to recognise its own payloads (epcontext/ sits below providers/).
 _hooks.set_payload_detectors(_ep_payload_detectors)
 
-# The session layer pulls in onnx and onnx-ir (and onnx-ir pulls sympy): imported on first use, so that
-# `import epctx` stays light.
+# The session and the compile API are imported on first use, so that `import epctx` stays light (a session over a
+# context model then imports only its lean load path).
 _LAZY = {
+    "CompileFlags": "epctx.compiler",
+    "ExternalInitializerInfo": "epctx.compiler",
+    "ModelCompiler": "epctx.compiler",
     "InferenceSession": "epctx.session",
     "ModelMetadata": "epctx.session.node_arg",
     "NodeArg": "epctx.session.node_arg",

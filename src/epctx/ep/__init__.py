@@ -42,17 +42,20 @@ from epctx.ep.devices import (
 from epctx.ep.documents import dump_document, load_document
 from epctx.ep.memory import release_pages
 from epctx.ep.options import Option, parse_options
-from epctx.ep.payloads import PayloadDetector, PayloadEntry, PayloadInfo
 from epctx.ep.target import target_binary
-from epctx.ep.weights_file import ExternalRef, WeightsFile, initializer_array, plan_weights_file
 
 if TYPE_CHECKING:
     from epctx.ep.onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
 
-# The ONNX export helper imports onnx, the graph helpers onnx-ir: loaded on first use, so an EP that only
-# loads context binaries imports neither.
+# Imported on first use: the ONNX export helper (onnx), the graph helpers (onnx-ir), and what only compiling
+# or inspecting needs, so an EP that loads context binaries imports none of it.
 _LAZY = {
+    **{name: "epctx.ep.payloads" for name in ("PayloadDetector", "PayloadEntry", "PayloadInfo")},
+    **{
+        name: "epctx.ep.weights_file"
+        for name in ("ExternalRef", "WeightsFile", "initializer_array", "plan_weights_file")
+    },
     "partition_model": "epctx.ep.onnx_export",
     "node_subgraphs": "epctx.model.scopes",
     "outer_scope_values": "epctx.model.scopes",

@@ -14,7 +14,6 @@ from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.io_names import IO_KEY, check_io_names
 from epctx.epcontext.paths import resolve_context_file
 from epctx.epcontext.store import ContextSource
-from epctx.epcontext.workspace import workspace
 from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph
 
 if TYPE_CHECKING:
@@ -134,6 +133,8 @@ class ContextLoader:
             key = str(path)
             if key not in self._binaries:
                 if self._share:  # weight sharing: the group's sessions open a shared binary once
+                    from epctx.epcontext.workspace import workspace
+
                     self._binaries[key] = workspace(view.source or "").open(path)
                 else:
                     self._binaries[key] = ContextBinary.open(path)
@@ -143,6 +144,8 @@ class ContextLoader:
     def finish(self) -> None:
         """After every node is loaded: the last session of a sharing group releases the workspace."""
         if self._share and self._stop_share:
+            from epctx.epcontext.workspace import workspace
+
             for ep_name in self._mains:
                 workspace(ep_name).release_loaded()
 

@@ -54,7 +54,8 @@ from epctx.providers.libraries import (
 )
 
 if TYPE_CHECKING:
-    from epctx.ep import EpDevice, EpFactory, ExecutionProvider, HardwareDevice, PayloadDetector
+    from epctx.ep import EpDevice, EpFactory, ExecutionProvider, HardwareDevice
+    from epctx.ep.payloads import PayloadDetector
 
 __all__ = [
     "ALLOW_VIRTUAL_DEVICES",

@@ -6,10 +6,10 @@ per node. Neither onnx nor onnx-ir, the CPU kernels nor anything of generation i
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from epctx.ep.context_node import EPContextNode
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
@@ -23,8 +23,7 @@ from epctx.session.plan import ExecutionPlan, PlanStep, build_plan
 __all__ = ["LeanSession", "open_lean"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class LeanSession:
+class LeanSession(NamedTuple):
     """What InferenceSession keeps of a session made on the lean path."""
 
     plan: ExecutionPlan
