@@ -184,3 +184,24 @@ def test_damaged_context_models_fail_alike_on_both_paths(
                 differ.append(f"seed {seed} ({name}: {mutated.description}):\n  lean: {lean}\n  full: {full}")
     assert cases == 240
     assert not differ, "\n".join(differ[:10])
+
+
+def test_compiling_a_model_one_ep_takes_whole_does_not_import_the_cpu_kernels(tmp_path: Path) -> None:
+    """The cold path: when the compiling EP takes every node, the CPU EP is never asked, so its kernel table
+    (and onnx.reference) stays unimported."""
+    source = tmp_path / "model.onnx"
+    onnx.save(whole_model(), source)
+    script = f"""
+import json, sys
+import numpy as np
+import epctx
+session = epctx.InferenceSession({str(source)!r}, providers=[{EXAMPLE!r}])
+session.run(None, {{"x": np.ones((2, 8), np.float32)}})
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(("epctx.providers.cpu.kernels", "onnx.reference")))))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []

@@ -56,6 +56,8 @@ class GraphPartitioner:
         loaded = set(fused)
         key = _graph_key(nodes)
         for ep in self.providers:
+            if all(o is not None for o in owner):
+                break  # every node has its EP: later ones are not asked (the CPU EP's kernels stay unimported)
             mine: list[int] = []
             for node in ep.get_capability(graph, opset_imports):
                 claimed = index.get(node)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -16,13 +15,6 @@ if TYPE_CHECKING:
 __all__ = ["CPUExecutionProvider"]
 
 
-@functools.cache
-def _load_kernels() -> None:
-    # Importing the kernel modules registers them: done once, when a node is first asked about or built, so a
-    # session whose nodes all run elsewhere (a context model) never imports them.
-    from epctx.providers.cpu import kernels  # noqa: F401
-
-
 class CPUExecutionProvider(ExecutionProvider):
     name = "CPUExecutionProvider"
 
@@ -34,7 +26,6 @@ class CPUExecutionProvider(ExecutionProvider):
         return [n for n in graph if self.supports(n, opset_imports)]
 
     def supports(self, node: ir.Node, opset_imports: Mapping[str, int]) -> bool:
-        _load_kernels()
         from epctx.providers.cpu.reference import has_reference
         from epctx.providers.cpu.registry import find_factory
 
@@ -43,7 +34,6 @@ class CPUExecutionProvider(ExecutionProvider):
         return find_factory(domain, node.op_type, opset) is not None or has_reference(node, opset)
 
     def create_kernel(self, ctx: NodeContext) -> Kernel:
-        _load_kernels()
         from epctx.providers.cpu.reference import reference_kernel
         from epctx.providers.cpu.registry import NodeInfo, find_factory
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import onnx_ir as ir
 
 from epctx.ep import Kernel, NodeContext
 from epctx.model.tensors import to_numpy
+from epctx.providers.cpu.kernel_index import module_for
 
 __all__ = ["NodeInfo", "find_factory", "kernel"]
 
@@ -32,8 +34,15 @@ def kernel(*op_types: str, domain: str = "", since: int = 1) -> Callable[[Factor
 
 
 def find_factory(domain: str, op_type: str, opset: int) -> Factory | None:
-    """The own kernel factory for ``op_type`` at ``opset``, or None (the reference fallback takes it)."""
-    entries = _REGISTRY.get((_norm_domain(domain), op_type))
+    """The own kernel factory for ``op_type`` at ``opset``, or None (the reference fallback takes it). The
+    kernel's module is imported on first use (``kernel_index``), so a session imports the kernels it runs."""
+    key = (_norm_domain(domain), op_type)
+    if key not in _REGISTRY:
+        module = module_for(*key)
+        if module is None:
+            return None
+        importlib.import_module(module)  # registers its kernels
+    entries = _REGISTRY.get(key)
     if not entries:
         return None
     best = None

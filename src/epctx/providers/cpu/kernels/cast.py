@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from epctx.ep import Kernel
-from epctx.providers.cpu.reference import reference_kernel
+from epctx.providers.cpu.fallback import reference_kernel
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__ = ["NATIVE_DTYPES", "convert_dtype", "onnx_to_numpy_dtype"]

@@ -15,7 +15,7 @@ import numpy as np
 
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
-from epctx.providers.cpu.reference import reference_kernel
+from epctx.providers.cpu.fallback import reference_kernel
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []
