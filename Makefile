@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers; CI machines have 2 cores.
 JOBS ?= 2
 
-.PHONY: install test lint typecheck pytest demo bench clean
+.PHONY: install test lint typecheck pytest demo bench clean cross-test
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -44,3 +44,9 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# Cross-compilation: IREE context models compiled here for aarch64 run under qemu-aarch64 through epctx's own
+# loader and match onnxruntime on this machine. Builds the emulation setup first (Debian + PyPI packages only).
+cross-test: $(STAMP)
+	bash scripts/cross/setup_aarch64.sh
+	$(BIN)/python scripts/cross/run_aarch64.py
