@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers; CI machines have 2 cores.
 JOBS ?= 2
 
-.PHONY: install test lint typecheck pytest demo bench clean
+.PHONY: install test lint typecheck pytest demo bench parity clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,3 +44,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The parity suite alone: onnxruntime-style scripts run under onnxruntime and under epctx, printed values compared.
+parity: $(STAMP)
+	$(BIN)/pytest -q -n $(JOBS) tests/parity

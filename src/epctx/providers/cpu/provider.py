@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import onnx_ir as ir
 
 from epctx.ep import ExecutionProvider, Kernel, NodeContext, opset_of
-from epctx.errors import NotImplemented
+from epctx.errors import InvalidArgument, NotImplemented
 from epctx.providers.cpu import blas
 
 __all__ = ["CPUExecutionProvider"]
@@ -21,12 +23,20 @@ def _load_kernels() -> None:
 
 
 class CPUExecutionProvider(ExecutionProvider):
+    """Option ``intra_op_num_threads`` (a positive integer; the framework passes
+    ``SessionOptions.intra_op_num_threads`` here): numpy's BLAS threads during each run (threadpoolctl)."""
+
     name = "CPUExecutionProvider"
+    intra_op_threads_option = "intra_op_num_threads"
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
+        self._threads = _thread_count(self.options.get(self.intra_op_threads_option))
         _load_kernels()
         blas.settle()  # Conv, RNN, Einsum... call BLAS too: not while a backend the user imported still forks
+
+    def run_scope(self) -> contextlib.AbstractContextManager[Any] | None:
+        return blas.thread_limit(self._threads) if self._threads else None
 
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
         return [n for n in graph if self.supports(n, opset_imports)]
@@ -56,3 +66,17 @@ class CPUExecutionProvider(ExecutionProvider):
                 f"CPU kernel for node {info.name!r} ({info.op_type}, domain {info.domain or 'ai.onnx'!r}, "
                 f"opset {info.opset}) could not be created: {exc}"
             ) from exc
+
+
+def _thread_count(value: str | None) -> int:
+    if value is None:
+        return 0
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise InvalidArgument(
+            f"CPUExecutionProvider option intra_op_num_threads must be an integer >= 0, got {value!r}"
+        )
+    return count
