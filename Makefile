@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers; CI machines have 2 cores.
 JOBS ?= 2
 
-.PHONY: install test lint typecheck pytest demo bench clean cross-test
+.PHONY: install test lint typecheck pytest demo bench parity clean cross-test
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -50,3 +50,7 @@ clean:
 cross-test: $(STAMP)
 	bash scripts/cross/setup_aarch64.sh
 	$(BIN)/python scripts/cross/run_aarch64.py
+
+# The parity suite alone: onnxruntime-style scripts run under onnxruntime and under epctx, printed values compared.
+parity: $(STAMP)
+	$(BIN)/pytest -q -n $(JOBS) tests/parity

@@ -10,7 +10,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "epctx"
 
 # Lowest first. A module's layer is that of its first path component under epctx/.
 LAYERS = [
-    {"_version", "_hooks", "errors", "options"},
+    {"_version", "_hooks", "_warnings", "errors", "options"},
+    {"capi"},  # onnxruntime's exception-module path (epctx.capi.onnxruntime_pybind11_state) over errors
     {"model"},
     {"ep", "optimize"},
     {"partition"},

@@ -205,3 +205,20 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(("epctx.providers
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_profiled_lean_session_records_each_context_load_and_step(
+    context_models: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    path, ep = context_models["example_embed0"]
+    so = epctx.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "lean")
+    session = epctx.InferenceSession(str(path), so, providers=[ep])
+    assert session._loaded is None  # still the lean path
+    session.run(None, feed())
+    events = json.loads(Path(session.end_profiling()).read_text())
+    names = [e["name"] for e in events]
+    node = session.get_partitions()[0][1][0]
+    assert f"{node}_context_load" in names and f"{node}_kernel_time" in names
+    assert "model_loading_uri" in names and "session_initialization" in names

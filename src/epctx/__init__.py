@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from epctx import _hooks, errors
+from epctx import _hooks, capi, errors
 from epctx.errors import (
     EPFail,
     Fail,
@@ -21,17 +21,20 @@ if TYPE_CHECKING:
     import os
 
     from epctx.compiler import CompileFlags, ExternalInitializerInfo, ModelCompiler
+    from epctx.compiler import CompileFlags as OrtCompileApiFlags
     from epctx.ep.devices import EpDevice as OrtEpDevice
     from epctx.ep.devices import ExecutionProviderDevicePolicy as OrtExecutionProviderDevicePolicy
     from epctx.ep.devices import HardwareDevice as OrtHardwareDevice
     from epctx.ep.devices import HardwareDeviceType as OrtHardwareDeviceType
-    from epctx.session import InferenceSession
+    from epctx.session import InferenceSession, OrtValue, SessionIOBinding
+    from epctx.session import SessionIOBinding as IOBinding
     from epctx.session.node_arg import ModelMetadata, NodeArg
 
 __all__ = [
     "CompileFlags",
     "ExternalInitializerInfo",
     "ModelCompiler",
+    "OrtCompileApiFlags",
     "EPFail",
     "ExecutionMode",
     "Fail",
@@ -46,8 +49,16 @@ __all__ = [
     "NotImplemented",
     "RunOptions",
     "SessionOptions",
+    "capi",
     "errors",
     "get_available_providers",
+    "get_device",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
+    # values and bindings
+    "IOBinding",
+    "OrtValue",
+    "SessionIOBinding",
     # plugin EP libraries and devices (onnxruntime's names)
     "OrtEpDevice",
     "OrtExecutionProviderDevicePolicy",
@@ -76,7 +87,11 @@ _LAZY = {
     "CompileFlags": "epctx.compiler",
     "ExternalInitializerInfo": "epctx.compiler",
     "ModelCompiler": "epctx.compiler",
+    "OrtCompileApiFlags": "epctx.compiler:CompileFlags",
     "InferenceSession": "epctx.session",
+    "IOBinding": "epctx.session:SessionIOBinding",
+    "OrtValue": "epctx.session",
+    "SessionIOBinding": "epctx.session",
     "ModelMetadata": "epctx.session.node_arg",
     "NodeArg": "epctx.session.node_arg",
     "OrtEpDevice": "epctx.ep.devices:EpDevice",
@@ -123,3 +138,24 @@ def unregister_execution_provider_library(registration_name: str) -> None:
     from epctx.providers.registry import unregister_execution_provider_library as unregister
 
     unregister(registration_name)
+
+
+def get_device() -> str:
+    """The default device, as onnxruntime's ``get_device()`` names it: "CPU" (each EP's devices are listed by
+    ``get_ep_devices()``)."""
+    return "CPU"
+
+
+def set_default_logger_severity(severity: int) -> None:
+    """The ``epctx`` logger's level from onnxruntime's severity: 0 verbose (DEBUG), 1 info, 2 warning, 3 error,
+    4 fatal (CRITICAL)."""
+    from epctx.session.logs import set_default_logger_severity as set_severity
+
+    set_severity(severity)
+
+
+def set_default_logger_verbosity(verbosity: int) -> None:
+    """Checked and accepted: onnxruntime's VLOG levels have no finer ``logging`` level (see epctx.session.logs)."""
+    from epctx.session.logs import set_default_logger_verbosity as set_verbosity
+
+    set_verbosity(verbosity)

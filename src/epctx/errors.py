@@ -5,12 +5,19 @@ from __future__ import annotations
 __all__ = [
     "EPCtxError",
     "EPFail",
+    "EngineError",
     "Fail",
     "InvalidArgument",
     "InvalidGraph",
+    "InvalidProtobuf",
+    "ModelLoadCanceled",
+    "ModelLoaded",
     "ModelRequiresCompilation",
+    "NoModel",
     "NoSuchFile",
+    "NotFound",
     "NotImplemented",
+    "RuntimeException",
 ]
 
 
@@ -50,10 +57,46 @@ class EPFail(EPCtxError):
 
 
 class ModelRequiresCompilation(EPCtxError):
-    code = 12
+    code = 13
     status = "MODEL_REQUIRES_COMPILATION"
 
 
 class NotImplemented(EPCtxError, NotImplementedError):
     code = 9
     status = "NOT_IMPLEMENTED"
+
+
+# The rest of onnxruntime's status codes (its users catch them from onnxruntime.capi.onnxruntime_pybind11_state).
+class NoModel(EPCtxError):
+    code = 4
+    status = "NO_MODEL"
+
+
+class EngineError(EPCtxError):
+    code = 5
+    status = "ENGINE_ERROR"
+
+
+class RuntimeException(EPCtxError):
+    code = 6
+    status = "RUNTIME_EXCEPTION"
+
+
+class InvalidProtobuf(EPCtxError):
+    code = 7
+    status = "INVALID_PROTOBUF"
+
+
+class ModelLoaded(EPCtxError):
+    code = 8
+    status = "MODEL_LOADED"
+
+
+class ModelLoadCanceled(EPCtxError):
+    code = 12
+    status = "MODEL_LOAD_CANCELED"
+
+
+class NotFound(EPCtxError):
+    code = 14
+    status = "NOT_FOUND"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
+from epctx import errors
 from epctx.errors import InvalidArgument
 
 __all__ = [
@@ -27,6 +29,8 @@ SHARE_EP_CONTEXTS = "ep.share_ep_contexts"
 STOP_SHARE_EP_CONTEXTS = "ep.stop_share_ep_contexts"
 DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
+# epctx's own: "1" turns the warning for an onnxruntime EP that epctx lacks (CUDA, TensorRT...) into an error.
+UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
 
 _BOOL_KEYS = frozenset(
     {
@@ -36,11 +40,14 @@ _BOOL_KEYS = frozenset(
         STOP_SHARE_EP_CONTEXTS,
         DISABLE_MODEL_COMPILE,
         DISABLE_CPU_EP_FALLBACK,
+        UNAVAILABLE_EP_IS_ERROR,
     }
 )
 
 
 class GraphOptimizationLevel(enum.IntEnum):
+    __str__ = enum.Enum.__str__  # "GraphOptimizationLevel.ORT_ENABLE_ALL", as onnxruntime prints it
+
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
     ORT_ENABLE_EXTENDED = 2
@@ -49,29 +56,175 @@ class GraphOptimizationLevel(enum.IntEnum):
 
 
 class ExecutionMode(enum.IntEnum):
+    __str__ = enum.Enum.__str__
+
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
 
 
+class _Typed:
+    """An option attribute of one type (TypeError otherwise, as onnxruntime's bindings raise), kept in a slot."""
+
+    def __init__(self, kind: type | tuple[type, ...], enum_type: type[enum.IntEnum] | None = None) -> None:
+        self.kind = kind
+        self.enum_type = enum_type  # ints are kept as this enum's members
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.slot = f"_{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj, self.slot)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        value = self._checked(obj, value)
+        setattr(obj, self.slot, value)
+
+    def _checked(self, obj: Any, value: Any) -> Any:
+        if not isinstance(value, self.kind) or (isinstance(value, bool) and self.kind is int):
+            raise TypeError(
+                f"{type(obj).__name__}.{self.name} must be {_kind_name(self.kind)}, got {type(value).__name__}"
+            )
+        if self.enum_type is None:
+            return value
+        try:
+            return self.enum_type(cast(int, value))
+        except ValueError as exc:
+            names = ", ".join(f"{m.name}={m.value}" for m in self.enum_type)
+            raise InvalidArgument(
+                f"{type(obj).__name__}.{self.name}: {value!r} is not one of {names}"
+            ) from exc
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
 class SessionOptions:
-    """Options for one session; mirrors ``onnxruntime.SessionOptions``."""
+    """Options for one session; mirrors ``onnxruntime.SessionOptions``. Setting an attribute it does not have
+    raises AttributeError (as onnxruntime's does), so a typo cannot pass silently.
+
+    ``enable_cpu_mem_arena``, ``enable_mem_pattern``, ``enable_mem_reuse``, ``use_per_session_threads``,
+    ``use_deterministic_compute`` and ``execution_order`` tune onnxruntime's allocator, thread pools and
+    node order; epctx's results do not depend on them (numpy owns the memory, kernels are deterministic, the
+    plan runs in topological order), so they are accepted and kept for get_session_options()."""
+
+    __slots__ = (
+        "_config",
+        "_enable_cpu_mem_arena",
+        "_enable_mem_pattern",
+        "_enable_mem_reuse",
+        "_enable_profiling",
+        "_execution_mode",
+        "_execution_order",
+        "_free_dims_by_denotation",
+        "_free_dims_by_name",
+        "_graph_optimization_level",
+        "_initializers",
+        "_inter_op_num_threads",
+        "_intra_op_num_threads",
+        "_log_severity_level",
+        "_log_verbosity_level",
+        "_logid",
+        "_optimized_model_filepath",
+        "_profile_file_prefix",
+        "_providers",
+        "_selection_delegate",
+        "_selection_policy",
+        "_use_deterministic_compute",
+        "_use_per_session_threads",
+    )
+
+    graph_optimization_level = _Typed(int, GraphOptimizationLevel)
+    execution_mode = _Typed(int, ExecutionMode)
+    execution_order = _Typed(int)
+    log_severity_level = _Typed(int)  # -1: the default logger's (set_default_logger_severity); 0..4 as in ORT
+    log_verbosity_level = _Typed(int)
+    logid = _Typed(str)
+    intra_op_num_threads = _Typed(int)
+    inter_op_num_threads = _Typed(int)
+    enable_profiling = _Typed(bool)
+    profile_file_prefix = _Typed(str)
+    optimized_model_filepath = _Typed((str, os.PathLike))
+    enable_cpu_mem_arena = _Typed(bool)
+    enable_mem_pattern = _Typed(bool)
+    enable_mem_reuse = _Typed(bool)
+    use_deterministic_compute = _Typed(bool)
+    use_per_session_threads = _Typed(bool)
 
     def __init__(self) -> None:
         self._config: dict[str, str] = {}
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
         self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
-        self.log_severity_level = 2
+        self.execution_order = 0
+        self.log_severity_level = -1
         self.log_verbosity_level = 0
         self.logid = ""
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
         self.enable_profiling = False
+        self.profile_file_prefix = "onnxruntime_profile_"
         self.optimized_model_filepath = ""
+        self.enable_cpu_mem_arena = True
+        self.enable_mem_pattern = True
+        self.enable_mem_reuse = True
+        self.use_deterministic_compute = False
+        self.use_per_session_threads = True
+        self._free_dims_by_name: dict[str, int] = {}
+        self._free_dims_by_denotation: dict[str, int] = {}
+        self._initializers: dict[str, Any] = {}
         # Providers added through add_provider (a name) / add_provider_for_devices (a tuple of EpDevice), in
         # precedence order; used by InferenceSession and ModelCompiler when no providers are given to them.
         self._providers: list[tuple[str | tuple[Any, ...], dict[str, str]]] = []
         self._selection_policy: int | None = None
         self._selection_delegate: Callable[..., Any] | None = None
+
+    # -- graph changes at session creation -----------------------------------------------------------------
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic dimension ``dim_name`` of the graph inputs to ``dim_value``."""
+        self._free_dims_by_name[_dim_key(dim_name, "dim_name")] = _dim_value(dim_value, dim_name)
+
+    def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
+        """Fix every graph-input dimension with denotation ``dim_denotation`` (e.g. ``DATA_BATCH``)."""
+        self._free_dims_by_denotation[_dim_key(dim_denotation, "dim_denotation")] = _dim_value(
+            dim_value, dim_denotation
+        )
+
+    @property
+    def free_dimension_overrides(self) -> tuple[Mapping[str, int], Mapping[str, int]]:
+        """(by name, by denotation), as added."""
+        return dict(self._free_dims_by_name), dict(self._free_dims_by_denotation)
+
+    def add_initializer(self, name: str, value: Any) -> None:
+        """Use ``value`` (an OrtValue or a numpy array, kept by reference) for the model's initializer
+        ``name``. onnxruntime takes an OrtValue only; epctx takes a numpy array as well."""
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"add_initializer: the name must be a non-empty string, got {name!r}")
+        numpy = getattr(value, "numpy", None)
+        if not callable(numpy) and not hasattr(value, "__array__"):
+            raise InvalidArgument(
+                f"add_initializer({name!r}): the value must be an OrtValue or a numpy array, got "
+                f"{type(value).__name__}"
+            )
+        self._initializers[name] = value
+
+    @property
+    def initializers(self) -> Mapping[str, Any]:
+        """What add_initializer added: name -> OrtValue or array."""
+        return dict(self._initializers)
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        raise errors.NotImplemented(
+            f"register_custom_ops_library({library_path!r}): epctx does not load onnxruntime custom-op "
+            "libraries (compiled against onnxruntime's C API). Write the ops as an execution provider instead: "
+            "an epctx.ep.ExecutionProvider whose get_capability claims your domain's nodes and whose "
+            "create_kernel (or compile) runs them, added as a folder or a plugin library "
+            "(epctx.register_execution_provider_library)"
+        )
+
+    def has_providers(self) -> bool:
+        return bool(self._providers)
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not key:
@@ -177,20 +330,63 @@ def config_flag(config: Mapping[str, str], key: str) -> bool:
 
 
 class RunOptions:
-    """Per-call options; mirrors ``onnxruntime.RunOptions``."""
+    """Per-call options; mirrors ``onnxruntime.RunOptions`` (an unknown attribute raises AttributeError).
+
+    ``terminate = True`` (set before or, from another thread, during a run) stops the run with Fail
+    between plan steps; ``log_severity_level`` / ``log_verbosity_level`` apply to the run's logging;
+    ``logid`` (``run_tag`` is the same value, the C API's name) names the run in logs and profiles.
+    ``only_execute_path_to_fetches`` is accepted: epctx's plan is built for every output, so it does
+    not change results."""
+
+    __slots__ = (
+        "_config",
+        "_log_severity_level",
+        "_log_verbosity_level",
+        "_logid",
+        "_only_execute_path_to_fetches",
+        "_terminate",
+    )
+
+    log_severity_level = _Typed(int)
+    log_verbosity_level = _Typed(int)
+    logid = _Typed(str)
+    terminate = _Typed(bool)
+    only_execute_path_to_fetches = _Typed(bool)
 
     def __init__(self) -> None:
-        self.log_severity_level = 2
+        self.log_severity_level = -1
         self.log_verbosity_level = 0
         self.logid = ""
-        self.run_tag = ""
         self.terminate = False
+        self.only_execute_path_to_fetches = False
         self._config: dict[str, str] = {}
 
+    @property
+    def run_tag(self) -> str:
+        return self.logid
+
+    @run_tag.setter
+    def run_tag(self, value: str) -> None:
+        self.logid = value
+
     def add_run_config_entry(self, key: str, value: str) -> None:
+        if not isinstance(key, str) or not key or not isinstance(value, str):
+            raise InvalidArgument(f"run config entries are (str, str), got ({key!r}, {value!r})")
         self._config[key] = value
 
     def get_run_config_entry(self, key: str) -> str:
         if key not in self._config:
             raise InvalidArgument(f"run config entry {key!r} is not set")
         return self._config[key]
+
+
+def _dim_key(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"{what} must be a non-empty string, got {name!r}")
+    return name
+
+
+def _dim_value(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"the override of dimension {name!r} must be an int >= 0, got {value!r}")
+    return int(value)

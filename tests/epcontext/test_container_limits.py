@@ -359,8 +359,9 @@ def test_looking_up_every_graph_scales_linearly() -> None:
         return run
 
     lookups(large, 8000)()  # correctness once, and warm
-    ratio = _best_of(5, lookups(large, 8000)) / _best_of(5, lookups(small, 800))
-    assert ratio < 40, ratio  # linear: ~10; quadratic: ~100
+    # The small case is short, so a busy machine disturbs it most: its best of many runs.
+    ratio = _best_of(5, lookups(large, 8000)) / _best_of(25, lookups(small, 800))
+    assert ratio < 50, ratio  # linear: ~10; quadratic: ~100
 
 
 def test_writing_many_requested_and_free_entries_scales_linearly() -> None:
@@ -378,8 +379,8 @@ def test_writing_many_requested_and_free_entries_scales_linearly() -> None:
     with ContextBinary.from_bytes(blob) as cb:
         assert cb.entry("w/3999").offset == (1 << 20) + 3999 * 128
         cb.verify()
-    ratio = _best_of(5, build(4000)) / _best_of(5, build(400))
-    assert ratio < 40, ratio  # linear: ~10; quadratic: ~100
+    ratio = _best_of(5, build(4000)) / _best_of(25, build(400))
+    assert ratio < 50, ratio  # linear: ~10; quadratic: ~100
 
 
 # --- the writer's temporary file and file mode ----------------------------------------------------------------

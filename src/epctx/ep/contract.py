@@ -8,6 +8,7 @@ one ``CompiledPartition``; a *kernel* EP (the CPU EP) builds one kernel per node
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -91,6 +92,10 @@ class ExecutionProvider(abc.ABC):
     compiles: ClassVar[bool] = False
     # The type(s) of the compiled partitions this EP saves: the framework refuses to save anything else.
     compiled_type: ClassVar[type | tuple[type, ...] | None] = None
+    # The provider option through which the framework passes ``SessionOptions.intra_op_num_threads`` (when it
+    # is > 0 and the user did not set that option): the CPU EP's BLAS limit, OpenVINO's ``num_of_threads``
+    # (INFERENCE_NUM_THREADS), IREE's task topology. None: the EP takes no thread count.
+    intra_op_threads_option: ClassVar[str | None] = None
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}
@@ -107,6 +112,11 @@ class ExecutionProvider(abc.ABC):
 
     def provider_options(self) -> dict[str, str]:
         return dict(self.options)
+
+    def run_scope(self) -> contextlib.AbstractContextManager[Any] | None:
+        """A context the session enters around each run (a thread limit, a device lock); None: nothing (the
+        default, and then run() pays nothing for it)."""
+        return None
 
     # -- EP context cache ------------------------------------------------------------------------------
     def sdk_version(self) -> str:

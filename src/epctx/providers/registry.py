@@ -350,6 +350,16 @@ def create_provider_for_devices(
         return _track(factory, ep)
 
 
+def provider_class(name: str) -> type[ExecutionProvider] | None:
+    """The class of a built-in or in-process EP (None for a plugin library's EP, or a name nobody knows)."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    decl = builtin(name)
+    if decl is None or decl.missing():
+        return None
+    return builtin_class(decl)
+
+
 def create_provider(name: str, options: Mapping[str, str] | None = None) -> ExecutionProvider:
     """An EP by name: a class registered in-process, a built-in (its class with ``options``), or an EP of a
     plugin library (on every real device it offers here)."""

@@ -10,7 +10,9 @@ Where a session's EPs come from, first match wins:
 4. nothing: the CPU EP alone.
 
 The CPU EP is appended last unless ``session.disable_cpu_ep_fallback=1``. An EP onnxruntime has and epctx
-lacks (CUDA, TensorRT, ...) is skipped with a warning, as onnxruntime does; any other unknown name is an error.
+lacks (CUDA, TensorRT, ...) is skipped with a warning (``logging`` and ``warnings``), as onnxruntime does, unless
+``session.unavailable_ep_is_error=1``; any other unknown name is an error (onnxruntime warns and falls back to
+the CPU EP there: a misspelt name would run on the wrong EP unnoticed).
 
 Policies (ONNX Runtime's semantics: ``DEFAULT`` is ``PREFER_CPU``; ``MAX_PERFORMANCE`` is ``PREFER_GPU``;
 ``MAX_EFFICIENCY`` and ``MIN_OVERALL_POWER`` are ``PREFER_NPU``). Devices are ordered as ORT orders them:
@@ -37,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
+from epctx._warnings import warn_user
 from epctx.ep.devices import EpDevice, ExecutionProviderDevicePolicy, HardwareDeviceType
 from epctx.errors import EPCtxError, Fail, InvalidArgument
 from epctx.providers import registry
@@ -270,15 +273,40 @@ def _grouped(devices: Sequence[EpDevice]) -> list[list[EpDevice]]:
 
 
 # -- resolution --------------------------------------------------------------------------------------------
-def _by_name(name: str, options: Mapping[str, str]) -> ExecutionProvider | None:
+def _by_name(name: str, options: Mapping[str, str], config: Mapping[str, str]) -> ExecutionProvider | None:
     if name in ORT_ONLY_PROVIDERS and name not in registry.available_providers():
-        logger.warning(
-            "%s is an onnxruntime execution provider that epctx does not have; skipped. Available: %s",
-            name,
-            ", ".join(registry.available_providers()),
+        available = ", ".join(registry.available_providers())
+        if opt.config_flag(config, opt.UNAVAILABLE_EP_IS_ERROR):
+            raise InvalidArgument(
+                f"{name} is an onnxruntime execution provider that epctx does not have (available: "
+                f"{available}); {opt.UNAVAILABLE_EP_IS_ERROR}=1 makes this an error"
+            )
+        # onnxruntime's words first (scripts match on them), through logging and warnings as it does.
+        message = (
+            f"Specified provider '{name}' is not in available provider names.Available providers: "
+            f"'{available}' ({name} is an onnxruntime execution provider that epctx does not have; skipped, "
+            f"the rest of the list is used; {opt.UNAVAILABLE_EP_IS_ERROR}=1 makes this an error)"
         )
+        logger.warning("%s", message)
+        warn_user(message)
         return None
     return registry.create_provider(name, options)
+
+
+def _threads(name: str, options: Mapping[str, str], threads: int) -> Mapping[str, str]:
+    """``SessionOptions.intra_op_num_threads`` passed to the EP through the provider option its class names
+    (``ExecutionProvider.intra_op_threads_option``), unless the user set that option."""
+    if threads <= 0:
+        return options
+    cls = registry.provider_class(name)
+    key = getattr(cls, "intra_op_threads_option", None)
+    if key is None:
+        if cls is not None:
+            logger.info(
+                "%s takes no thread count: intra_op_num_threads=%d does not apply to it", name, threads
+            )
+        return options
+    return options if key in options else {**options, key: str(threads)}
 
 
 def resolve_providers(
@@ -299,15 +327,18 @@ def resolve_providers(
             "providers were given both to the session (providers=...) and to its SessionOptions "
             "(add_provider / add_provider_for_devices); give them in one place"
         )
+    threads = so.intra_op_num_threads if so is not None else 0
     eps: list[ExecutionProvider | None] = []
     if explicit:
-        eps = [_by_name(name, opts) for name, opts in explicit]
+        eps = [_by_name(name, _threads(name, opts, threads), config) for name, opts in explicit]
     elif entries:
         for target, opts in entries:
             if isinstance(target, str):
-                eps.append(_by_name(target, opts))
+                eps.append(_by_name(target, _threads(target, opts, threads), config))
             else:
-                eps.append(registry.create_provider_for_devices(target, opts))
+                eps.append(
+                    registry.create_provider_for_devices(target, _threads(target[0].ep_name, opts, threads))
+                )
     elif so is not None and (so.selection_policy_delegate is not None or so.selection_policy is not None):
         if so.selection_policy_delegate is not None:
             chosen = run_delegate(
@@ -318,11 +349,14 @@ def resolve_providers(
         logger.info(
             "selected devices: %s", ", ".join(f"{d.ep_name}/{d.device.type.name}" for d in chosen) or "none"
         )
-        eps = [registry.create_provider_for_devices(group, {}) for group in _grouped(chosen)]
+        eps = [
+            registry.create_provider_for_devices(group, _threads(group[0].ep_name, {}, threads))
+            for group in _grouped(chosen)
+        ]
     result = [ep for ep in eps if ep is not None]
     names = [ep.name for ep in result]
     if len(set(names)) != len(names):
         raise InvalidArgument(f"a provider is listed twice: {names}")
     if registry.CPU_EP not in names and not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK):
-        result.append(registry.create_provider(registry.CPU_EP))
+        result.append(registry.create_provider(registry.CPU_EP, _threads(registry.CPU_EP, {}, threads)))
     return result

@@ -7,7 +7,7 @@ import contextvars
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -66,6 +66,8 @@ class StepBuilder:
         self.opset_imports = dict(opset_imports)
         self.kernel_ep = kernel_ep
         self.fold = fold
+        # Wraps each partition's compile / context load: phase(kind, name, EP name) -> context (profiles).
+        self.phase: Callable[[str, str, str], contextlib.AbstractContextManager[Any]] = _no_phase
 
     def compile_units(
         self, units: Sequence[Unit], loader: ContextLoader | None
@@ -81,7 +83,8 @@ class StepBuilder:
             if unit.from_context:
                 if loader is None:
                     raise InvalidGraph(f"EPContext node {unit.nodes[0].name!r} has no context loader")
-                loaded[k] = loader.load(unit.ep, unit.nodes[0], unit.partition)
+                with self.phase("context_load", unit.nodes[0].name or unit.partition.name, unit.ep.name):
+                    loaded[k] = loader.load(unit.ep, unit.nodes[0], unit.partition)
             else:
                 by_ep.setdefault(id(unit.ep), []).append(k)
         total = sum(len(ks) for ks in by_ep.values())
@@ -94,7 +97,8 @@ class StepBuilder:
                 part = units[k].partition
                 assert part is not None
                 started = time.perf_counter()
-                (result,) = _one(ep, ep.compile([part]))
+                with self.phase("compile", part.name, ep.name):
+                    (result,) = _one(ep, ep.compile([part]))
                 compiled[k] = result
                 done += 1
                 logger.info(
@@ -136,6 +140,10 @@ class StepBuilder:
         steps = [self.node_step(self.kernel_ep, node) for node in graph]
         plan = build_plan((*graph.inputs, *outer), graph.outputs, steps, fold_constants=self.fold)
         return _SubgraphRunner(plan, len(graph.inputs))
+
+
+def _no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 class _SubgraphRunner:

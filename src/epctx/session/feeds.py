@@ -9,6 +9,7 @@ import numpy as np
 
 from epctx.errors import InvalidArgument
 from epctx.session.node_arg import tensor_type_string, type_string
+from epctx.session.ortvalue import OrtValue
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -102,8 +103,10 @@ _MISSING = object()
 
 def _check_tensor(spec: InputSpec, value: Any) -> np.ndarray:
     if not isinstance(value, np.ndarray):
-        if isinstance(value, (list, tuple, int, float, bool, np.generic)):
-            value = np.asarray(value)
+        if isinstance(value, OrtValue):
+            value = value.numpy()
+        elif isinstance(value, (list, tuple, int, float, bool, np.generic)):
+            value = _from_python(spec, value)
         else:
             raise InvalidArgument(
                 f"input {spec.name!r} must be a numpy array ({spec.type}), got {type(value).__name__}"
@@ -126,6 +129,20 @@ def _check_tensor(spec: InputSpec, value: Any) -> np.ndarray:
             if shape[i] != d:
                 raise InvalidArgument(_bad_dims(spec, shape))
     return value
+
+
+def _from_python(spec: InputSpec, value: Any) -> np.ndarray:
+    """A Python list (or tuple, or scalar) becomes an array of the input's element type, as onnxruntime
+    converts a list; onnxruntime rejects tuples and scalars, epctx converts them the same way."""
+    dtype = spec.dtype
+    if dtype is not None and dtype != np.object_:
+        try:
+            return np.asarray(value, dtype=dtype)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(
+                f"input {spec.name!r} ({spec.type}): the Python value cannot be converted to {dtype}: {exc}"
+            ) from exc
+    return np.asarray(value, dtype=object) if dtype == np.object_ else np.asarray(value)
 
 
 # Error messages (cold path): onnxruntime's words first, then epctx's detail (the whole shape or dtype).

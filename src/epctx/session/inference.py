@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from epctx import options as opt
+from epctx._warnings import warn_user
 from epctx.errors import Fail, InvalidArgument
+from epctx.session import run_async
 from epctx.session.feeds import FeedBinder, InputSpec
+from epctx.session.iobinding import SessionIOBinding
+from epctx.session.logs import severity_scope
 from epctx.session.node_arg import ModelMetadata, NodeArg, node_arg
+from epctx.session.ortvalue import OrtValue, owned_array
+from epctx.session.profiling import Profiler
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
     from epctx.ep.contract import ExecutionProvider
     from epctx.model import LoadedModel
+    from epctx.session.lean import LeanSession
+    from epctx.session.pipeline import Pipeline
 
 __all__ = ["InferenceSession", "ProviderSpec"]
 
@@ -40,39 +48,55 @@ class InferenceSession:
     ) -> None:
         if kwargs:
             raise InvalidArgument(f"unexpected InferenceSession arguments: {', '.join(sorted(kwargs))}")
-        self._options = sess_options if sess_options is not None else opt.SessionOptions()
         self._source = path_or_bytes
+        self._options = sess_options if sess_options is not None else opt.SessionOptions()
+        self._profiler: Profiler | None = None
         self._loaded: LoadedModel | None = None
-        self._providers = _resolve_providers(providers, provider_options, self._options, path_or_bytes)
-        data: bytes | None = None
-        if not opt.config_flag(self._options.config, opt.EP_CONTEXT_ENABLE):
-            from epctx.session.lean import LeanSession, open_lean
+        with severity_scope(self._options.log_severity_level):
+            self._create(providers, provider_options)
 
-            lean = open_lean(path_or_bytes, self._providers, self._options.config)
-            if isinstance(lean, LeanSession):  # a context model: no onnx, no partitioning, no compiling
-                self._plan = lean.plan
-                self._inputs, self._outputs = lean.inputs, lean.outputs
-                self._overridable: list[NodeArg] = []
-                self._binder = FeedBinder(lean.specs)
-                self._partitions = lean.partitions
-                self._metadata = lean.metadata
-                self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
-                return
-            data = lean
-        self._create(path_or_bytes, data)
+    def _create(
+        self, providers: Sequence[ProviderSpec] | None, provider_options: Sequence[Mapping[str, Any]] | None
+    ) -> None:
+        options, source = self._options, self._source
+        if options.enable_profiling and self._profiler is None:
+            self._profiler = Profiler(options.profile_file_prefix)
+        profiler = self._profiler
+        _warn_sequential(options)
+        config = options.config
+        with _span(profiler, "session_initialization"):
+            self._providers = _resolve_providers(providers, provider_options, options, source)
+            loading = "model_loading_array" if isinstance(source, (bytes, bytearray)) else "model_loading_uri"
+            data: bytes | None = None
+            if _lean_allowed(options):
+                from epctx.session.lean import LeanSession, open_lean
 
-    def _create(self, source: str | os.PathLike[str] | bytes, data: bytes | None) -> None:
+                with _span(profiler, loading):
+                    phase = profiler.phase if profiler is not None else None
+                    lean = open_lean(source, self._providers, config, phase=phase)
+                if isinstance(lean, LeanSession):  # a context model: no onnx, no partitioning, no compiling
+                    self._use_lean(lean)
+                    return
+                data = lean
+            self._create_full(source, loading, data)
+
+    def _create_full(self, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
         from epctx.epcontext.generate import generate_context_model, generation_scope
         from epctx.epcontext.paths import context_model_path
         from epctx.epcontext.workspace import abort_open_group
         from epctx.session.pipeline import Pipeline
-        from epctx.session.plan import build_plan
 
-        config = self._options.config
+        options, profiler = self._options, self._profiler
+        config = options.config
         generate = opt.config_flag(config, opt.EP_CONTEXT_ENABLE)
         try:
-            pipeline = Pipeline.partition(source, self._providers, self._options, data=data)
+            with _span(profiler, loading):
+                pipeline = Pipeline.partition(source, self._providers, options, data=data)
+            if options.optimized_model_filepath:
+                _write_optimized_model(pipeline.loaded.model, options.optimized_model_filepath)
+            if profiler is not None:
+                pipeline.builder.phase = profiler.phase
             loaded = self._loaded = pipeline.loaded
             ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
             if ctx_path is not None and ctx_path.exists():
@@ -91,13 +115,32 @@ class InferenceSession:
             if generate and opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
                 abort_open_group(exc)  # a failed session of a sharing group rolls the group back
             raise
-        graph = loaded.model.graph
+        self._build_plan(pipeline)
+
+    def _use_lean(self, lean: LeanSession) -> None:
+        self._plan = lean.plan
+        self._inputs, self._outputs = lean.inputs, lean.outputs
+        self._overridable: list[NodeArg] = []
+        self._binder = FeedBinder(lean.specs)
+        self._partitions = lean.partitions
+        self._metadata = lean.metadata
+        self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
+        self._scoped = [ep for ep in self._providers if ep.run_scope() is not None]
+
+    def _build_plan(self, pipeline: Pipeline) -> None:
+        from epctx.session.plan import build_plan
+
+        graph = pipeline.loaded.model.graph
         self._partitions = [
             (unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in pipeline.units
         ]
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
+        steps = [
+            dataclasses.replace(step, provider=unit.ep.name, op_type=_op_type(unit))
+            for step, unit in zip(steps, pipeline.units)
+        ]
         self._plan = build_plan(
             list(graph.inputs), list(graph.outputs), steps, fold_constants=pipeline.builder.fold
         )
@@ -106,29 +149,114 @@ class InferenceSession:
         self._outputs = [node_arg(v) for v in graph.outputs]
         self._binder = FeedBinder([InputSpec.from_ir(v) for v in graph.inputs])
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
-        self._metadata = _metadata(loaded.model)
+        self._metadata = _metadata(pipeline.loaded.model)
+        # EPs with something to do around each run (a thread limit): run() pays for them only when present.
+        self._scoped = [ep for ep in self._providers if ep.run_scope() is not None]
         logger.debug(
             "session ready: %d units on %s", len(pipeline.units), ", ".join(ep.name for ep in self._providers)
         )
 
     # -- running -------------------------------------------------------------------------------------
+    def _execute(self, inputs: list[Any], run_options: opt.RunOptions | None) -> list[Any]:
+        profiler = self._profiler if self._profiler is not None and self._profiler.active else None
+        if run_options is None and profiler is None and not self._scoped:
+            return self._plan.run(inputs)
+        with contextlib.ExitStack() as stack:
+            for ep in self._scoped:
+                scope = ep.run_scope()
+                if scope is not None:
+                    stack.enter_context(scope)
+            hooks: tuple[Callable[[int], None], ...] = (_nothing, _nothing)
+            if run_options is not None:
+                stack.enter_context(severity_scope(run_options.log_severity_level))
+                hooks = (_terminate_check(run_options, hooks[0]), hooks[1])
+                _terminate_check(run_options, _nothing)(-1)
+            if profiler is not None:
+                tag = run_options.logid if run_options is not None else ""
+                stack.enter_context(profiler.span("Session", "model_run", {"run_tag": tag}))
+                before, after = profiler.step_hooks(self._plan.info)
+                hooks = (_chain(hooks[0], before), after)
+            if hooks[0] is _nothing:
+                return self._plan.run(inputs)
+            return self._plan.run_observed(inputs, hooks[0], hooks[1])
+
     def run(
         self,
         output_names: Sequence[str] | None,
         input_feed: Mapping[str, Any],
         run_options: opt.RunOptions | None = None,
     ) -> list[Any]:
-        results = self._plan.run(self._binder.bind(input_feed))
-        if output_names is None:
-            return [_as_output(r) for r in results]
+        """The outputs named (None or []: every output, as onnxruntime) for ``input_feed``."""
+        results = self._execute(self._binder.bind(input_feed), run_options)
+        return [owned_array(results[i]) for i in self._pick(output_names)]
+
+    def _pick(self, output_names: Sequence[str] | None) -> list[int]:
+        if not output_names:
+            return list(range(len(self._outputs)))
         index = self._output_index
         picked = []
         for name in output_names:
             i = index.get(name)
             if i is None:
                 raise InvalidArgument(f"invalid output name {name!r}; the model's outputs are {list(index)}")
-            picked.append(_as_output(results[i]))
+            picked.append(i)
         return picked
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, OrtValue],
+        run_options: opt.RunOptions | None = None,
+    ) -> list[OrtValue]:
+        feed = {name: _array_of(name, value) for name, value in input_dict_ort_values.items()}
+        results = self._execute(self._binder.bind(feed), run_options)
+        return [OrtValue(owned_array(results[i])) for i in self._pick(output_names)]
+
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        callback: Callable[[list[Any], Any, str], None],
+        user_data: Any,
+        run_options: opt.RunOptions | None = None,
+    ) -> None:
+        """Run on a worker thread, then ``callback(outputs, user_data, err)`` (``err`` "" on success)."""
+        if not callable(callback):
+            raise InvalidArgument(f"run_async: callback must be callable, got {callback!r}")
+        feed = dict(input_feed)
+        run_async.submit(lambda: self.run(output_names, feed, run_options), callback, user_data)
+
+    def io_binding(self) -> SessionIOBinding:
+        return SessionIOBinding(self)
+
+    def run_with_iobinding(
+        self, iobinding: SessionIOBinding, run_options: opt.RunOptions | None = None
+    ) -> None:
+        if not isinstance(iobinding, SessionIOBinding):
+            raise InvalidArgument(
+                f"run_with_iobinding takes session.io_binding(), got {type(iobinding).__name__}"
+            )
+        iobinding.run(lambda feed: self._execute(self._binder.bind(feed), run_options))
+
+    # -- profiling and providers ---------------------------------------------------------------------
+    def end_profiling(self) -> str:
+        """Write the profile (Chrome-trace JSON, onnxruntime's schema) and return its path; "" if profiling
+        is off (as onnxruntime)."""
+        if self._profiler is None or not self._profiler.active:
+            return ""
+        return self._profiler.end()
+
+    def get_profiling_start_time_ns(self) -> int:
+        return self._profiler.start_ns if self._profiler is not None else 0
+
+    def set_providers(
+        self,
+        providers: Sequence[ProviderSpec] | None = None,
+        provider_options: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Rebuild the session on ``providers`` (as onnxruntime re-initialises it)."""
+        with severity_scope(self._options.log_severity_level):
+            self._create(providers, provider_options)
 
     # -- introspection -------------------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -169,6 +297,19 @@ class InferenceSession:
         return self._loaded.model
 
 
+def _lean_allowed(options: opt.SessionOptions) -> bool:
+    """Whether a context model may take the lean path: nothing asked of the session needs the model's graph
+    (generating a context model, writing the optimized model, overriding dimensions or initializers)."""
+    by_name, by_denotation = options.free_dimension_overrides
+    return not (
+        opt.config_flag(options.config, opt.EP_CONTEXT_ENABLE)
+        or options.optimized_model_filepath
+        or by_name
+        or by_denotation
+        or options.initializers
+    )
+
+
 def _resolve_providers(
     providers: Sequence[ProviderSpec] | None,
     provider_options: Sequence[Mapping[str, Any]] | None,
@@ -192,10 +333,68 @@ def _metadata(model: ir.Model) -> ModelMetadata:
     )
 
 
-def _as_output(value: Any) -> Any:
-    """Outputs are the caller's own arrays: views (of inputs, weights or cached constants) are copied."""
-    if isinstance(value, np.ndarray):
-        return value if value.base is None and value.flags.writeable else value.copy()
-    if value is None or isinstance(value, list):
-        return value
-    return np.asarray(value)
+def _op_type(unit: Any) -> str:
+    if unit.partition is None:
+        return str(unit.nodes[0].op_type)
+    return "EPContext" if unit.from_context else str(unit.partition.name)
+
+
+def _span(profiler: Profiler | None, name: str) -> contextlib.AbstractContextManager[None]:
+    return profiler.span("Session", name) if profiler is not None else contextlib.nullcontext()
+
+
+def _nothing(k: int) -> None:
+    return None
+
+
+def _chain(first: Callable[[int], None], second: Callable[[int], None]) -> Callable[[int], None]:
+    if first is _nothing:
+        return second
+
+    def both(k: int) -> None:
+        first(k)
+        second(k)
+
+    return both
+
+
+def _terminate_check(run_options: opt.RunOptions, then: Callable[[int], None]) -> Callable[[int], None]:
+    def check(k: int) -> None:
+        if run_options.terminate:
+            raise Fail("Exiting due to terminate flag being set to true.")
+        then(k)
+
+    return check
+
+
+def _array_of(name: str, value: Any) -> Any:
+    if not isinstance(value, OrtValue):
+        raise InvalidArgument(
+            f"run_with_ort_values: input {name!r} must be an OrtValue, got {type(value).__name__}"
+        )
+    return value.numpy()
+
+
+def _warn_sequential(options: opt.SessionOptions) -> None:
+    """epctx runs plan steps one after the other: ORT_PARALLEL is said, not silently ignored (onnxruntime uses
+    inter_op_num_threads in that mode only)."""
+    if options.execution_mode == opt.ExecutionMode.ORT_PARALLEL:
+        message = (
+            "epctx runs the plan's steps sequentially: execution_mode=ORT_PARALLEL / inter_op_num_threads="
+            f"{options.inter_op_num_threads} have no effect (intra_op_num_threads sets each EP's threads)"
+        )
+        logger.warning("%s", message)
+        warn_user(message)
+
+
+def _write_optimized_model(model: ir.Model, path: str | os.PathLike[str]) -> None:
+    """``optimized_model_filepath``: the model after epctx's graph passes, before partitioning (ONNX format)."""
+    target = os.fspath(path)
+    if target.lower().endswith(".ort"):
+        raise InvalidArgument(
+            f"optimized_model_filepath {target!r}: epctx writes ONNX models only, not onnxruntime's ORT format"
+        )
+    import onnx_ir as ir
+
+    ir.save(model, target)
+    logger.info("wrote the optimized model %s", target)

@@ -6,10 +6,11 @@ per node. Neither onnx nor onnx-ir, the CPU kernels nor anything of generation i
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from epctx.ep.context_node import EPContextNode
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
@@ -21,6 +22,13 @@ from epctx.session.node_arg import ModelMetadata, NodeArg, lean_node_arg
 from epctx.session.plan import ExecutionPlan, PlanStep, build_plan
 
 __all__ = ["LeanSession", "open_lean"]
+
+# phase(kind, name, EP name) -> a context around one partition's load (StepBuilder.phase's signature).
+Phase = Callable[[str, str, str], contextlib.AbstractContextManager[Any]]
+
+
+def _no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 class LeanSession(NamedTuple):
@@ -35,10 +43,15 @@ class LeanSession(NamedTuple):
 
 
 def open_lean(
-    source: str | os.PathLike[str] | bytes, providers: Sequence[ExecutionProvider], config: Mapping[str, str]
+    source: str | os.PathLike[str] | bytes,
+    providers: Sequence[ExecutionProvider],
+    config: Mapping[str, str],
+    *,
+    phase: Phase | None = None,
 ) -> LeanSession | bytes | None:
     """The session when ``source`` is a context model the lean reader takes; otherwise the file's bytes (read
-    once, for the full loader) or None (bytes given, or nothing read)."""
+    once, for the full loader) or None (bytes given, or nothing read). ``phase(kind, name, EP name)`` wraps
+    each context load (profiles, as ``StepBuilder.phase``)."""
     path: Path | None = None
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
@@ -50,11 +63,15 @@ def open_lean(
     model = read_context_model(data)
     if model is None:
         return data if path is not None else None
-    return _build(model, path, providers, config)
+    return _build(model, path, providers, config, phase or _no_phase)
 
 
 def _build(
-    model: LeanModel, path: Path | None, providers: Sequence[ExecutionProvider], config: Mapping[str, str]
+    model: LeanModel,
+    path: Path | None,
+    providers: Sequence[ExecutionProvider],
+    config: Mapping[str, str],
+    phase: Phase,
 ) -> LeanSession:
     loader = ContextLoader(model_path=path, config=config)
     views = [(node, _view(node)) for node in model.nodes]
@@ -68,8 +85,18 @@ def _build(
     for k, (node, _) in enumerate(views):
         ep = routed[node]
         partition = _partition(node, ep, model, values, read_later[k])
-        compiled: CompiledPartition = loader.load(ep, node, partition)
-        steps.append(PlanStep(compiled, partition.inputs, partition.outputs, label=partition.name))
+        with phase("context_load", node.name, ep.name):
+            compiled: CompiledPartition = loader.load(ep, node, partition)
+        steps.append(
+            PlanStep(
+                compiled,
+                partition.inputs,  # type: ignore[arg-type]
+                partition.outputs,  # type: ignore[arg-type]
+                label=partition.name,
+                op_type="EPContext",
+                provider=ep.name,
+            )
+        )
         partitions.append((ep.name, [node.name]))
     loader.finish()
     inputs = [values[v.name] for v in model.inputs]

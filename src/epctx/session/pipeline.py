@@ -16,6 +16,7 @@ from epctx.model import LoadedModel, load_model
 from epctx.partition import CompiledModel, GraphPartitioner, Unit
 from epctx.providers.registry import create_provider
 from epctx.session.builder import StepBuilder
+from epctx.session.overrides import apply_dimension_overrides, apply_initializers
 
 __all__ = ["Pipeline"]
 
@@ -51,6 +52,8 @@ class Pipeline:
         )
         graph = loaded.model.graph
         opsets = dict(loaded.model.opset_imports)
+        apply_dimension_overrides(graph, *options.free_dimension_overrides)
+        apply_initializers(graph, options.initializers)
         if options.graph_optimization_level >= opt.GraphOptimizationLevel.ORT_ENABLE_BASIC:
             from epctx.optimize import fold_conv_batchnorm
 

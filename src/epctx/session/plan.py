@@ -31,12 +31,14 @@ class PlanStep:
     outputs: tuple[ir.Value, ...]
     foldable: bool = False  # may run once at build time when every input is constant
     label: str = ""
+    op_type: str = ""  # for profiles: the node's op type, or "EPContext" / the compiled partition's name
+    provider: str = ""  # for profiles: the EP that runs it
 
 
 class ExecutionPlan:
     """Integer value slots, one step per kernel or compiled partition, slots freed after their last use."""
 
-    __slots__ = ("input_slots", "labels", "num_slots", "output_slots", "steps", "template")
+    __slots__ = ("info", "input_slots", "labels", "num_slots", "output_slots", "steps", "template")
 
     def __init__(
         self,
@@ -47,9 +49,11 @@ class ExecutionPlan:
             tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...
         ],
         labels: tuple[str, ...] = (),
+        info: tuple[tuple[str, str, str], ...] = (),
     ) -> None:
         self.template = template
         self.labels = labels  # per step, what it runs (for errors): "LayerNormalization node. Name:'ln'"
+        self.info = info  # per step, (name, op type, EP) for profiles
         self.num_slots = len(template)
         self.input_slots = input_slots
         self.output_slots = output_slots
@@ -67,6 +71,32 @@ class ExecutionPlan:
                 for step in self.steps:
                     fn, ins, outs, frees = step
                     results = fn(*[slots[i] for i in ins])
+                    for slot, value in zip(outs, results):
+                        slots[slot] = value
+                    for slot in frees:
+                        slots[slot] = None
+        except EPCtxError:
+            raise
+        except Exception as exc:
+            raise self._step_failed(step, exc) from exc
+        return [slots[i] for i in self.output_slots]
+
+    def run_observed(
+        self, inputs: Sequence[Any], before: Callable[[int], None], after: Callable[[int], None]
+    ) -> list[Any]:
+        """``run`` calling ``before(k)`` / ``after(k)`` around step ``k`` (profiles, RunOptions.terminate): the
+        plain ``run`` stays a bare loop."""
+        slots = self.template.copy()
+        for slot, value in zip(self.input_slots, inputs):
+            slots[slot] = value
+        step: Any = None
+        try:
+            with np.errstate(all="ignore"):
+                for k, step in enumerate(self.steps):
+                    fn, ins, outs, frees = step
+                    before(k)
+                    results = fn(*[slots[i] for i in ins])
+                    after(k)
                     for slot, value in zip(outs, results):
                         slots[slot] = value
                     for slot in frees:
@@ -190,4 +220,5 @@ def build_plan(
         output_slots.append(s)
     plan_steps = tuple((fn, ins, outs, tuple(frees_at[k])) for k, (fn, ins, outs) in enumerate(compiled))
     labels = tuple(_describe(step) for step in live_steps)
-    return ExecutionPlan(template, input_slots, tuple(output_slots), plan_steps, labels)
+    info = tuple((step.label, step.op_type, step.provider) for step in live_steps)
+    return ExecutionPlan(template, input_slots, tuple(output_slots), plan_steps, labels, info)

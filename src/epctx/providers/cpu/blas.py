@@ -34,8 +34,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["FORKING_BACKENDS", "backend_import", "settle"]
+__all__ = ["FORKING_BACKENDS", "backend_import", "settle", "thread_limit"]
 
 _log = logging.getLogger("epctx")
 
@@ -138,3 +139,30 @@ def settle() -> None:
         if name not in _settled and name in sys.modules:
             with backend_import(name):
                 pass
+
+
+_controller: Any = None  # threadpoolctl's ThreadpoolController, made at the first limited run
+
+
+@contextlib.contextmanager
+def thread_limit(threads: int) -> Iterator[None]:
+    """numpy's BLAS limited to ``threads`` threads inside the block (a session's ``intra_op_num_threads``).
+    Process-wide while it lasts, as BLAS's own setting is; without threadpoolctl, a warning and no limit."""
+    global _controller
+    if _controller is None:
+        with _lock:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:
+                _log.warning(
+                    "intra_op_num_threads=%d needs threadpoolctl (pip install threadpoolctl)", threads
+                )
+                yield
+                return
+            if _controller is None:
+                _controller = ThreadpoolController()
+    limiter = _controller.limit(limits=threads, user_api="blas")
+    try:
+        yield
+    finally:
+        limiter.restore_original_limits()

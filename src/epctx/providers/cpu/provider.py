@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from epctx.ep import ExecutionProvider, Kernel, NodeContext, opset_of
-from epctx.errors import NotImplemented
+from epctx.errors import InvalidArgument, NotImplemented
 from epctx.providers.cpu import blas
 
 if TYPE_CHECKING:
@@ -16,10 +17,18 @@ __all__ = ["CPUExecutionProvider"]
 
 
 class CPUExecutionProvider(ExecutionProvider):
+    """Option ``intra_op_num_threads`` (a positive integer; the framework passes
+    ``SessionOptions.intra_op_num_threads`` here): numpy's BLAS threads during each run (threadpoolctl)."""
+
     name = "CPUExecutionProvider"
+    intra_op_threads_option = "intra_op_num_threads"
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
+        self._threads = _thread_count(self.options.get(self.intra_op_threads_option))
+
+    def run_scope(self) -> contextlib.AbstractContextManager[Any] | None:
+        return blas.thread_limit(self._threads) if self._threads else None
 
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
         blas.settle()  # Conv, RNN, Einsum... call BLAS too: not while a backend the user imported still forks
@@ -50,3 +59,17 @@ class CPUExecutionProvider(ExecutionProvider):
                 f"CPU kernel for node {info.name!r} ({info.op_type}, domain {info.domain or 'ai.onnx'!r}, "
                 f"opset {info.opset}) could not be created: {exc}"
             ) from exc
+
+
+def _thread_count(value: str | None) -> int:
+    if value is None:
+        return 0
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise InvalidArgument(
+            f"CPUExecutionProvider option intra_op_num_threads must be an integer >= 0, got {value!r}"
+        )
+    return count

@@ -79,6 +79,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
     name = "OpenVINOExecutionProvider"
     compiles = True
     compiled_type = CompiledOpenVINO
+    intra_op_threads_option = "num_of_threads"  # INFERENCE_NUM_THREADS
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
