@@ -204,7 +204,7 @@ def test_normaliser():
 
 def _run_json(capsys, *args):
     capsys.readouterr()
-    assert cli_main(["run", *args, "--json"]) == 0
+    assert cli_main(["run", *args, "--random", "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
 

@@ -263,7 +263,7 @@ def test_not_an_onnx_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(NoSuchFile):
         inspect_model(tmp_path / "nope.onnx")
     assert cli_main(["inspect", str(bad)]) == 1
-    assert "epctx: error:" in capsys.readouterr().err
+    assert "epctx inspect: error:" in capsys.readouterr().err
 
 
 def test_cli_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,8 @@
-"""The ``epctx`` command line (thin over the library)."""
+"""The ``epctx`` command line (thin over the library).
+
+Exit status: 0 done; 1 the command failed on the files it was given; 2 the command line is wrong in itself.
+Errors are one line on stderr (and JSON on stdout with ``--json``); see :mod:`epctx.cli.failures`.
+"""
 
 from __future__ import annotations
 
@@ -8,31 +12,40 @@ import sys
 __all__ = ["main"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="epctx", description="ONNX runtime built around the EP context cache"
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    from epctx import __version__
     from epctx.cli import compile, conformance, demo, devices, inspect, merge, run, share
+    from epctx.cli.failures import Parser
 
-    compile.add_parser(sub)
-    run.add_parser(sub)
-    merge.add_parser(sub)
-    share.add_parser(sub)
-    inspect.add_parser(sub)
-    devices.add_parser(sub)
-    conformance.add_parser(sub)
-    demo.add_parser(sub)
-    args = parser.parse_args(argv)
+    parser = Parser(
+        prog="epctx",
+        description="ONNX runtime built around the EP context cache",
+        epilog="exit status: 0 done, 1 the command failed, 2 the command line is wrong",
+    )
+    parser.add_argument("--version", action="version", version=f"epctx {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for verb in (compile, run, merge, share, inspect, devices, conformance, demo):
+        verb.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from epctx.cli.failures import is_user_error, report
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    prog = "epctx"
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        prog = f"epctx {args.command}"
         return int(args.func(args))
-    except Exception as exc:  # a typed epctx error or a bad argument: one line, no traceback
-        from epctx.errors import EPCtxError
-
-        if not isinstance(exc, (EPCtxError, OSError, ValueError)):
-            raise
-        print(f"epctx: error: {exc}", file=sys.stderr)
-        return 1
+    except SystemExit as exc:  # --help and --version print and exit 0
+        return exc.code if isinstance(exc.code, int) else 0
+    except Exception as exc:
+        if not is_user_error(exc):
+            raise  # a bug in epctx: the traceback is what a report needs
+        return report(exc, prog=prog, as_json=as_json)
 
 
 if __name__ == "__main__":

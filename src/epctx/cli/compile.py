@@ -1,22 +1,36 @@
-"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [-o OUT] [--embed] [--prefix P]``: write a context model."""
+"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [-o OUT] [--embed] [--prefix P] [--force]``:
+write a context model.
+
+The output (default ``<stem>_ctx.onnx`` beside MODEL) is checked before compiling: its folder must exist (it is
+not created) and an existing output is replaced only with ``--force``. Without ``-p`` the compiling EP is the one
+the MAX_PERFORMANCE selection policy picks among the EPs found here (never the Example EP, a template); the
+command says which, and fails when no compiling EP is available."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from epctx.cli.outputs import check_outputs, file_sizes, written_files
+from epctx.cli.progress import progress_lines
 from epctx.cli.provider_args import add_provider_arguments, providers_from_args
 
 __all__ = ["add_parser", "parse_provider"]
 
+_POLICY = "MAX_PERFORMANCE"
+
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("compile", help="compile a model into a context model (<stem>_ctx.onnx + .bin)")
+    p = sub.add_parser(
+        "compile",
+        help="compile a model into a context model (<stem>_ctx.onnx + .bin)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("model")
     add_provider_arguments(p)
     p.add_argument("-o", "--output", help="output model path (default: <stem>_ctx.onnx beside MODEL)")
@@ -35,36 +49,60 @@ def parse_provider(spec: str) -> tuple[str, dict[str, str]]:
     return parse_provider_spec(spec)
 
 
+def default_compiling_providers() -> list[str]:
+    """The compiling EPs the selection policy picks here (the CPU EP is appended by the session)."""
+    import epctx
+    from epctx.errors import Fail
+    from epctx.providers.selection import resolve_providers
+
+    so = epctx.SessionOptions()
+    so.set_provider_selection_policy(getattr(epctx.OrtExecutionProviderDevicePolicy, _POLICY))
+    names = [ep.name for ep in resolve_providers(None, None, so) if ep.compiles]
+    if not names:
+        found = ", ".join(epctx.get_available_providers())
+        raise Fail(
+            f"no compiling EP is available here for the {_POLICY} policy (found: {found}); name one with -p "
+            "(e.g. -p ExampleExecutionProvider) or install one (pip install 'epctx[openvino]')"
+        )
+    return names
+
+
 def compile_model(args: argparse.Namespace) -> int:
     import epctx
     from epctx.epcontext.paths import context_model_path
 
-    if not (args.quiet or args.json):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("epctx: %(message)s"))
-        log = logging.getLogger("epctx")
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
+    source = Path(args.model)
+    output = Path(args.output) if args.output else context_model_path(source, {})
+    check_outputs([output], force=args.force)
     so = epctx.SessionOptions()
     if args.prefix:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
-    providers = providers_from_args(args) or [("ExampleExecutionProvider", {})]
+    providers = providers_from_args(args)
+    talk = not (args.quiet or args.json)
+    if not providers:
+        providers = [(name, {}) for name in default_compiling_providers()]
+        if talk:
+            picked = ", ".join(name for name, _ in providers)
+            print(
+                f"epctx: compiling EP {picked} (picked by the {_POLICY} policy; -p names another)",
+                file=sys.stderr,
+            )
     for name, options in providers:
         so.add_provider(name, options)
-    source = Path(args.model)
-    output = Path(args.output) if args.output else context_model_path(source, {})
     flags = epctx.CompileFlags.NONE if args.force else epctx.CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
     started = time.perf_counter()
-    epctx.ModelCompiler(
-        so, str(source), embed_compiled_data_into_model=args.embed, flags=flags
-    ).compile_to_file(str(output))
+    with progress_lines(talk):
+        epctx.ModelCompiler(
+            so, str(source), embed_compiled_data_into_model=args.embed, flags=flags
+        ).compile_to_file(str(output))
     seconds = time.perf_counter() - started
-    files = [output, *_binaries_of(output)]
+    files = written_files(output)
     if args.json:
         report = {
             "output": str(output),
+            "providers": [name for name, _ in providers],
             "seconds": seconds,
-            "files": {str(p): p.stat().st_size for p in files},
+            "files": file_sizes(files),
         }
         print(json.dumps(report, indent=2))
         return 0
@@ -72,13 +110,3 @@ def compile_model(args: argparse.Namespace) -> int:
     for path in files:
         print(f"  {path.name}  {path.stat().st_size} bytes")
     return 0
-
-
-def _binaries_of(model_path: Path) -> list[Path]:
-    """The files a context model refers to (binaries of embed_mode=0 EPContext nodes, external initializers)."""
-    import onnx
-
-    from epctx.epcontext.transaction import model_references
-
-    model = onnx.load(model_path, load_external_data=False)
-    return sorted(model_path.parent / name for name in model_references(model))

@@ -21,8 +21,12 @@ __all__ = ["add_parser", "build_demo_model"]
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="compile a small model to a context model, reload it, check the outputs")
     p.add_argument(
-        "-p", "--provider", help="compiling EP (default: OpenVINO if installed, else the example EP)"
+        "-p",
+        "--provider",
+        help="the EP (default: OpenVINO if installed, else the example EP); a kernel EP such as "
+        "CPUExecutionProvider runs the model without a context model",
     )
+    p.add_argument("--keep", action="store_true", help="keep the files (printed at the end) to inspect them")
     p.set_defaults(func=demo)
 
 
@@ -77,30 +81,44 @@ def _compiling_provider() -> str:
 
 
 def demo(args: argparse.Namespace) -> int:
+    provider = args.provider or _compiling_provider()
+    if not args.keep:
+        with tempfile.TemporaryDirectory(prefix="epctx-demo-") as tmp:
+            return _demo(Path(tmp), provider)
+    folder = Path(tempfile.mkdtemp(prefix="epctx-demo-"))
+    status = _demo(folder, provider)
+    print(f"files kept in {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))}")
+    ctx = folder / "demo_cnn_ctx.onnx"
+    if ctx.exists():
+        print(f"  try: epctx inspect {ctx} --verify")
+    return status
+
+
+def _demo(folder: Path, provider: str) -> int:
     import epctx
     from epctx.providers.registry import create_provider
     from epctx.session.builder import no_compile
 
-    provider = args.provider or _compiling_provider()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "demo_cnn.onnx"
-        build_demo_model(path)
-        x = np.random.default_rng(1).standard_normal((2, 3, 64, 64)).astype(np.float32)
-        print(f"model: {path.name}  compiling EP: {provider}")
+    path = folder / "demo_cnn.onnx"
+    build_demo_model(path)
+    x = np.random.default_rng(1).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    print(f"model: {path.name}  EP: {provider}")
 
-        # One-time imports (CPU kernels, the backend) are paid here, so the two timings below compare
-        # compiling with loading, not first use with second use.
-        epctx.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        create_provider(provider)
-        so = epctx.SessionOptions()
+    # One-time imports (CPU kernels, the backend) are paid here, so the two timings below compare
+    # compiling with loading, not first use with second use.
+    epctx.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    compiles = create_provider(provider).compiles
+    so = epctx.SessionOptions()
+    if compiles:
         so.add_session_config_entry("ep.context_enable", "1")
-        t0 = time.perf_counter()
-        cold = epctx.InferenceSession(str(path), so, providers=[provider])
-        cold_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    cold = epctx.InferenceSession(str(path), so, providers=[provider])
+    cold_ms = (time.perf_counter() - t0) * 1e3
+    placement = ", ".join(f"{n} on {ep}" for ep, n in sorted(_placement(cold).items()))
+    if compiles:
         ctx = path.with_name("demo_cnn_ctx.onnx")
-        files = sorted(p.name for p in Path(tmp).iterdir() if p.name != path.name)
+        files = sorted(p.name for p in folder.iterdir() if p.name != path.name)
         print(f"cold session (partition + compile + write context): {cold_ms:8.1f} ms  -> {', '.join(files)}")
-
         t0 = time.perf_counter()
         with no_compile():
             warm = epctx.InferenceSession(str(ctx), providers=[provider])
@@ -108,29 +126,32 @@ def demo(args: argparse.Namespace) -> int:
         print(
             f"warm session (load context model, no compile):       {warm_ms:8.1f} ms  ({cold_ms / warm_ms:.1f}x)"
         )
-        placement = ", ".join(f"{n} on {ep}" for ep, n in sorted(_placement(cold).items()))
-        print(f"placement: {placement}")
+    else:
+        print(f"session: {cold_ms:8.1f} ms  ({provider} compiles nothing, so no context model is written)")
+        warm = cold
+    print(f"placement: {placement}")
 
-        times = []
-        probs = warm.run(None, {"x": x})[0]
-        for _ in range(10):
-            t = time.perf_counter()
-            (probs,) = warm.run(None, {"x": x})
-            times.append((time.perf_counter() - t) * 1e3)
-        print(f"run (median of 10): {np.median(times):.2f} ms   output 'probs' {list(probs.shape)}")
-        same = float(np.max(np.abs(cold.run(None, {"x": x})[0] - probs)))
+    times = []
+    probs = warm.run(None, {"x": x})[0]
+    for _ in range(10):
+        t = time.perf_counter()
+        (probs,) = warm.run(None, {"x": x})
+        times.append((time.perf_counter() - t) * 1e3)
+    print(f"run (median of 10): {np.median(times):.2f} ms   output 'probs' {list(probs.shape)}")
+    same = float(np.max(np.abs(cold.run(None, {"x": x})[0] - probs)))
+    if compiles:
         print(f"cold vs warm outputs: max abs diff {same:.2e}")
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            print("onnxruntime not installed: skipping the cross-check")
-            return 0 if same <= 1e-5 else 1
-        ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-        diff = float(np.max(np.abs(ref - probs)))
-        print(f"max abs diff vs onnxruntime CPU: {diff:.2e}")
-        if diff > 1e-4 or same > 1e-5:
-            print("MISMATCH")
-            return 1
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("onnxruntime not installed: skipping the cross-check")
+        return 0 if same <= 1e-5 else 1
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    diff = float(np.max(np.abs(ref - probs)))
+    print(f"max abs diff vs onnxruntime CPU: {diff:.2e}")
+    if diff > 1e-4 or same > 1e-5:
+        print("MISMATCH")
+        return 1
     return 0
 
 

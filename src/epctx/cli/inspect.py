@@ -21,7 +21,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--verify",
         action="store_true",
-        help="also verify every checksum of epctx binaries; exit 1 on any error finding",
+        help="also verify every checksum of epctx binaries; exit 1 when it reports a finding (error or warning)",
     )
     p.set_defaults(func=inspect)
 
@@ -34,7 +34,7 @@ def inspect(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(format_report(report))
-    return 1 if args.verify and report.errors else 0
+    return 1 if args.verify and report.findings else 0
 
 
 def format_report(report: Any) -> str:

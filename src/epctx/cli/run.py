@@ -1,4 +1,8 @@
-"""``epctx run MODEL [--input name=file.npy]... [-p EP[:k=v,...]]...``: run a model, print an output summary and timing."""
+"""``epctx run MODEL [--input NAME=FILE.npy]... [--random [--dim NAME=N]... [--seed S]] [-p EP[:k=v,...]]...``:
+run a model, print an output summary and timing.
+
+Without ``-p``, a context model runs on the EPs its EPContext nodes name (their ``source``, with default options;
+an EP that is not here is an error naming it) and a plain model on the CPU EP."""
 
 from __future__ import annotations
 
@@ -9,58 +13,87 @@ from typing import Any
 
 import numpy as np
 
+from epctx.cli import feeds
+from epctx.cli.failures import UsageError
 from epctx.cli.provider_args import add_provider_arguments, providers_from_args
 
-__all__ = ["add_parser", "random_feed"]
+__all__ = ["add_parser", "context_providers"]
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("run", help="run a model once and summarize its outputs")
+    p = sub.add_parser(
+        "run",
+        help="run a model once and summarize its outputs",
+        description=f"{__doc__}\n\n{feeds.__doc__}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("model")
-    p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy")
+    p.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input's data (repeatable)",
+    )
+    p.add_argument("--random", action="store_true", help="random data for every input not given by --input")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="size of a dynamic dimension of random inputs (repeatable): NAME=N or INPUT:AXIS=N",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
     add_provider_arguments(p)
     p.add_argument("--repeat", type=int, default=1, help="runs to time (the median is reported)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
-def random_feed(session: Any, files: dict[str, str], *, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs from .npy files where given, else random data of the declared type (symbolic dims = 1)."""
-    rng = np.random.default_rng(seed)
-    feed = {}
-    for arg in session.get_inputs():
-        if arg.name in files:
-            feed[arg.name] = np.load(files[arg.name])
-            continue
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in (arg.shape or [])]
-        elem = arg.type[len("tensor(") : -1]
-        if elem in ("float", "double", "float16"):
-            dtype = {"float": np.float32, "double": np.float64, "float16": np.float16}[elem]
-            feed[arg.name] = rng.standard_normal(shape).astype(dtype)
-        elif elem == "bool":
-            feed[arg.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feed[arg.name] = rng.integers(0, 4, shape).astype(np.dtype(elem))
-    return feed
+def context_providers(model: str) -> list[str]:
+    """The EPs a context model's EPContext nodes name (each node's ``source`` matched, ignoring case, against
+    the EPs found here), in node order; [] for a model without EPContext nodes."""
+    import epctx
+    from epctx.epcontext.inspect import inspect_model
+    from epctx.errors import InvalidArgument
+
+    available = epctx.get_available_providers()
+    names: list[str] = []
+    for node in inspect_model(model).ep_context_nodes:
+        source = node.source or ""
+        name = next((n for n in available if n.lower() == source.lower()), None)
+        if name is None:
+            raise InvalidArgument(
+                f"EPContext node {node.name!r} of {model!r} was made by {source!r}, which is not an EP found "
+                f"here ({', '.join(available)}); name the EP that loads it with -p (or --ep-library)"
+            )
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
     import epctx
 
-    files = {}
-    for item in args.input:
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise ValueError(f"--input expects NAME=FILE.npy, got {item!r}")
-        files[name] = path
-    providers = providers_from_args(args)
+    files = feeds.parse_assignments(args.input, "--input", "FILE.npy")
+    dims = feeds.parse_assignments(args.dim, "--dim", "N")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be >= 1, got {args.repeat}", "epctx run")
+    providers: list[Any] = list(providers_from_args(args))
+    chosen_by = "-p"
+    if not providers:
+        providers = context_providers(args.model)
+        chosen_by = "the model's EPContext nodes" if providers else "default"
     t0 = time.perf_counter()
     session = epctx.InferenceSession(args.model, providers=providers or None)
     created = time.perf_counter() - t0
-    feed = random_feed(session, files)
+    feed = feeds.build_feed(
+        args.model, session.get_inputs(), files, random=args.random, dims=dims, seed=args.seed
+    )
     times = []
     outputs: list[Any] = []
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         t = time.perf_counter()
         outputs = session.run(None, feed)
         times.append(time.perf_counter() - t)
@@ -75,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     ]
     result: dict[str, Any] = {
         "providers": session.get_providers(),
+        "providers_from": chosen_by,
+        "inputs": {name: {"shape": list(v.shape), "dtype": str(v.dtype)} for name, v in feed.items()},
         "session_ms": created * 1e3,
         "run_ms_median": float(np.median(times)) * 1e3,
         "outputs": summary,
@@ -82,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"providers: {', '.join(result['providers'])}")
+    print(f"providers: {', '.join(result['providers'])}  (from {chosen_by})")
     print(
         f"session creation: {result['session_ms']:.1f} ms   run (median of {len(times)}): "
         f"{result['run_ms_median']:.2f} ms"

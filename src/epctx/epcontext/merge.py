@@ -17,6 +17,7 @@ import onnx
 from epctx.ep.context_node import DOMAIN, OP_TYPE
 from epctx.epcontext.transaction import Transaction
 from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
+from epctx.model.load import parse_model_proto, read_model_file
 
 __all__ = ["merge_context_models"]
 
@@ -37,7 +38,7 @@ def merge_context_models(
                 f"{str(path)!r} is not in the output's folder {str(out_path.resolve().parent)!r}: merged models "
                 "refer to their binaries by relative path, so inputs and output must share a folder"
             )
-        models.append((path, onnx.load(path, load_external_data=False)))
+        models.append((path, parse_model_proto(read_model_file(path), f"context model {str(path)!r}")))
 
     merged = onnx.ModelProto()
     merged.ir_version = max(m.ir_version for _, m in models)
