@@ -55,22 +55,39 @@ def context_providers(model: str) -> list[str]:
     """The EPs a context model's EPContext nodes name (each node's ``source`` matched, ignoring case, against
     the EPs found here), in node order; [] for a model without EPContext nodes."""
     import epctx
-    from epctx.epcontext.inspect import inspect_model
     from epctx.errors import InvalidArgument
 
     available = epctx.get_available_providers()
     names: list[str] = []
-    for node in inspect_model(model).ep_context_nodes:
-        source = node.source or ""
+    for node_name, source in _context_sources(model):
         name = next((n for n in available if n.lower() == source.lower()), None)
         if name is None:
             raise InvalidArgument(
-                f"EPContext node {node.name!r} of {model!r} was made by {source!r}, which is not an EP found "
+                f"EPContext node {node_name!r} of {model!r} was made by {source!r}, which is not an EP found "
                 f"here ({', '.join(available)}); name the EP that loads it with -p (or --ep-library)"
             )
         if name not in names:
             names.append(name)
     return names
+
+
+def _context_sources(model: str) -> list[tuple[str, str]]:
+    """(node name, source) of each EPContext node: from the lean reader when it takes the model (a context
+    model then loads without onnx, as a session does), else from ``epctx inspect``'s reader."""
+    from pathlib import Path
+
+    from epctx.model.lean import read_context_model
+    from epctx.model.source import read_model_file
+
+    lean = read_context_model(read_model_file(Path(model)))
+    if lean is not None:
+        return [
+            (n.name, str(n.attributes["source"].value) if "source" in n.attributes else "")
+            for n in lean.nodes
+        ]
+    from epctx.epcontext.inspect import inspect_model
+
+    return [(node.name, node.source or "") for node in inspect_model(model).ep_context_nodes]
 
 
 def run(args: argparse.Namespace) -> int:
