@@ -19,10 +19,12 @@ Single-threaded BLAS (``OPENBLAS_NUM_THREADS=1``) never enters ``exec_blas``, he
 
 What epctx does: a backend that forks at import is imported through :func:`backend_import`, which
 limits numpy's BLAS to one thread (threadpoolctl) from just before the import until the forks the import
-started have happened, and waits for them (bounded) before it returns, so that neither the importing
-thread nor any other thread has a multi-threaded BLAS call in flight when they come. The CPU kernels
-that call BLAS check :func:`settle` when they are built (a set lookup), which covers a backend that the
-user imported directly. Nothing here runs at ``import epctx`` or in ``run()``.
+started have happened, so that no thread has a multi-threaded BLAS call in flight when they come. The
+importing thread does not wait for them: a daemon thread does (bounded), then gives BLAS its threads back.
+So the backend's own work (``import_model``; the fork came up to ~100 ms after the import on this loaded
+machine) overlaps the wait, as in a process that imports the backend itself. The CPU kernels that call
+BLAS check :func:`settle` when they are built (a set lookup once settled), which joins that wait and covers
+a backend that the user imported directly. Nothing here runs at ``import epctx`` or in ``run()``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["FORKING_BACKENDS", "backend_import", "settle", "thread_limit"]
@@ -48,6 +50,7 @@ FORKING_BACKENDS = ("openvino",)
 FORK_WAIT_S = 2.0
 
 _settled: set[str] = set()  # backends imported and past their import-time forks
+_settlers: dict[str, _Settler] = {}  # the threads that wait for them (started once per backend)
 _lock = threading.RLock()
 _forks = 0  # forks (os.fork, as multiprocessing does) seen in the parent since the hook was registered
 _hook_registered = False
@@ -94,51 +97,100 @@ def _wait_for_forks(forks_before: int) -> bool:
         time.sleep(0.001)  # releases the GIL: the sender thread needs it to fork
 
 
-@contextlib.contextmanager
-def _single_threaded_blas() -> Iterator[None]:
+def _limit_blas() -> Callable[[], None] | None:
+    """Limit numpy's BLAS to one thread; the function that restores it, or None without threadpoolctl."""
     import numpy  # noqa: F401  (loads its BLAS, so that the limit below covers it)
 
     try:
         from threadpoolctl import ThreadpoolController
-    except ImportError:  # not installed: the importing thread still waits for the forks
-        yield
-        return
+    except ImportError:
+        return None
     limiter = ThreadpoolController().limit(limits=1, user_api="blas")
-    try:
-        yield
-    finally:
-        limiter.restore_original_limits()
+    restore: Callable[[], None] = limiter.restore_original_limits
+    return restore
 
 
 @contextlib.contextmanager
 def backend_import(name: str) -> Iterator[None]:
     """Context for ``import <name>`` (a package in :data:`FORKING_BACKENDS`) that cannot hang numpy's BLAS.
 
-    The first time: BLAS single-threaded during the import, then a wait (at most :data:`FORK_WAIT_S`) until
-    the forks the import started are done. Afterwards: nothing (a set lookup)."""
-    if name in _settled:
+    The first time: BLAS single-threaded from here until the forks the import started are done, which a
+    daemon thread waits for (at most :data:`FORK_WAIT_S`) before restoring BLAS's threads; :func:`settle`
+    joins it. Afterwards: nothing (a set lookup)."""
+    if name in _settled or name in _settlers:
         yield
         return
     with _lock:
-        if name in _settled:
+        if name in _settled or name in _settlers:
             yield
             return
         _register_fork_hook()
         forks_before = _forks
-        with _single_threaded_blas():
+        settler = _Settler(name)
+        try:
             yield
-            if not _wait_for_forks(forks_before):
-                _log.debug("%s: no import-time fork seen within %.1f s", name, FORK_WAIT_S)
-        _settled.add(name)  # once per process, whatever came of the wait
+        except BaseException:
+            settler.done(None)  # the import failed: nothing of it to wait for
+            raise
+        _settlers[name] = settler
+        settler.done(forks_before)
+
+
+class _Settler(threading.Thread):
+    """Limits BLAS to one thread, then (once told the import is done) waits for the forks it started and
+    restores BLAS's threads. Both from this thread: numpy's OpenBLAS (0.3.31, measured) ignores a restore made
+    from a thread other than the one that set the limit."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=f"epctx-{name}-forks", daemon=True)
+        self.backend = name
+        self._limited = threading.Event()
+        self._imported = threading.Event()
+        self._forks_before: int | None = None
+        self.limits = False  # whether BLAS was limited (threadpoolctl installed)
+        self.start()
+        self._limited.wait()
+
+    def done(self, forks_before: int | None) -> None:
+        """The import returned (``forks_before``: the fork count before it) or failed (None)."""
+        self._forks_before = forks_before
+        self._imported.set()
+        if forks_before is None or not self.limits:  # without the limit, the importing thread waits
+            self.join()
+
+    def run(self) -> None:
+        restore = None
+        try:
+            restore = _limit_blas()
+            self.limits = restore is not None
+        except Exception as exc:  # threadpoolctl could not reach the BLAS: the importing thread waits instead
+            _log.debug("%s: BLAS threads not limited for the import (%s)", self.backend, exc)
+        finally:
+            self._limited.set()
+        self._imported.wait()
+        try:
+            if self._forks_before is not None and not _wait_for_forks(self._forks_before):
+                _log.debug("%s: no import-time fork seen within %.1f s", self.backend, FORK_WAIT_S)
+        finally:
+            if restore is not None:
+                restore()  # BLAS gets its threads back only once the forks are done
+            if self._forks_before is not None:
+                _settled.add(self.backend)  # once per process, whatever came of the wait
 
 
 def settle() -> None:
-    """Cheap check for kernels that call BLAS: a forking backend imported outside :func:`backend_import`
-    (by the user) gets the same wait once."""
+    """For kernels that call BLAS: wait until every forking backend that is imported is past its import-time
+    forks with BLAS's threads restored. A backend imported outside :func:`backend_import` (by the user) gets
+    the same wait once; afterwards this is a set lookup."""
     for name in FORKING_BACKENDS:
-        if name not in _settled and name in sys.modules:
+        if name in _settled:
+            continue
+        if name not in _settlers and name in sys.modules:
             with backend_import(name):
                 pass
+        settler = _settlers.get(name)
+        if settler is not None:
+            settler.join()
 
 
 _controller: Any = None  # threadpoolctl's ThreadpoolController, made at the first limited run
@@ -149,6 +201,7 @@ def thread_limit(threads: int) -> Iterator[None]:
     """numpy's BLAS limited to ``threads`` threads inside the block (a session's ``intra_op_num_threads``).
     Process-wide while it lasts, as BLAS's own setting is; without threadpoolctl, a warning and no limit."""
     global _controller
+    settle()  # not above one thread while a backend's import-time fork may still come
     if _controller is None:
         with _lock:
             try:
