@@ -66,6 +66,7 @@ class InferenceSession:
             raise
         graph = loaded.model.graph
         self._units = pipeline.units
+        self._declined = pipeline.declined
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
@@ -118,6 +119,12 @@ class InferenceSession:
         A compiled partition lists its nodes; a partition loaded from a context model, its EPContext node;
         a kernel EP (the CPU EP), one node per entry. Read-only: building it changes nothing."""
         return [(unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in self._units]
+
+    def get_fallback_reasons(self) -> dict[str, dict[str, str]]:
+        """Why nodes run where they do when an EP before declined them with a reason: node name -> {EP name:
+        reason} (e.g. IREE could not compile the node, so it runs on the CPU EP). Nodes an EP simply does not
+        claim are not listed. epctx extension (onnxruntime has no such call)."""
+        return {node: dict(reasons) for node, reasons in self._declined.items()}
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}
