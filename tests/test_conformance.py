@@ -37,6 +37,13 @@ _KNOWN = {
             "weight_sharing": {"weightless": "1"},
         },
     ),
+    "IREEExecutionProvider": Profile(
+        "IREEExecutionProvider",
+        atol=1e-5,
+        rtol=1e-5,
+        # IREE compiles LayerNormalization: leave it to the CPU EP so the model has two partitions.
+        case_options={"partial_model": {"disabled_ops": "LayerNormalization"}},
+    ),
 }
 
 
@@ -54,13 +61,19 @@ def _plugin_profiles() -> list[Profile]:
     return [Profile("ContosoExecutionProvider", atol=1e-5, rtol=1e-5, fresh_process_setup=_REGISTER_PLUGIN)]
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is missing
+        return False
+
+
 def _profiles() -> list[Profile]:
     plugins = _plugin_profiles()
     names = [n for n in compiling_providers() if n not in {p.ep for p in plugins}]
-    for name in ("ExampleExecutionProvider", "OpenVINOExecutionProvider"):  # always, whatever discovery says
-        if name not in names and (
-            name != "OpenVINOExecutionProvider" or importlib.util.find_spec("openvino")
-        ):
+    backends = {"OpenVINOExecutionProvider": "openvino", "IREEExecutionProvider": "iree.runtime"}
+    for name in ("ExampleExecutionProvider", *backends):  # always when installed, whatever discovery says
+        if name not in names and (name not in backends or _installed(backends[name])):
             names.append(name)
     return [_KNOWN.get(name, Profile(name)) for name in names] + plugins
 

@@ -104,6 +104,12 @@ class ExecutionProvider(abc.ABC):
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
         """The nodes of ``graph`` this EP can run. Must not modify the graph."""
 
+    def declined_nodes(self) -> Mapping[ir.Node, str]:
+        """Optional: nodes of the graph last given to ``get_capability`` that this EP was offered but does not
+        run, each with the reason (e.g. its backend failed to compile it). The session reports them
+        (``InferenceSession.get_fallback_reasons``) and names them when no other EP takes them."""
+        return {}
+
     def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
         raise NotImplementedError(f"{self.name} does not compile partitions")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -16,6 +17,8 @@ from epctx.model.scopes import outer_scope_values
 from epctx.partition.grouping import group_units
 
 __all__ = ["GraphPartitioner", "Unit"]
+
+logger = logging.getLogger("epctx")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,6 +35,9 @@ class GraphPartitioner:
     def __init__(self, providers: Sequence[ExecutionProvider], *, cpu_fallback: bool) -> None:
         self.providers = list(providers)
         self.cpu_fallback = cpu_fallback
+        # After partition(): node -> [(EP name, why it declined the node)] for nodes that EPs declined with a
+        # reason (``ExecutionProvider.declined_nodes``) before another EP took them (or none did).
+        self.declined: dict[ir.Node, list[tuple[str, str]]] = {}
 
     def partition(
         self,
@@ -66,6 +72,10 @@ class GraphPartitioner:
                 if owner[claimed] is None:
                     owner[claimed] = ep
                     mine.append(claimed)
+            for node, why in ep.declined_nodes().items():
+                at = index.get(node)
+                if at is not None and owner[at] is None:
+                    self.declined.setdefault(node, []).append((ep.name, why))
             if ep.compiles and mine:
                 for members in self._group(node_succ, unit_of, set(mine)):
                     head = members[0]
@@ -75,6 +85,11 @@ class GraphPartitioner:
         missing = [nodes[i] for i, ep in enumerate(owner) if ep is None]
         if missing:
             raise self._unassigned_error(missing, opset_imports)
+        for node, reasons in self.declined.items():
+            logger.info(
+                "node %r (%s) runs on %s: %s", node.name, node.op_type, owner[index[node]].name,  # type: ignore[union-attr]
+                "; ".join(f"{ep} declined it: {why}" for ep, why in reasons),
+            )  # fmt: skip
         return self._ordered_units(graph, nodes, node_succ, unit_of, owner, fused, loaded, opset_imports, key)
 
     @staticmethod
@@ -98,8 +113,13 @@ class GraphPartitioner:
     def _unassigned_error(self, missing: list[ir.Node], opset_imports: Mapping[str, int]) -> Exception:
         from epctx.ep.contract import opset_of
 
+        def why(node: ir.Node) -> str:
+            reasons = self.declined.get(node)
+            return "" if not reasons else ": " + "; ".join(f"{ep}: {text}" for ep, text in reasons)
+
         ops = ", ".join(
             f"{n.op_type} (domain {n.domain or 'ai.onnx'!r}, opset {opset_of(n, opset_imports)}, node {n.name!r})"
+            f"{why(n)}"
             for n in missing[:20]
         )
         more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""

@@ -42,6 +42,9 @@ class BuiltinDeclaration:
     hardware: str | None = None  # "module:function": () -> list[HardwareDevice]
     by_policy: bool = True  # False: selection policies never pick it (it is used when asked for by name)
     payloads: str | None = None  # "module:function": (data: memoryview) -> PayloadInfo | None (epctx inspect)
+    library: str | None = (
+        None  # module of a plugin library bringing this EP: registered, it replaces the folder
+    )
 
     def missing(self) -> list[str]:
         """Required modules that are not installed."""
@@ -77,6 +80,7 @@ def builtin_declarations() -> tuple[BuiltinDeclaration, ...]:
                 hardware=getattr(module, "EP_HARDWARE", None),
                 by_policy=bool(getattr(module, "EP_BY_POLICY", True)),
                 payloads=getattr(module, "EP_PAYLOADS", None),
+                library=getattr(module, "EP_LIBRARY", None),
             )
         )
     return tuple(found)

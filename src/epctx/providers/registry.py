@@ -8,7 +8,9 @@ Three sources of EPs, each wrapped by an :class:`~epctx.ep.EpFactory` (ONNX Runt
   [EpDevice]``; default: the CPU) and ``EP_HARDWARE = "module:function"`` (``() -> [HardwareDevice]``, devices
   the backend discovers beyond the OS's CPU), ``EP_BY_POLICY = False`` (selection policies skip it),
   ``EP_PAYLOADS = "module:function"`` (:data:`~epctx.ep.PayloadDetector`: recognises its own payloads for
-  ``epctx inspect``)). The declaration imports nothing: adding an EP = one folder;
+  ``epctx inspect``), ``EP_LIBRARY = "module"`` (a plugin library bringing the same EP, e.g. with virtual
+  devices: registered by that module name, it replaces the folder's declaration)). The declaration imports
+  nothing: adding an EP = one folder;
 - **plugin EP libraries** of installed packages, by the ``epctx.execution_providers`` entry-point group (each
   entry point names a module exposing ``create_ep_factories``), loaded on the first discovery;
 - **registered libraries**: :func:`register_execution_provider_library` (a Python file or an importable module
@@ -124,8 +126,12 @@ def register_execution_provider_library(registration_name: str, path: str | os.P
                 f"an EP library is already registered as {registration_name!r} ({known.origin})"
             )
         module, key = import_library(registration_name, path)
+        # A built-in EP's own library (its folder's EP_LIBRARY, by module name) may bring the built-in's name.
+        own = {
+            d.name for d in builtin_declarations() if d.library is not None and d.library == module.__name__
+        }
         try:
-            library = load_library(registration_name, path, module, key, _ep_names())
+            library = load_library(registration_name, path, module, key, _ep_names() - own)
         except BaseException:
             if key is not None:
                 sys.modules.pop(key, None)
@@ -204,7 +210,12 @@ def factories() -> list[EpFactory]:
             for name, cls in _REGISTERED.items()
             if name != CPU_EP
         ]
-        decls = [d for d in builtin_declarations() if d.name not in _REGISTERED and not d.missing()]
+        from_libraries = {f.ep_name for library in LIBRARIES.values() for f in library.factories}
+        decls = [
+            d
+            for d in builtin_declarations()
+            if d.name not in _REGISTERED and d.name not in from_libraries and not d.missing()
+        ]
         found += [builtin_factory(d) for d in decls if d.name != CPU_EP]
         for library in LIBRARIES.values():
             found += library.factories

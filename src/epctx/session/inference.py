@@ -123,6 +123,7 @@ class InferenceSession:
         self._overridable: list[NodeArg] = []
         self._binder = FeedBinder(lean.specs)
         self._partitions = lean.partitions
+        self._declined: dict[str, dict[str, str]] = {}
         self._metadata = lean.metadata
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._scoped = [ep for ep in self._providers if ep.run_scope() is not None]
@@ -134,6 +135,7 @@ class InferenceSession:
         self._partitions = [
             (unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in pipeline.units
         ]
+        self._declined = pipeline.declined
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
@@ -276,6 +278,12 @@ class InferenceSession:
         A compiled partition lists its nodes; a partition loaded from a context model, its EPContext node;
         a kernel EP (the CPU EP), one node per entry. Read-only: building it changes nothing."""
         return [(ep, list(nodes)) for ep, nodes in self._partitions]
+
+    def get_fallback_reasons(self) -> dict[str, dict[str, str]]:
+        """Why nodes run where they do when an EP before declined them with a reason: node name -> {EP name:
+        reason} (e.g. IREE could not compile the node, so it runs on the CPU EP). Nodes an EP simply does not
+        claim are not listed. epctx extension (onnxruntime has no such call)."""
+        return {node: dict(reasons) for node, reasons in self._declined.items()}
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}

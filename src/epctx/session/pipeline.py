@@ -33,6 +33,8 @@ class Pipeline:
     loader: ContextLoader
     compiled: dict[int, CompiledPartition] = dataclasses.field(default_factory=dict)
     from_context: dict[int, CompiledPartition] = dataclasses.field(default_factory=dict)
+    # node name -> {EP name: why that EP declined it} (the node runs on a later EP)
+    declined: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def partition(
@@ -60,14 +62,16 @@ class Pipeline:
             fold_conv_batchnorm(graph)
         loader = ContextLoader(model_path=loaded.path, config=config)
         routed = loader.route(graph, providers)
-        units = GraphPartitioner(
+        partitioner = GraphPartitioner(
             providers, cpu_fallback=not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK)
-        ).partition(graph, opsets, preassigned=routed)
+        )
+        units = partitioner.partition(graph, opsets, preassigned=routed)
         fold = options.graph_optimization_level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
         kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
             "CPUExecutionProvider"
         )
         pipeline = cls(loaded, providers, config, units, StepBuilder(opsets, kernel_ep, fold), loader)
+        pipeline.declined = {node.name or "": dict(reasons) for node, reasons in partitioner.declined.items()}
         pending = pipeline.to_compile
         if pending and opt.config_flag(config, opt.DISABLE_MODEL_COMPILE):
             names = ", ".join(sorted({u.ep.name for u in pending}))

@@ -1,0 +1,51 @@
+"""Provider options of the IREE EP, parsed once (unknown options are errors).
+
+| option | default | meaning |
+|---|---|---|
+| ``target`` | ``host`` | ``host`` (this CPU), ``x86-64``, ``x86-64-v2``, ``x86-64-v3``, ``x86-64-v4``, ``aarch64``, ``riscv64`` |
+| ``target_triple`` | the target's | raw LLVM triple (escape hatch), e.g. ``aarch64-unknown-linux-gnu`` |
+| ``target_cpu_features`` | the target's | raw LLVM features added, e.g. ``+avx512f,+amx-tile`` (recorded: loading checks them) |
+| ``opt_level`` | ``O2`` | ``O0`` ... ``O3`` (``--iree-opt-level``) |
+| ``disabled_ops`` | none | comma-separated op types never claimed (they fall back to the next EP) |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from epctx.ep import Option, parse_options
+from epctx.providers.iree.targets import PRESETS, Target, resolve_target
+
+__all__ = ["OPTIONS", "IREEOptions", "parse"]
+
+_NAME = "IREEExecutionProvider"
+OPTIONS = (
+    Option("target", "choice", default="host", choices=["host", *PRESETS], doc="what to compile for"),
+    Option("target_triple", "str", doc="raw LLVM target triple"),
+    Option("target_cpu_features", "str", doc="raw LLVM CPU features, '+a,+b'"),
+    Option(
+        "opt_level",
+        "choice",
+        default="O2",
+        choices={f"o{k}": f"O{k}" for k in range(4)},
+        doc="IREE opt level",
+    ),
+    Option("disabled_ops", "list", default=frozenset(), doc="op types never claimed"),
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IREEOptions:
+    target: str
+    target_triple: str | None
+    target_cpu_features: str | None
+    opt_level: str
+    disabled_ops: frozenset[str]
+
+    def resolved(self) -> Target:
+        return resolve_target(self.target, self.target_triple, self.target_cpu_features)
+
+
+def parse(options: Mapping[str, str]) -> IREEOptions:
+    return parse_options(_NAME, options, OPTIONS, into=IREEOptions)

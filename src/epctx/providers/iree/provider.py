@@ -1,0 +1,182 @@
+"""IREEExecutionProvider: partitions compiled ahead of time by IREE for ``llvm-cpu``, loaded in milliseconds.
+
+- ``get_capability`` compiles the candidate nodes (``capability``), declining with IREE's reason the nodes it
+  cannot import or compile (``declined_nodes``);
+- ``compile`` reuses those compiles when the partition is the one checked, else compiles out of process
+  (``compile``), in parallel; the weights stay the model's arrays, served to IREE as parameters;
+- ``save_partition`` stores the ``.vmfb`` (code only) and each weight as a ``weights`` entry
+  (``context``); ``load_partition`` maps them back (``params``, ``runtime``), importing ``iree.runtime`` only.
+
+Targets (``targets``): ``hardware()`` records the triple and CPU features; ``check_context`` refuses a binary
+for another triple or one needing features this CPU lacks, naming them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from typing import TYPE_CHECKING, cast
+
+from epctx.ep import CompiledPartition, ExecutionProvider, Partition, initializer_array, is_ep_context
+from epctx.errors import EPFail, InvalidGraph
+from epctx.providers.iree.capability import Verdict, candidate_nodes, check_nodes, short_error
+from epctx.providers.iree.compile import CompileResult, compile_partitions
+from epctx.providers.iree.context import read_meta, write_entries
+from epctx.providers.iree.options import parse
+from epctx.providers.iree.params import Parameters
+from epctx.providers.iree.runtime import CompiledIREE, Runner, load_module
+from epctx.providers.iree.targets import missing_features
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from epctx.ep import ContextReader, ContextWriter, EPContextNode
+
+__all__ = ["IREEExecutionProvider", "iree_version"]
+
+logger = logging.getLogger("epctx")
+
+
+@functools.cache
+def iree_version() -> str:
+    """The installed IREE runtime's version (read from the package metadata: nothing of IREE is imported)."""
+    for dist in ("iree-base-runtime", "iree-runtime"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+class IREEExecutionProvider(ExecutionProvider):
+    name = "IREEExecutionProvider"
+    sources = ("IREEExecutionProvider", "IREE")
+    compiles = True
+    compiled_type = CompiledIREE
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        super().__init__(options)
+        self.config = parse(self.options)
+        self.target = self.config.resolved()
+        self._verdict = Verdict()
+        self._declined: dict[ir.Node, str] = {}
+
+    def flags(self) -> list[str]:
+        return [*self.target.compile_flags(), f"--iree-opt-level={self.config.opt_level}"]
+
+    # -- capability -----------------------------------------------------------------------------------
+    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+        if any(is_ep_context(n) and self._owns(n) for n in graph):
+            return []  # a context model: its other nodes were offered to IREE when it was generated
+        nodes, declined = candidate_nodes(graph, self.config.disabled_ops)
+        self._verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags())
+        declined.update(self._verdict.declined)
+        for node, why in declined.items():
+            logger.info("%s declines node %r (%s): %s", self.name, node.name, node.op_type, why)
+        self._declined = declined
+        return self._verdict.claimed
+
+    def declined_nodes(self) -> Mapping[ir.Node, str]:
+        return dict(self._declined)
+
+    def _owns(self, node: ir.Node) -> bool:
+        value = getattr(node.attributes.get("source"), "value", None)
+        return isinstance(value, str) and self.accepts_source(value)
+
+    # -- compile --------------------------------------------------------------------------------------
+    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+        results: list[CompileResult | None] = [self._checked(p) for p in partitions]
+        todo = [p for p, r in zip(partitions, results) if r is None]
+        fresh = iter(compile_partitions(todo, self.flags()))
+        done = [r if r is not None else next(fresh) for r in results]
+        self._verdict = Verdict()  # the checked compiles are used: let their code go with the compiled
+        return [self._build(p, r) for p, r in zip(partitions, done)]
+
+    def _checked(self, partition: Partition) -> CompileResult | None:
+        """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
+        found = self._verdict.compiled.get(frozenset(partition.nodes))
+        if found is None:
+            return None
+        checked, result = found
+        same = [v.name for v in checked.inputs] == [v.name for v in partition.inputs] and [
+            v.name for v in checked.outputs
+        ] == [v.name for v in partition.outputs]
+        return result if same else None
+
+    def _build(self, partition: Partition, result: CompileResult) -> CompiledIREE:
+        where = f"{self.name} partition {partition.name!r}"
+        if not result.ok:
+            raise EPFail(f"{where}: {short_error(result)}")
+        arrays = {v.name: v.const_value for v in partition.initializers if v.name}
+        weights = []
+        for name, key in result.params:
+            tensor = arrays.get(name)
+            array = initializer_array(tensor) if tensor is not None else None
+            if array is None:
+                raise EPFail(f"{where}: IREE made a parameter of {name!r}, which is not a tensor initializer")
+            weights.append((key, array))
+        hardware = self.hardware()
+        why = missing_features(hardware, where)
+        runner = None
+        if why is None:
+            runner = Runner(load_module(result.vmfb, where), Parameters(weights), where)
+        return CompiledIREE(
+            vmfb=result.vmfb,
+            weights=weights,
+            inputs=[v.name or "" for v in partition.inputs],
+            outputs=[v.name or "" for v in partition.outputs],
+            hardware=hardware,
+            where=where,
+            runner=runner,
+            unavailable=why or "",
+        )
+
+    # -- EP context cache -----------------------------------------------------------------------------
+    def sdk_version(self) -> str:
+        return f"iree-{iree_version()}"
+
+    def hardware(self) -> str:
+        return self.target.hardware()
+
+    def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
+        if sdk_version != self.sdk_version():
+            return f"made by IREE {sdk_version!r}, this process runs {self.sdk_version()!r}"
+        return missing_features(hardware, f"EPContext node {node.name!r}")
+
+    def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
+        compiled = cast(CompiledIREE, compiled)  # the framework checks compiled_type
+        write_entries(
+            store,
+            vmfb=compiled.vmfb,
+            weights=compiled.weights,
+            inputs=compiled.input_names,
+            outputs=compiled.output_names,
+            hardware=compiled.hardware,
+        )
+
+    def load_partition(
+        self, source: ContextReader, node: EPContextNode, partition: Partition
+    ) -> CompiledPartition:
+        where = f"{self.name} graph {source.graph_name!r}"
+        meta = read_meta(source, where)
+        if (len(meta.inputs), len(meta.outputs)) != (len(partition.inputs), len(partition.outputs)):
+            raise InvalidGraph(
+                f"{where}: the module takes {len(meta.inputs)} inputs and gives {len(meta.outputs)} outputs, "
+                f"EPContext node {node.name!r} has {len(partition.inputs)} and {len(partition.outputs)}"
+            )
+        why = missing_features(meta.hardware, where)
+        if why is not None:
+            raise InvalidGraph(f"{where}: {why}")
+        parameters = Parameters((key, source.read(entry)) for entry, key in meta.params)
+        runner = Runner(load_module(source.read("module"), where), parameters, where)
+        return CompiledIREE(
+            vmfb=b"",
+            weights=(),
+            inputs=meta.inputs,
+            outputs=meta.outputs,
+            hardware=meta.hardware,
+            where=where,
+            runner=runner,
+        )

@@ -1,0 +1,132 @@
+"""IREE's runtime in this process: one ``VmInstance`` and one local CPU device per process (made on first use,
+thread-safe), and :class:`CompiledIREE`, a compiled partition: a ``.vmfb`` module whose parameters are served
+by a :class:`~epctx.providers.iree.params.Parameters` index, called with numpy arrays.
+
+Only ``iree.runtime`` is imported here (never ``iree.compiler``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from epctx.errors import EPFail, InvalidGraph
+
+__all__ = ["CompiledIREE", "Runner", "entry_function", "load_module", "shared_runtime"]
+
+_LOCK = threading.Lock()
+_RUNTIME: tuple[Any, Any] | None = None
+_DRIVER = "local-task"
+
+
+def shared_runtime() -> tuple[Any, Any]:
+    """(``VmInstance``, ``HalDevice``) of this process, created once."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        with _LOCK:
+            if _RUNTIME is None:
+                import iree.runtime as rt
+
+                instance = rt.VmInstance()
+                device = rt.get_driver(_DRIVER).create_default_device()
+                _RUNTIME = (instance, device)
+    return _RUNTIME
+
+
+def load_module(vmfb: Any, where: str) -> Any:
+    """A ``VmModule`` over ``vmfb``'s memory (a view of the mapped binary, or bytes), not copied when aligned;
+    a module IREE cannot read is InvalidGraph naming ``where``."""
+    import iree.runtime as rt
+
+    instance, _ = shared_runtime()
+    try:
+        return rt.VmModule.wrap_buffer(instance, vmfb)
+    except ValueError:  # not aligned as IREE wants it (an embedded context's bytes): one copy
+        pass
+    except RuntimeError as exc:
+        raise InvalidGraph(f"{where}: IREE cannot read the module: {exc}") from exc
+    try:
+        return rt.VmModule.copy_buffer(instance, vmfb)
+    except (RuntimeError, ValueError) as exc:
+        raise InvalidGraph(f"{where}: IREE cannot read the module: {exc}") from exc
+
+
+def entry_function(module: Any, where: str) -> str:
+    """The module's one exported function (named after the ONNX graph), looked up, never assumed."""
+    names = [n for n in module.function_names if not n.startswith("__") and "$" not in n]
+    if len(names) != 1:
+        raise InvalidGraph(f"{where}: expected one exported function in the IREE module, found {names}")
+    return str(names[0])
+
+
+class Runner:
+    """A loaded module in its own IREE context, called with numpy arrays; one call at a time (an IREE
+    context is not reentrant), so a session may run from several threads."""
+
+    def __init__(self, module: Any, parameters: Any, where: str) -> None:
+        import iree.runtime as rt
+
+        instance, device = shared_runtime()
+        self.where = where
+        self.function = entry_function(module, where)
+        modules = [
+            rt.create_io_parameters_module(instance, parameters.provider()),
+            rt.create_hal_module(instance, device),
+            module,
+        ]
+        try:
+            self._context = rt.VmContext(instance, modules)
+        except RuntimeError as exc:
+            raise InvalidGraph(f"{where}: IREE cannot instantiate the module: {exc}") from exc
+        self._keep = (module, parameters)
+        self._invoke = rt.FunctionInvoker(self._context, device, module.lookup_function(self.function))
+        self._lock = threading.Lock()
+
+    def __call__(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        with self._lock:
+            try:
+                results = self._invoke(*arrays)
+            except (RuntimeError, ValueError, TypeError) as exc:
+                raise EPFail(f"{self.where}: IREE failed to run it: {exc}") from exc
+            if not isinstance(results, (tuple, list)):
+                results = (results,)
+            return [np.asarray(r.to_host()) if hasattr(r, "to_host") else np.asarray(r) for r in results]
+
+
+class CompiledIREE:
+    """A partition compiled by IREE, callable with one numpy array per input (thread-safe).
+
+    ``vmfb``, ``weights`` (IREE parameter key, array: a fresh compile's) and ``hardware`` are what
+    ``save_partition`` stores. ``runner`` is None when the code is for another CPU (a cross-compile): calling
+    it then raises, saving it works."""
+
+    def __init__(
+        self,
+        *,
+        vmfb: Any,
+        weights: Sequence[tuple[str, Any]],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        hardware: str,
+        where: str,
+        runner: Runner | None,
+        unavailable: str = "",
+    ) -> None:
+        self.vmfb = vmfb
+        self.weights = tuple(weights)
+        self.input_names = tuple(inputs)
+        self.output_names = tuple(outputs)
+        self.hardware = hardware
+        self.where = where
+        self.runner = runner
+        self.unavailable = unavailable
+
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        if self.runner is None:
+            raise EPFail(f"{self.where} cannot run on this machine: {self.unavailable}")
+        out = self.runner([np.ascontiguousarray(x) for x in inputs])
+        if len(out) != len(self.output_names):
+            raise EPFail(f"{self.where}: IREE returned {len(out)} outputs, expected {len(self.output_names)}")
+        return out

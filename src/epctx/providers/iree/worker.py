@@ -1,0 +1,108 @@
+"""The compile worker: ``python -m epctx.providers.iree.worker <job folder>`` (run by ``compile.py``; the only
+module of this EP that imports ``iree.compiler``, never in the process that asked for the compile).
+
+The job folder holds ``model.onnx`` (the partition; large weights as external data next to it) and
+``job.json`` (``flags``: iree-compile flags; ``min_opset``). The worker
+
+1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
+   Softmax and friends), infers shapes;
+2. imports it with IREE's ONNX importer, weights of at least ``_MIN_ELEMENTS`` elements externalized as
+   ``#stream.parameter.named<"model"::"<key>">`` (no ``.irpa`` is written: the EP stores the weights itself);
+3. runs ``iree-compile`` on the MLIR.
+
+It writes ``result.json``: ``{"ok": true, "params": [[onnx initializer name, parameter key], ...]}`` or
+``{"ok": false, "stage": "import" | "compile", "error": "..."}``; the ``.vmfb`` is ``module.vmfb``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PARAMS_SCOPE", "main"]
+
+PARAMS_SCOPE = "model"
+_MIN_ELEMENTS = (
+    100  # smaller constants (shapes, axes, scalars) stay in the code, where the compiler folds them
+)
+_ERROR_CHARS = 4000
+
+
+def _fail(folder: Path, stage: str, error: str) -> int:
+    text = error.strip()
+    if len(text) > _ERROR_CHARS:
+        text = text[:_ERROR_CHARS] + " [...]"
+    (folder / "result.json").write_text(json.dumps({"ok": False, "stage": stage, "error": text}))
+    return 0
+
+
+def _load(folder: Path, min_opset: int) -> Any:
+    import onnx
+
+    model = onnx.load(str(folder / "model.onnx"))
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if version is not None and version < min_opset:
+        model = onnx.version_converter.convert_version(model, min_opset)
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
+def _import(model: Any) -> tuple[str, list[list[str]]]:
+    from iree.compiler.tools.import_onnx.importer_externalization_overrides import (  # type: ignore[import-untyped]
+        Context,
+        IREENodeImporter,
+        ParamData,
+        onnx_importer,
+    )
+
+    context = Context()
+    info = onnx_importer.ModelInfo(model)
+    module = info.create_module(context=context).operation
+    params = ParamData(
+        param_bit_threshold=None,
+        num_elements_threshold=_MIN_ELEMENTS,
+        params_scope=PARAMS_SCOPE,
+        data_dir="",
+        param_path="",
+        input_index_threshold=None,
+    )
+    importer = IREENodeImporter.define_function(info.main_graph, module, params)
+    importer.import_all()
+    module.verify()
+    # The importer keys each parameter by the initializer's name with ':' replaced by '_' (sanitize_name).
+    keys = [[name, importer.sanitize_name(name)] for name, _ in importer.globals]
+    if len({key for _, key in keys}) != len(keys):
+        raise ValueError(f"two initializers map to the same IREE parameter name: {keys}")
+    return module.get_asm(assume_verified=True), keys
+
+
+def _compile_tool() -> str:
+    from iree.compiler.tools.binaries import find_tool  # type: ignore[import-untyped]
+
+    return str(find_tool("iree-compile"))
+
+
+def main(argv: list[str]) -> int:
+    folder = Path(argv[0])
+    job = json.loads((folder / "job.json").read_text())
+    try:
+        model = _load(folder, int(job["min_opset"]))
+        asm, keys = _import(model)
+    except Exception as exc:  # the importer raises whatever its ops raise: all are "cannot import"
+        return _fail(folder, "import", f"{type(exc).__name__}: {exc}")
+    mlir = folder / "module.mlir"
+    mlir.write_text(asm)
+    del asm, model
+    command = [_compile_tool(), str(mlir), *job["flags"], "-o", str(folder / "module.vmfb")]
+    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
+    if done.returncode != 0:
+        return _fail(folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}")
+    (folder / "result.json").write_text(json.dumps({"ok": True, "params": keys}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
