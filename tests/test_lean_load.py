@@ -222,3 +222,29 @@ def test_a_profiled_lean_session_records_each_context_load_and_step(
     node = session.get_partitions()[0][1][0]
     assert f"{node}_context_load" in names and f"{node}_kernel_time" in names
     assert "model_loading_uri" in names and "session_initialization" in names
+
+
+def test_an_iree_context_model_loads_without_onnx_or_the_iree_compiler(tmp_path: Path) -> None:
+    """Issue 9: loading imports only iree.runtime (never iree.compiler), and the lean path no onnx either."""
+    if "IREEExecutionProvider" not in epctx.get_available_providers():
+        pytest.skip("the IREE EP is not available")
+    path = _compile(whole_model(), tmp_path, "IREEExecutionProvider")
+    assert read_context_model(path.read_bytes()) is not None
+    script = f"""
+import json, sys
+import numpy as np
+import epctx
+from epctx.testing import no_compile
+with no_compile():
+    session = epctx.InferenceSession({str(path)!r}, providers=["IREEExecutionProvider"])
+    out = session.run(None, {{"x": np.ones((2, 8), np.float32)}})[0]
+found = sorted(m for m in sys.modules if m.split(".")[0] in ("onnx", "onnx_ir") or m.startswith("iree.compiler"))
+print(json.dumps({{"found": found, "runtime": "iree.runtime" in sys.modules, "shape": list(out.shape)}}))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"found": [], "runtime": True, "shape": [2, 4]}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the aarch64 emulation setup for `make cross-test` from the package registries only (Debian, PyPI):
 # qemu-user, an aarch64 Python 3.11 unpacked from Debian's arm64 packages into a sysroot, and the aarch64
-# wheels of what epctx's load path imports (not onnx nor onnx-ir: a context model loads without them). Idempotent: a finished sysroot is left as it is.
+# wheels of what epctx imports to load a model (onnx and onnx-ir only for models with CPU nodes: a context
+# model of EPContext nodes alone loads without them). Idempotent: a finished sysroot is left as it is.
 #   scripts/cross/setup_aarch64.sh [SYSROOT]   (default: build/cross-aarch64)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -43,7 +44,8 @@ echo "downloading aarch64 wheels (PyPI)"
 "$PY" -m pip download -q --dest "$WHEELS" --only-binary=:all: --python-version 3.11 \
     --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64 \
     --implementation cp --abi cp311 --abi abi3 --abi none \
-    numpy ml_dtypes iree-base-runtime xxhash threadpoolctl
+    numpy ml_dtypes iree-base-runtime xxhash threadpoolctl \
+    "onnx>=1.17,<1.24" "onnx-ir>=0.1.10,<0.2" protobuf typing_extensions packaging
 for wheel in "$WHEELS"/*.whl; do "$PY" -m zipfile -e "$wheel" "$SITE"; done
 touch "$STAMP"
 echo "aarch64 sysroot ready: $SYSROOT ($(du -sh "$SYSROOT" | cut -f1))"

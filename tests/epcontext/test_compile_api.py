@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import epctx
-from epctx.session.builder import no_compile
+from epctx.session.compile_guard import no_compile
 from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 from tests.oracle import run_ort
 

@@ -18,7 +18,7 @@ from benchmarks.kill_loop import kill_loop
 import epctx
 from epctx.epcontext import generate
 from epctx.errors import Fail
-from epctx.session.builder import no_compile
+from epctx.session.compile_guard import no_compile
 from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 from tests.oracle import run_ort
 

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import epctx
 from epctx.cli import main as cli_main
 from epctx.providers.example import ExampleExecutionProvider
-from epctx.session.builder import no_compile
+from epctx.session.compile_guard import no_compile
 from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 from tests.fusing_ep import registered
 from tests.oracle import run_ort

@@ -24,7 +24,7 @@ import epctx
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.model.load import load_model
 from epctx.providers.openvino import OpenVINOExecutionProvider
-from epctx.session.builder import no_compile
+from epctx.session.compile_guard import no_compile
 from tests.oracle import run_ort
 
 EP = "OpenVINOExecutionProvider"
@@ -296,7 +296,7 @@ def test_fresh_process_loads_without_compiling_or_the_onnx_frontend(tmp_path: Pa
         f"""
         import sys, numpy as np, epctx
         assert "openvino" not in sys.modules  # importing epctx does not import OpenVINO
-        from epctx.session.builder import no_compile
+        from epctx.session.compile_guard import no_compile
         with no_compile():
             s = epctx.InferenceSession({str(ctx)!r}, providers=[{EP!r}])
         np.save({str(tmp_path / "y.npy")!r}, s.run(None, {{"input": np.load({str(tmp_path / "x.npy")!r})}})[0])

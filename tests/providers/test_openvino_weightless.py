@@ -23,7 +23,7 @@ import epctx
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.providers.openvino import provider as provider_mod
 from epctx.providers.openvino.context import read_meta
-from epctx.session.builder import no_compile
+from epctx.session.compile_guard import no_compile
 from tests.oracle import run_ort
 
 EP = "OpenVINOExecutionProvider"

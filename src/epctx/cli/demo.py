@@ -97,7 +97,7 @@ def demo(args: argparse.Namespace) -> int:
 def _demo(folder: Path, provider: str) -> int:
     import epctx
     from epctx.providers.registry import create_provider
-    from epctx.session.builder import no_compile
+    from epctx.session.compile_guard import no_compile
 
     path = folder / "demo_cnn.onnx"
     build_demo_model(path)

@@ -3,54 +3,24 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
-import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
 
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, opset_of
 from epctx.epcontext.load import ContextLoader
-from epctx.errors import Fail, InvalidGraph, ModelRequiresCompilation
+from epctx.errors import Fail, InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 from epctx.partition import Unit
+from epctx.session.compile_guard import NO_COMPILE_ENV, check_compile_allowed, no_compile
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
 
-__all__ = ["NO_COMPILE_ENV", "StepBuilder", "no_compile"]
+__all__ = ["NO_COMPILE_ENV", "StepBuilder", "no_compile"]  # the guard's names, kept for callers
 
 logger = logging.getLogger("epctx")
-
-_COMPILE_FORBIDDEN: contextvars.ContextVar[bool] = contextvars.ContextVar("epctx_no_compile", default=False)
-NO_COMPILE_ENV = "EPCTX_NO_COMPILE"  # "1": every compile in the process raises (``epctx.testing.no_compile``)
-
-
-@contextlib.contextmanager
-def no_compile() -> Iterator[None]:
-    """Inside the block any EP compile raises ModelRequiresCompilation (loading a context model must not
-    compile). The public face is ``epctx.testing.no_compile``."""
-    token = _COMPILE_FORBIDDEN.set(True)
-    try:
-        yield
-    finally:
-        _COMPILE_FORBIDDEN.reset(token)
-
-
-def _check_compile_allowed(ep: ExecutionProvider, count: int) -> None:
-    """The guard at the single compile point. Read only when something is about to compile: a session that
-    loads a context model, and run(), never look at the environment."""
-    if _COMPILE_FORBIDDEN.get():
-        why = "inside epctx.testing.no_compile()"
-    elif os.environ.get(NO_COMPILE_ENV, "") not in ("", "0"):
-        why = f"with {NO_COMPILE_ENV}={os.environ[NO_COMPILE_ENV]}"
-    else:
-        return
-    raise ModelRequiresCompilation(
-        f"{ep.name} was asked to compile {count} partition(s) {why}: a context model made for this EP "
-        "must load without compiling"
-    )
 
 
 def _one(ep: ExecutionProvider, results: Sequence[CompiledPartition]) -> Sequence[CompiledPartition]:
@@ -91,7 +61,7 @@ class StepBuilder:
         done = 0
         for ks in by_ep.values():
             ep = units[ks[0]].ep
-            _check_compile_allowed(ep, len(ks))
+            check_compile_allowed(ep, len(ks))
             # One partition per call, so long compiles report progress partition by partition.
             for k in ks:
                 part = units[k].partition

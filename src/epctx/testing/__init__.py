@@ -9,6 +9,6 @@
 The top layer beside ``cli``: it may import anything, and nothing in epctx imports it.
 """
 
-from epctx.session.builder import NO_COMPILE_ENV, no_compile
+from epctx.session.compile_guard import NO_COMPILE_ENV, no_compile
 
 __all__ = ["NO_COMPILE_ENV", "no_compile"]

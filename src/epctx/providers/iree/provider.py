@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, cast
 
 from epctx.ep import CompiledPartition, ExecutionProvider, Partition, initializer_array, is_ep_context
 from epctx.errors import EPFail, InvalidGraph
-from epctx.providers.iree.capability import Verdict, candidate_nodes, check_nodes, short_error
-from epctx.providers.iree.compile import CompileResult, compile_partitions
 from epctx.providers.iree.context import read_meta, write_entries
 from epctx.providers.iree.options import parse
 from epctx.providers.iree.params import Parameters
@@ -33,6 +31,8 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
     from epctx.ep import ContextReader, ContextWriter, EPContextNode
+    from epctx.providers.iree.capability import Verdict
+    from epctx.providers.iree.compile import CompileResult
 
 __all__ = ["IREEExecutionProvider", "iree_version"]
 
@@ -60,7 +60,7 @@ class IREEExecutionProvider(ExecutionProvider):
         super().__init__(options)
         self.config = parse(self.options)
         self.target = self.config.resolved()
-        self._verdict = Verdict()
+        self._verdict: Verdict | None = None  # the capability check's compiles (capability.py, onnx-ir)
         self._declined: dict[ir.Node, str] = {}
 
     def flags(self) -> list[str]:
@@ -70,6 +70,9 @@ class IREEExecutionProvider(ExecutionProvider):
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
         if any(is_ep_context(n) and self._owns(n) for n in graph):
             return []  # a context model: its other nodes were offered to IREE when it was generated
+        # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
+        from epctx.providers.iree.capability import candidate_nodes, check_nodes
+
         nodes, declined = candidate_nodes(graph, self.config.disabled_ops)
         self._verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags())
         declined.update(self._verdict.declined)
@@ -87,16 +90,18 @@ class IREEExecutionProvider(ExecutionProvider):
 
     # -- compile --------------------------------------------------------------------------------------
     def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+        from epctx.providers.iree.compile import compile_partitions
+
         results: list[CompileResult | None] = [self._checked(p) for p in partitions]
         todo = [p for p, r in zip(partitions, results) if r is None]
         fresh = iter(compile_partitions(todo, self.flags()))
         done = [r if r is not None else next(fresh) for r in results]
-        self._verdict = Verdict()  # the checked compiles are used: let their code go with the compiled
+        self._verdict = None  # the checked compiles are used: let their code go with the compiled
         return [self._build(p, r) for p, r in zip(partitions, done)]
 
     def _checked(self, partition: Partition) -> CompileResult | None:
         """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
-        found = self._verdict.compiled.get(frozenset(partition.nodes))
+        found = self._verdict.compiled.get(frozenset(partition.nodes)) if self._verdict else None
         if found is None:
             return None
         checked, result = found
@@ -108,6 +113,8 @@ class IREEExecutionProvider(ExecutionProvider):
     def _build(self, partition: Partition, result: CompileResult) -> CompiledIREE:
         where = f"{self.name} partition {partition.name!r}"
         if not result.ok:
+            from epctx.providers.iree.capability import short_error
+
             raise EPFail(f"{where}: {short_error(result)}")
         arrays = {v.name: v.const_value for v in partition.initializers if v.name}
         weights = []

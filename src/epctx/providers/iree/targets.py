@@ -120,9 +120,41 @@ def features_from_cpuinfo(text: str) -> frozenset[str]:
     return frozenset()
 
 
+# aarch64 Linux: the kernel's HWCAP / HWCAP2 bits (asm/hwcap.h) -> the /proc/cpuinfo names ARM_FEATURES maps.
+_AT_HWCAP, _AT_HWCAP2 = 16, 26
+_ARM_HWCAP = {1 << 1: "asimd", 1 << 9: "fphp", 1 << 20: "asimddp", 1 << 22: "sve"}
+_ARM_HWCAP2 = {1 << 1: "sve2", 1 << 13: "i8mm", 1 << 14: "bf16", 1 << 23: "sme"}
+
+
+def features_from_hwcap(hwcap: int, hwcap2: int) -> frozenset[str]:
+    """The known aarch64 features in the auxiliary vector's HWCAP words (LLVM names)."""
+    names = [n for bit, n in _ARM_HWCAP.items() if hwcap & bit]
+    names += [n for bit, n in _ARM_HWCAP2.items() if hwcap2 & bit]
+    return frozenset(ARM_FEATURES[n] for n in names)
+
+
+def _aarch64_hwcap() -> frozenset[str] | None:
+    """aarch64 features from ``getauxval``: what the kernel (or qemu-user, whose ``/proc/cpuinfo`` is the
+    host's) says this process may use. None where it cannot be read."""
+    import ctypes
+
+    try:
+        getauxval = ctypes.CDLL(None).getauxval
+    except (OSError, AttributeError):
+        return None
+    getauxval.restype = ctypes.c_ulong
+    getauxval.argtypes = [ctypes.c_ulong]
+    return features_from_hwcap(int(getauxval(_AT_HWCAP)), int(getauxval(_AT_HWCAP2)))
+
+
 @functools.cache
 def host_features() -> frozenset[str]:
-    """This CPU's features (LLVM names); empty where ``/proc/cpuinfo`` is missing."""
+    """This CPU's features (LLVM names): on aarch64 from the auxiliary vector, else from ``/proc/cpuinfo``;
+    empty where neither can be read."""
+    if host_triple().startswith("aarch64"):
+        found = _aarch64_hwcap()
+        if found is not None:
+            return found
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             return features_from_cpuinfo(fh.read())

@@ -16,7 +16,7 @@ import numpy as np
 
 from epctx import options as opt
 from epctx.errors import EPCtxError, InvalidGraph, ModelRequiresCompilation
-from epctx.session.builder import NO_COMPILE_ENV, no_compile
+from epctx.session.compile_guard import NO_COMPILE_ENV, no_compile
 from epctx.testing.conformance import models
 
 if TYPE_CHECKING:
