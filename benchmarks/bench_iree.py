@@ -11,8 +11,9 @@ Per model, in fresh processes (bytecode compiled, PYTHONDONTWRITEBYTECODE unset)
 - first inference and steady latency of the warm session against onnxruntime CPU (same process kind), and the
   max abs difference to onnxruntime.
 
-Session times are measured inside each process (from just before the session to just after it), so the Python
-start-up, common to all columns, is left out. Targets (issue 9): warm >= 100x faster than cold on resnet18 and the
+Session times are measured inside each process (from just before the session to just after it), with
+``iree.runtime`` and epctx's session modules imported before, as the raw load has ``iree.runtime`` imported: the
+Python start-up and imports are left out (``benchmarks/bench_startup.py`` times whole processes). Targets (issue 9): warm >= 100x faster than cold on resnet18 and the
 transformer; warm <= raw load + 10 ms; first inference <= 1.5x steady; max abs diff <= 1e-4.
 Not yet here: MiniLM and the LLM prefill / decode pair with disk and resident memory (see the issue's note).
 """
@@ -45,6 +46,7 @@ import json, sys, time
 import numpy as np
 import epctx
 feed = dict(np.load({feed!r}))
+import iree.runtime, epctx.session.inference, epctx.session.lean, epctx.providers.iree.provider  # as raw: imported
 t = time.perf_counter()
 s = epctx.InferenceSession({path!r}, providers=[{ep!r}])
 created = time.perf_counter() - t
