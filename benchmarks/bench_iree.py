@@ -21,7 +21,6 @@ Not yet here: MiniLM and the LLM prefill / decode pair with disk and resident me
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
 import statistics
@@ -37,6 +36,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.models import MODELS, example_inputs
+from benchmarks.processes import child_env, compile_bytecode
 
 ROOT = Path(__file__).resolve().parents[1]
 EP = "IREEExecutionProvider"
@@ -99,10 +99,9 @@ print(json.dumps({{"ort_steady": sorted(steady)[len(steady) // 2]}}))
 
 
 def _child(code: str) -> dict[str, float]:
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=3600
+    )
     if done.returncode != 0:
         raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady", type=int, default=20)
     parser.add_argument("--json", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
-    compileall.compile_dir(str(ROOT / "src"), quiet=1)
+    compile_bytecode()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_iree_") as tmp:
         for name in args.models.split(","):

@@ -22,7 +22,6 @@ Targets: epctx warm <= 1.05 x raw warm + 15 ms; epctx warm < raw compile where t
 from __future__ import annotations
 
 import argparse
-import compileall
 import importlib.util
 import json
 import os
@@ -42,6 +41,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 from benchmarks import export_minilm
 from benchmarks.models import MODELS, example_inputs
+from benchmarks.processes import child_env, compile_bytecode
 
 ROOT = Path(__file__).resolve().parents[1]
 WARM_RATIO, WARM_SLACK_S, COMPILE_FLOOR_S = 1.05, 0.015, 0.050
@@ -152,13 +152,6 @@ def prepare(name: str, ep: str, folder: Path) -> dict[str, str]:
     return paths
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    return env
-
-
 def _time(code: str, env: dict[str, str]) -> float:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -172,7 +165,7 @@ def bench(name: str, ep: str, runs: int, root: Path) -> dict[str, Any]:
     paths = prepare(name, ep, root / f"{name}_{ep}")
     codes = {mode: code.format(**paths) for mode, code in _CHILD.items()}
     codes.update({mode: code.format(**paths) for mode, code in _RAW.get(ep, {}).items()})
-    env = _child_env()
+    env = child_env()
     for code in codes.values():  # warm the page cache and the bytecode once
         _time(code, env)
     times: dict[str, list[float]] = {mode: [] for mode in codes}
@@ -217,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--json", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
-    compileall.compile_dir(str(ROOT / "src"), quiet=1)
+    compile_bytecode()
     eps = [ep for ep in args.eps.split(",") if ep in EPS]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:

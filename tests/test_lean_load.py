@@ -49,13 +49,6 @@ def _compile(model: onnx.ModelProto, folder: Path, ep: str, *, embed: int = 0, n
     return folder / f"{name}_ctx.onnx"
 
 
-def _openvino_model() -> onnx.ModelProto:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks import models
-
-    return models.mlp(hidden=32, layers=2) if hasattr(models, "mlp") else whole_model()
-
-
 def _context_models(root: Path) -> dict[str, tuple[Path, str]]:
     made = {
         "example_embed0": (_compile(whole_model(), root / "e0", EXAMPLE, embed=0), EXAMPLE),

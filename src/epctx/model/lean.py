@@ -12,6 +12,7 @@ users see. So a file is never accepted here that the full loader would refuse.""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -365,16 +366,12 @@ def _int(kind: int, value: int | memoryview) -> int:
 
 
 def _float(value: int | memoryview) -> float:
-    import struct
-
     if not isinstance(value, memoryview) or len(value) != 4:
         raise WireError("expected a 32-bit float")
     return float(struct.unpack("<f", value)[0])
 
 
 def _floats(kind: int, value: int | memoryview) -> list[float]:
-    import struct
-
     if kind == LEN and isinstance(value, memoryview) and len(value) % 4 == 0:  # packed
         return [float(x) for x in struct.unpack(f"<{len(value) // 4}f", value)]
     return [_float(value)]
