@@ -126,7 +126,7 @@ class InferenceSession:
         self._declined: dict[str, dict[str, str]] = {}
         self._metadata = lean.metadata
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
-        self._scoped = [ep for ep in self._providers if ep.run_scope() is not None]
+        self._prepare_run()
 
     def _build_plan(self, pipeline: Pipeline) -> None:
         from epctx.session.plan import build_plan
@@ -152,11 +152,15 @@ class InferenceSession:
         self._binder = FeedBinder([InputSpec.from_ir(v) for v in graph.inputs])
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._metadata = _metadata(pipeline.loaded.model)
-        # EPs with something to do around each run (a thread limit): run() pays for them only when present.
-        self._scoped = [ep for ep in self._providers if ep.run_scope() is not None]
+        self._prepare_run()
         logger.debug(
             "session ready: %d units on %s", len(pipeline.units), ", ".join(ep.name for ep in self._providers)
         )
+
+    def _prepare_run(self) -> None:
+        # EPs with something to do around each run (a thread limit): run() pays for them only when present.
+        self._scoped = [ep for ep in self._providers if ep.run_scope() is not None]
+        self._plain = self._profiler is None and not self._scoped  # run() needs no scope, hook or profile
 
     # -- running -------------------------------------------------------------------------------------
     def _execute(self, inputs: list[Any], run_options: opt.RunOptions | None) -> list[Any]:
@@ -189,7 +193,13 @@ class InferenceSession:
         run_options: opt.RunOptions | None = None,
     ) -> list[Any]:
         """The outputs named (None or []: every output, as onnxruntime) for ``input_feed``."""
-        results = self._execute(self._binder.bind(input_feed), run_options)
+        inputs = self._binder.bind(input_feed)
+        if run_options is None and self._plain:  # the common call: the plan's loop and nothing around it
+            results = self._plan.run(inputs)
+        else:
+            results = self._execute(inputs, run_options)
+        if not output_names:
+            return [owned_array(r) for r in results]
         return [owned_array(results[i]) for i in self._pick(output_names)]
 
     def _pick(self, output_names: Sequence[str] | None) -> list[int]:
