@@ -396,10 +396,10 @@ def test_minilm_round_trip(tmp_path: Path) -> None:
     assert _max_diff(sess.run(None, feeds), run_ort(model, feeds)) <= 1e-4
 
 
-def test_channels_last_convolutions_give_the_same_results(tmp_path: Path) -> None:
+def test_convolutions_in_the_model_layout_give_the_same_results(tmp_path: Path) -> None:
     model = _small_resnet()
     feeds = example_inputs("resnet18", model)
-    ctx = _generate(model, tmp_path, "resnet", channels_last="1")
+    ctx = _generate(model, tmp_path, "resnet", channels_last="0")
     with no_compile():
         sess = epctx.InferenceSession(str(ctx), providers=[EP])
     assert _max_diff(sess.run(None, feeds), run_ort(model, feeds)) <= 1e-4
