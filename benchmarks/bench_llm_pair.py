@@ -31,7 +31,6 @@ from benchmarks.processes import child_env
 ROOT = Path(__file__).resolve().parents[1]
 IREE, OPENVINO = "IREEExecutionProvider", "OpenVINOExecutionProvider"
 PROMPT = 32
-SHARE = "ep.share_ep_contexts"
 
 __all__ = ["Pair", "memory_rows", "memory_table", "prepare"]
 
@@ -64,13 +63,13 @@ import epctx
 folder, ep, share = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 t = time.perf_counter()
 for k, model in enumerate(("prefill", "decode")):
-    shutil.copy(f"{{folder}}/../{{model}}.onnx", folder)
+    shutil.copy(f"{folder}/../{model}.onnx", folder)
     so = epctx.SessionOptions()
     so.add_session_config_entry("ep.context_enable", "1")
     if share:
         so.add_session_config_entry("ep.share_ep_contexts", "1")
         so.add_session_config_entry("ep.stop_share_ep_contexts", str(k))
-    epctx.InferenceSession(f"{{folder}}/{{model}}.onnx", so, providers=[ep])
+    epctx.InferenceSession(f"{folder}/{model}.onnx", so, providers=[ep])
 print(json.dumps(time.perf_counter() - t))
 """
 
@@ -100,7 +99,7 @@ def prepare(folder: Path, size: str) -> Pair:
     for way, ep, share in (("shared", IREE, "1"), ("separate", IREE, "0"), ("openvino", OPENVINO, "1")):
         (folder / way).mkdir()
         t = time.perf_counter()
-        _run([sys.executable, "-c", _COMPILE.format(), str(folder / way), ep, share])
+        _run([sys.executable, "-c", _COMPILE, str(folder / way), ep, share])
         pair.compile_s[way] = time.perf_counter() - t
         for model_name in (
             "prefill",
@@ -121,7 +120,7 @@ paths, share, feeds = {paths!r}, {share!r}, {feeds!r}
 prefill_feed, decode_feed = (dict(np.load(f)) for f in feeds)
 base = rss()
 t = time.perf_counter()
-sessions = [{make}(k, p) for k, p in enumerate(paths)]
+sessions = [make(k, p) for k, p in enumerate(paths)]
 created = time.perf_counter() - t
 prefill = sessions[0].run(None, prefill_feed)
 decode = sessions[1].run(None, decode_feed)
@@ -175,7 +174,7 @@ def memory_rows(pair: Pair, runs: int) -> list[dict[str, Any]]:
     }
     rows = []
     for label, imports, paths, share in ways:
-        code_text = _MEMORY.format(imports=imports, paths=paths, share=share, feeds=feeds, make="make")
+        code_text = _MEMORY.format(imports=imports, paths=paths, share=share, feeds=feeds)
         results = [
             json.loads(_run([sys.executable, "-c", code_text]).strip().splitlines()[-1]) for _ in range(runs)
         ]
