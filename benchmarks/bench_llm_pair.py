@@ -6,7 +6,11 @@ process. Compiled three ways, each in a child process:
 
 - ``shared``: IREE, both models in one process with ``ep.share_ep_contexts`` (one weights file);
 - ``separate``: IREE, each model alone (a weights file each);
-- ``openvino``: epctx's OpenVINO EP with ``ep.share_ep_contexts``.
+- ``openvino``: epctx's OpenVINO EP with ``ep.share_ep_contexts``;
+- ``ort_shared``: for onnxruntime's own way of sharing, the two models with their weights as external data in one
+  file, each distinct weight once (``weights.bin``, ``index.json``): both sessions get them with
+  ``SessionOptions.add_initializer`` as OrtValues over one ``np.memmap`` of that file, prepacking off
+  (``session.disable_prepacking=1``; with prepacking on, onnxruntime packs its own copy of each MatMul weight).
 
 Memory, each in a fresh process: import everything (``base`` = VmRSS then), create both sessions, run the
 prefill over a prompt and one decode step (so every weight is read), then VmRSS again; the column is
@@ -101,12 +105,51 @@ def prepare(folder: Path, size: str) -> Pair:
         t = time.perf_counter()
         _run([sys.executable, "-c", _COMPILE, str(folder / way), ep, share])
         pair.compile_s[way] = time.perf_counter() - t
-        for model_name in (
-            "prefill",
-            "decode",
-        ):  # the copies compiled from: not part of what a deployer ships
+        for model_name in ("prefill", "decode"):  # the copies compiled from: not what a deployer ships
             (folder / way / f"{model_name}.onnx").unlink()
+    _ort_shared(pair)
     return pair
+
+
+def _ort_shared(pair: Pair) -> None:
+    """``ort_shared/``: both models with their weights (>= 1 KiB) as external data in one ``weights.bin`` holding
+    each distinct weight once, 64-byte aligned, and ``index.json``: model -> [[name, offset, dtype, shape]]."""
+    import hashlib
+
+    import onnx
+
+    folder = pair.folder / "ort_shared"
+    folder.mkdir()
+    offsets: dict[str, int] = {}
+    index: dict[str, list[Any]] = {}
+    with open(folder / "weights.bin", "wb") as out:
+        for name in ("prefill", "decode"):
+            model = onnx.load(pair.source(name))
+            index[name] = []
+            for tensor in model.graph.initializer:
+                array = onnx.numpy_helper.to_array(tensor)
+                if array.nbytes < 1024:
+                    continue
+                data = np.ascontiguousarray(array).tobytes()
+                digest = hashlib.sha256(data).hexdigest()
+                if digest not in offsets:
+                    out.write(b"\0" * (-out.tell() % 64))
+                    offsets[digest] = out.tell()
+                    out.write(data)
+                index[name].append([tensor.name, offsets[digest], array.dtype.str, list(array.shape)])
+                for field_name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data"):
+                    tensor.ClearField(field_name)
+                del tensor.external_data[:]
+                for key, value in (
+                    ("location", "weights.bin"),
+                    ("offset", offsets[digest]),
+                    ("length", len(data)),
+                ):
+                    entry = tensor.external_data.add()
+                    entry.key, entry.value = key, str(value)
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+            onnx.save(model, folder / f"{name}.onnx")
+    (folder / "index.json").write_text(json.dumps(index))
 
 
 _MEMORY = """
@@ -140,6 +183,23 @@ _ORT = """import onnxruntime as ort
 def make(k, path):
     return ort.InferenceSession(path, providers=["CPUExecutionProvider"])"""
 
+_ORT_SHARED = """import json, os
+import onnxruntime as ort
+values = {{}}
+def make(k, path):
+    folder = os.path.dirname(path)
+    weights = np.memmap(os.path.join(folder, "weights.bin"), dtype=np.uint8, mode="r")
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    index = json.load(open(os.path.join(folder, "index.json")))
+    for name, offset, dtype, shape in index[os.path.basename(path)[: -len(".onnx")]]:
+        key = (offset, dtype, tuple(shape))
+        if key not in values:
+            array = np.ndarray(shape, dtype=dtype, buffer=weights, offset=offset)
+            values[key] = ort.OrtValue.ortvalue_from_numpy(array)
+        so.add_initializer(name, values[key])
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])"""
+
 
 def _disk(pair: Pair, way: str) -> int:
     return sum(p.stat().st_size for p in (pair.folder / way).iterdir() if p.is_file())
@@ -164,6 +224,8 @@ def memory_rows(pair: Pair, runs: int) -> list[dict[str, Any]]:
         ("epctx OpenVINO, shared", _EPCTX.format(ep=OPENVINO, module="openvino"),
          [str(pair.context("openvino", m)) for m in ("prefill", "decode")], True),
         ("onnxruntime CPU", _ORT, [str(pair.source(m)) for m in ("prefill", "decode")], False),
+        ("onnxruntime CPU, shared initializers", _ORT_SHARED.format(),
+         [str(pair.folder / "ort_shared" / f"{m}.onnx") for m in ("prefill", "decode")], False),
     ]  # fmt: skip
     code = _code_bytes(pair)
     disks = {
@@ -171,6 +233,7 @@ def memory_rows(pair: Pair, runs: int) -> list[dict[str, Any]]:
         "epctx IREE, not shared": _disk(pair, "separate"),
         "epctx OpenVINO, shared": _disk(pair, "openvino"),
         "onnxruntime CPU": pair.source("prefill").stat().st_size + pair.source("decode").stat().st_size,
+        "onnxruntime CPU, shared initializers": _disk(pair, "ort_shared"),
     }
     rows = []
     for label, imports, paths, share in ways:
