@@ -4,8 +4,10 @@ The candidates (standard-domain nodes whose values all have a known tensor type,
 disabled) are compiled as one partition (import + ``iree-compile``, out of process). When that fails, the set
 is split in halves, each compiled again, down to single nodes: the nodes whose own compile fails are declined
 with IREE's message, the others claimed. With k failing nodes among n that is about k * log2(n) small
-compiles, in parallel. Every successful compile is kept: the partition the framework then asks to compile is
-usually exactly the candidate set, compiled once.
+compiles, in parallel. The groups claimed apart are then compiled together (IREE may fail on a combination of
+nodes it compiles apart), adding them in graph order and declining a group that breaks the compile. Every
+successful compile is kept: the partition the framework then asks to compile is usually exactly the claimed
+set, compiled once.
 """
 
 from __future__ import annotations
@@ -119,4 +121,44 @@ def check_nodes(
         level += 1
     order = {node: i for i, node in enumerate(graph)}
     verdict.claimed.sort(key=order.__getitem__)
+    if verdict.claimed and frozenset(verdict.claimed) not in verdict.compiled:
+        _check_together(ep_name, graph, opset_imports, verdict, flags, order)
     return verdict
+
+
+def _check_together(
+    ep_name: str,
+    graph: ir.Graph,
+    opset_imports: Mapping[str, int],
+    verdict: Verdict,
+    flags: Sequence[str],
+    order: Mapping[ir.Node, int],
+) -> None:
+    """The groups claimed after a bisection compiled apart; the framework compiles them as one partition. Compile
+    them together; when IREE fails on the combination (each part alone compiles), keep the groups, in graph
+    order, that compile with the ones kept before them and decline the others with IREE's message."""
+    union = make_partition(f"{ep_name}_together", ep_name, graph, verdict.claimed, opset_imports)
+    (result,) = compile_partitions([union], flags, what="capability check")
+    if result.ok:  # the usual case: one more compile, reused when the partition is this set
+        verdict.compiled[frozenset(verdict.claimed)] = (union, result)
+        return
+    groups = sorted(
+        (sorted(group, key=order.__getitem__) for group in verdict.compiled),
+        key=lambda g: order[g[0]],
+    )
+    kept: list[ir.Node] = []
+    for k, group in enumerate(groups):
+        trial = sorted([*kept, *group], key=order.__getitem__)
+        if k == 0:
+            kept = trial
+            continue
+        part = make_partition(f"{ep_name}_together{k}", ep_name, graph, trial, opset_imports)
+        (result,) = compile_partitions([part], flags, what="capability check")
+        if result.ok:
+            verdict.compiled[frozenset(trial)] = (part, result)
+            kept = trial
+            continue
+        why = f"{short_error(result)} (its nodes compile apart, not with the nodes before them)"
+        for node in group:
+            verdict.declined[node] = why
+    verdict.claimed = kept
