@@ -8,7 +8,7 @@
 | ``opt_level`` | ``O2`` | ``O0`` ... ``O3`` (``--iree-opt-level``) |
 | ``disabled_ops`` | none | comma-separated op types never claimed (they fall back to the next EP) |
 | ``channels_last`` | ``1`` | convolutions converted to channels-last (NHWC) before IREE compiles them: ResNet-18 \
-runs about 3.5x faster here; the module's initializer then transposes the filters when it loads (+20 ms, and a \
+runs about 3x faster here; the module's initializer then transposes the filters when it loads (+25-30 ms, and a \
 copy of them in memory per session instead of the mapped weights); 0: the model's layout |
 | ``compile_flags`` | none | more ``iree-compile`` flags, space-separated (tuning; they change code, not results) |
 | ``num_threads`` | IREE's | task workers of the loaded module's device (IREE's default: one per physical core); \

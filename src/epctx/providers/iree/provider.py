@@ -39,7 +39,7 @@ __all__ = ["IREEExecutionProvider", "iree_version"]
 
 logger = logging.getLogger("epctx")
 
-# NCHW convolutions (ONNX's layout) run about 3.5x faster on IREE's CPU backend once converted to NHWC, and the
+# NCHW convolutions (ONNX's layout) run about 3x faster on IREE's CPU backend once converted to NHWC, and the
 # time to a first result is shorter too; the filters are then transposed by the module's initializer at load (the
 # weights are parameters, unknown when compiling), a copy per session.
 CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
