@@ -167,8 +167,8 @@ def _modules(config: LlamaConfig, seed: int) -> tuple[Any, Any]:
     return Prefill(llama), Decode(llama)
 
 
-def _names(config: LlamaConfig, prefix: str, suffix: str = "") -> list[str]:
-    return [f"{prefix}.{i}.{kv}{suffix}" for i in range(config.layers) for kv in ("key", "value")]
+def _names(config: LlamaConfig, prefix: str) -> list[str]:
+    return [f"{prefix}.{i}.{kv}" for i in range(config.layers) for kv in ("key", "value")]
 
 
 def export_pair(out_dir: str | os.PathLike[str], size: str = "tiny", *, seed: int = 0) -> tuple[Path, Path]:
