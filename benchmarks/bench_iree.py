@@ -141,7 +141,7 @@ class Case:
     source: Path
     feed: Path
     context: Path
-    convs: bool = False  # has Conv nodes: also measured with channels_last=1
+    convs: bool = False  # has Conv nodes: also measured with channels_last=0
 
 
 def _compiled(name: str, folder: Path, model: Any, feed: dict[str, np.ndarray]) -> Case:
@@ -203,20 +203,19 @@ def bench(case: Case, runs: int, steady: int) -> dict[str, Any]:
     ort = _child(_ORT.format(feed=feed, model=str(case.source), steady=steady, out=ort_out))
     med = statistics.median
     nchw: dict[str, float] = {}
-    if (
-        case.convs
-    ):  # the default, channels_last=1, against the model's layout (filters mapped, not transposed)
+    # The default, channels_last=1, against the model's layout (filters mapped, not transposed).
+    if case.convs:
         ctx = case.context.with_name("nchw_ctx.onnx")
         so = epctx.SessionOptions()
         so.add_provider(EP, {"channels_last": "0"})
         epctx.ModelCompiler(so, str(case.source)).compile_to_file(str(ctx))
-        tuned = [
+        layout = [
             _child(_SESSION.format(feed=feed, path=str(ctx), ep=EP, steady=steady, out=out, modules=modules))
             for _ in range(runs)
         ]
         nchw = {
-            "nchw_warm_s": med(w["created"] for w in tuned),
-            "nchw_steady_s": med(w["steady"] for w in tuned),
+            "nchw_warm_s": med(w["created"] for w in layout),
+            "nchw_steady_s": med(w["steady"] for w in layout),
         }
         nchw["nchw_max_diff"] = float(np.max(np.abs(np.load(out) - np.load(ort_out))))
     return nchw | {
@@ -239,9 +238,9 @@ def report(rows: list[dict[str, Any]]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        tuned = "-"
+        nchw = "-"
         if "nchw_steady_s" in r:
-            tuned = (
+            nchw = (
                 f"{r['nchw_warm_s'] * 1e3:.1f} ms, {r['nchw_steady_s'] * 1e3:.1f} ms, "
                 f"{r['nchw_steady_s'] / r['ort_steady_s']:.2f}x"
             )
@@ -250,7 +249,7 @@ def report(rows: list[dict[str, Any]]) -> str:
             f"{r['cold_s'] / r['warm_s']:.0f}x | {(r['warm_s'] - r['raw_load_s']) * 1e3:+.1f} ms | "
             f"{r['first_s'] * 1e3:.1f} ms | {r['ort_first_s'] * 1e3:.1f} ms | {r['steady_s'] * 1e3:.1f} ms | "
             f"{r['ort_steady_s'] * 1e3:.1f} ms | "
-            f"{r['steady_s'] / r['ort_steady_s']:.2f}x | {r['max_diff']:.1e} | {tuned} |"
+            f"{r['steady_s'] / r['ort_steady_s']:.2f}x | {r['max_diff']:.1e} | {nchw} |"
         )
     return "\n".join(lines)
 

@@ -2,7 +2,7 @@
 two sessions with and without weight sharing, against onnxruntime and epctx's OpenVINO EP.
 
 The pair is ``benchmarks/llm_pair.py``'s random-init Llama (``--size``), exported with torch in a child
-process. Compiled three ways, each in a child process:
+process. Made ready four ways, the first three compiled each in a child process:
 
 - ``shared``: IREE, both models in one process with ``ep.share_ep_contexts`` (one weights file);
 - ``separate``: IREE, each model alone (a weights file each);
@@ -185,7 +185,7 @@ def make(k, path):
 
 _ORT_SHARED = """import json, os
 import onnxruntime as ort
-values = {{}}
+values = {}
 def make(k, path):
     folder = os.path.dirname(path)
     weights = np.memmap(os.path.join(folder, "weights.bin"), dtype=np.uint8, mode="r")
@@ -224,7 +224,7 @@ def memory_rows(pair: Pair, runs: int) -> list[dict[str, Any]]:
         ("epctx OpenVINO, shared", _EPCTX.format(ep=OPENVINO, module="openvino"),
          [str(pair.context("openvino", m)) for m in ("prefill", "decode")], True),
         ("onnxruntime CPU", _ORT, [str(pair.source(m)) for m in ("prefill", "decode")], False),
-        ("onnxruntime CPU, shared initializers", _ORT_SHARED.format(),
+        ("onnxruntime CPU, shared initializers", _ORT_SHARED,
          [str(pair.folder / "ort_shared" / f"{m}.onnx") for m in ("prefill", "decode")], False),
     ]  # fmt: skip
     code = _code_bytes(pair)

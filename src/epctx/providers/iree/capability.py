@@ -146,12 +146,9 @@ def _check_together(
         (sorted(group, key=order.__getitem__) for group in verdict.compiled),
         key=lambda g: order[g[0]],
     )
-    kept: list[ir.Node] = []
-    for k, group in enumerate(groups):
+    kept = groups[0]
+    for k, group in enumerate(groups[1:], start=1):
         trial = sorted([*kept, *group], key=order.__getitem__)
-        if k == 0:
-            kept = trial
-            continue
         part = make_partition(f"{ep_name}_together{k}", ep_name, graph, trial, opset_imports)
         (result,) = compile_partitions([part], flags, what="capability check")
         if result.ok:

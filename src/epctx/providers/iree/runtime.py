@@ -52,12 +52,13 @@ def shared_runtime(threads: int = 0) -> tuple[Any, Any]:
 def _create_device(threads: int) -> Any:
     import iree.runtime as rt
 
+    if threads <= 0:
+        return rt.get_driver(_DRIVER).create_default_device()
     create_driver = getattr(getattr(rt, "_binding", None), "create_hal_driver", None)
-    if threads > 0 and create_driver is None:
+    if create_driver is None:
         logger.warning(
             "this IREE runtime cannot make a device with %d workers: IREE's default is used", threads
         )
-    if threads <= 0 or create_driver is None:
         return rt.get_driver(_DRIVER).create_default_device()
     # The workers belong to the driver, made from a process-wide flag when the driver is created: a driver of
     # its own for this count (IREE caches the named ones), the flag set for that moment only.
