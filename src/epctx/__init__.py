@@ -51,6 +51,7 @@ __all__ = [
     "SessionOptions",
     "capi",
     "errors",
+    "get_all_providers",
     "get_available_providers",
     "get_device",
     "set_default_logger_severity",
@@ -109,6 +110,15 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value
     return value
+
+
+def get_all_providers() -> list[str]:
+    """Every execution provider this installation of epctx supports, including those whose backend is not
+    installed on this machine (onnxruntime's ``get_all_providers``; ``get_available_providers`` lists the usable
+    ones), CPU last."""
+    from epctx.providers.registry import all_providers
+
+    return all_providers()
 
 
 def get_available_providers() -> list[str]:
