@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 _NODE_SUITE = "OnnxBackendNodeModelTest"
 
@@ -27,4 +31,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             "=",
             f"ONNX backend node suite on epctx: {counts['passed']} of {known} cases passed "
             f"({counts['failed'] + counts['error']} failed, {known - counts['passed'] - counts['failed']} skipped)",
+        )
+
+
+# `make test-fast` (-m "not slow") runs the tests that need no IREE compile and no torch: a test that brings
+# either in without the `slow` marker fails there, naming itself, so the everyday tier stays fast.
+_SLOW_MODULES = ("torch", "iree.compiler")
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_stays_fast(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if request.config.getoption("markexpr", "") != "not slow":
+        return
+    found = [m for m in _SLOW_MODULES if m in sys.modules]
+    if found:
+        pytest.fail(
+            f"{request.node.nodeid} imports {', '.join(found)} (compiles with IREE or uses torch): mark it slow"
         )

@@ -51,6 +51,7 @@ def test_cpu_ep_creation_does_no_blas_work() -> None:
     assert out["calls"] == []
 
 
+@pytest.mark.slow
 def test_blas_threads_come_back_only_after_the_telemetry_fork() -> None:
     pytest.importorskip("openvino")
     out = _run(
@@ -91,6 +92,7 @@ def test_blas_threads_come_back_only_after_the_telemetry_fork() -> None:
         assert out["forks"] >= 1 or out["in_flight"] == 0
 
 
+@pytest.mark.slow
 def test_openvino_load_beside_running_blas_never_hangs() -> None:
     """10 fresh processes: OpenVINO EP loaded while CPU MatMuls run in two threads (benchmarks/hang_check.py)."""
     pytest.importorskip("openvino")

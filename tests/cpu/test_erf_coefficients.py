@@ -38,6 +38,7 @@ def test_float64_within_bound_of_math_erf() -> None:
     assert _ulp_error(got[small], want[small], np.float64).max() <= 32
 
 
+@pytest.mark.slow
 def test_float32_within_5_ulp_over_a_dense_sample_of_all_floats() -> None:
     special = pytest.importorskip("scipy.special")
     # Every 97th float32 bit pattern from +0 to 5.0 (11 million values, subnormals included), both signs.

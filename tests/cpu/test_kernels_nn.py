@@ -417,6 +417,7 @@ def _resize_opset(coord: str) -> int:
     return {"half_pixel_symmetric": 19, "tf_half_pixel_for_nn": 13}.get(coord, 19)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("coord", COORDS)
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: "-".join(str(v) for v in m.values()))
 def test_resize_modes(mode: dict[str, Any], coord: str) -> None:
@@ -493,6 +494,7 @@ def test_resize_legacy_and_upsample(mode: str) -> None:
         _check("Upsample", [X4], {"mode": mode, "scales": sc}, opset=7, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resize_nearest_halfway_sweep() -> None:
     """Nearest-pixel choices match onnxruntime across many size pairs (float32 coordinate arithmetic)."""
     for coord in ("asymmetric", "half_pixel", "half_pixel_symmetric", "tf_half_pixel_for_nn"):

@@ -396,6 +396,7 @@ def qnn_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
+@pytest.mark.slow
 def test_qnn_embed_mode_0(qnn_models: dict[str, Path]) -> None:
     path = qnn_models["0"]
     report = inspect_model(path)

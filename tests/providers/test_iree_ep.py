@@ -25,6 +25,9 @@ import epctx
 from epctx.testing import no_compile
 from tests.oracle import run_ort
 
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 EP = "IREEExecutionProvider"
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,6 +21,9 @@ from epctx.epcontext.container import ContextBinary
 from epctx.testing import no_compile
 from tests.oracle import run_ort
 
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 EP = "IREEExecutionProvider"
 SHARE = {"ep.share_ep_contexts": "1"}
 

@@ -239,8 +239,13 @@ def test_corrupted_binary_errors(tmp_path: Path) -> None:
     _, ctx = _generate(tmp_path, SMALL["mlp"]())
     path = tmp_path / BIN
     original = path.read_bytes()
+    with ContextBinary.from_bytes(
+        original
+    ) as binary:  # a byte inside a payload (not in padding between them)
+        blob = binary.entry(next(n for n in binary.names() if n.endswith("/blob")))
+        inside = blob.offset + blob.size // 2
     flipped = bytearray(original)
-    flipped[-100] ^= 0x10
+    flipped[inside] ^= 0x10
     path.write_bytes(bytes(flipped))
     with pytest.raises(epctx.InvalidGraph, match="checksum"):
         _load(ctx)
@@ -286,6 +291,7 @@ def test_mismatched_partition_names_are_invalid_graph(tmp_path: Path) -> None:
 
 
 # -- loading: no compile, runtime only, threads ---------------------------------------------------------
+@pytest.mark.slow
 def test_fresh_process_loads_without_compiling_or_the_onnx_frontend(tmp_path: Path) -> None:
     model = SMALL["resnet18"]()
     feeds = example_inputs("resnet18", model)
@@ -309,6 +315,7 @@ def test_fresh_process_loads_without_compiling_or_the_onnx_frontend(tmp_path: Pa
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
 
 
+@pytest.mark.slow
 def test_generation_is_byte_identical_across_processes(tmp_path: Path) -> None:
     """OpenVINO names the nodes its transformations create from a process-wide counter, so two compiles in one
     process differ; fresh processes give the same bytes."""

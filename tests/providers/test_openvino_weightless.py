@@ -232,6 +232,7 @@ def _measure(ctx: Path) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 def test_loading_100mb_of_weights_copies_none(tmp_path: Path) -> None:
     """In a fresh process: a weightless load maps the binary twice (the container's mapping and OpenVINO's)
@@ -253,6 +254,7 @@ def test_loading_100mb_of_weights_copies_none(tmp_path: Path) -> None:
     assert copied["growth"]["RssShmem"] > 0.9 * weights
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group_seen", [True, False])
 def test_models_sharing_a_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_seen: bool) -> None:
     """ep.share_ep_contexts: every model's blob references the final offsets of its weights in the one shared
@@ -299,6 +301,7 @@ _MEASURE_MANY = _MEASURE.replace(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 def test_sharing_group_of_two_loads_without_copying(tmp_path: Path) -> None:
     """Two models sharing a 50 MB weight (and each with its own), generated as a sharing group with
