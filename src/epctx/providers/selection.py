@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx._warnings import warn_user
+from epctx._warnings import warn_and_log
 from epctx.ep.devices import EpDevice, ExecutionProviderDevicePolicy, HardwareDeviceType
 from epctx.errors import EPCtxError, Fail, InvalidArgument
 from epctx.providers import registry
@@ -287,8 +287,7 @@ def _by_name(name: str, options: Mapping[str, str], config: Mapping[str, str]) -
             f"'{available}' ({name} is an onnxruntime execution provider that epctx does not have; skipped, "
             f"the rest of the list is used; {opt.UNAVAILABLE_EP_IS_ERROR}=1 makes this an error)"
         )
-        logger.warning("%s", message)
-        warn_user(message)
+        warn_and_log(logger, message)
         return None
     return registry.create_provider(name, options)
 
