@@ -65,3 +65,18 @@ def test_share_refuses_an_output_that_is_another_models_input(cli: Cli, model: P
         result = cli("share", "-p", EXAMPLE, model, second, "--force")
     assert_one_error_line(result, 1, repr(str(second)), "is the input model")
     _unchanged(second, before)
+
+
+def test_model_compiler_refuses_an_external_initializers_file_the_source_reads(tmp_path: Path) -> None:
+    source = tmp_path / "model.onnx"
+    onnx.save(
+        two_partition_model(), source, save_as_external_data=True, location="weights.data", size_threshold=0
+    )
+    before = (tmp_path / "weights.data").read_bytes()
+    so = epctx.SessionOptions()
+    so.add_provider(EXAMPLE, {})
+    compiler = epctx.ModelCompiler(so, str(source), external_initializers_file_path="weights.data")
+    with no_compile(), pytest.raises(epctx.InvalidArgument, match="'weights.data', which the input model"):
+        compiler.compile_to_file(str(tmp_path / "out_ctx.onnx"))
+    assert (tmp_path / "weights.data").read_bytes() == before
+    assert not (tmp_path / "out_ctx.onnx").exists()

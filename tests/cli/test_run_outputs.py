@@ -11,8 +11,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from epctx.cli.run_outputs import safe_file_names
+from epctx.testing import no_compile
 from tests.cli.helpers import Cli, assert_one_error_line
-from tests.epcontext.models import feed, two_partition_model
+from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 from tests.oracle import run_ort
 
 # Output names a file system refuses or that collide once made safe (and one named like np.savez's parameter).
@@ -97,3 +98,9 @@ def test_where_outputs_go_is_checked_before_running(cli: Cli, model: Path, tmp_p
 
 def test_safe_file_names() -> None:
     assert safe_file_names(["logits", "x y", "con", "X_Y", "é"]) == ["logits", "x_y", "con", "X_Y_2", "_"]
+
+
+def test_output_flags_are_checked_before_the_session_is_made(cli: Cli, model: Path, tmp_path: Path) -> None:
+    with no_compile():  # a model that would need compiling: refused before that
+        result = cli("run", model, "-p", EXAMPLE, "--random", "--dim", "N=2", "-o", tmp_path / "y.txt")
+    assert_one_error_line(result, 2, ".npz")

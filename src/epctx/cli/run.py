@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     dims = feeds.parse_assignments(args.dim, "--dim", "N")
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, got {args.repeat}", "epctx run")
+    run_outputs.check_arguments(args)
     providers: list[Any] = list(providers_from_args(args))
     chosen_by = "-p"
     if not providers:

@@ -21,7 +21,7 @@ from epctx.cli.failures import UsageError
 from epctx.cli.outputs import check_folder, check_outputs
 from epctx.errors import Fail
 
-__all__ = ["add_arguments", "planned_files", "safe_file_names", "save"]
+__all__ = ["add_arguments", "check_arguments", "planned_files", "safe_file_names", "save"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def safe_file_names(names: Sequence[str]) -> list[str]:
-    """A file stem per output name, safe on any file system and distinct (ignoring case)."""
+    """A file stem per output name, of portable characters only, distinct (ignoring case)."""
     taken: set[str] = set()
     stems = []
     for name in names:
@@ -47,8 +47,8 @@ def safe_file_names(names: Sequence[str]) -> list[str]:
     return stems
 
 
-def planned_files(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Path]:
-    """Where each output goes (``{}`` without -o / --output-dir); checked: nothing is written yet."""
+def check_arguments(args: argparse.Namespace) -> None:
+    """What can be checked before the session is made: the flags, the .npz file, the folder."""
     if args.output and args.output_dir:
         raise UsageError("-o/--output and --output-dir both save the outputs; give one", "epctx run")
     if args.output:
@@ -56,10 +56,17 @@ def planned_files(args: argparse.Namespace, names: Sequence[str]) -> dict[str, P
         if path.suffix != ".npz":
             raise UsageError(f"-o/--output saves an .npz file; got {args.output!r}", "epctx run")
         check_outputs([path], force=args.force, flag="-o/--output")
-        return {name: path for name in names}
+    elif args.output_dir:
+        check_folder(Path(args.output_dir), flag="--output-dir")
+
+
+def planned_files(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Path]:
+    """Where each output goes (``{}`` without -o / --output-dir), checked (after ``check_arguments``); nothing is
+    written yet."""
+    if args.output:
+        return {name: Path(args.output) for name in names}
     if args.output_dir:
         folder = Path(args.output_dir)
-        check_folder(folder, flag="--output-dir")
         files = {name: folder / f"{stem}.npy" for name, stem in zip(names, safe_file_names(names))}
         check_outputs(files.values(), force=args.force, flag="--output-dir")
         return files
