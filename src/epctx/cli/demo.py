@@ -82,7 +82,7 @@ def _compiling_provider() -> str:
 
 def demo(args: argparse.Namespace) -> int:
     from epctx.cli.provider_args import ep_name
-    from epctx.providers.registry import check_provider_name
+    from epctx.providers.selection import check_provider_name
 
     provider = ep_name(args.provider) if args.provider else _compiling_provider()
     check_provider_name(provider)

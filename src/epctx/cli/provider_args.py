@@ -95,8 +95,12 @@ def register_libraries(args: argparse.Namespace) -> None:
 
 def providers_from_args(args: argparse.Namespace) -> list[tuple[str, dict[str, str]]]:
     """The providers the command line asked for, normalised (libraries from --ep-library registered first)."""
-    from epctx.providers.registry import check_provider_name
-    from epctx.providers.selection import normalize_providers, parse_option, parse_provider_spec
+    from epctx.providers.selection import (
+        check_provider_name,
+        normalize_providers,
+        parse_option,
+        parse_provider_spec,
+    )
 
     register_libraries(args)
     specs: list[Any] = []

@@ -68,7 +68,6 @@ __all__ = [
     "ClassEpFactory",
     "available_providers",
     "builtin_declarations",
-    "check_provider_name",
     "create_provider",
     "create_provider_for_devices",
     "discover_hardware",
@@ -383,43 +382,11 @@ def create_provider(name: str, options: Mapping[str, str] | None = None) -> Exec
     with _LOCK:
         factory = _factory(name)
         if factory is None:
-            raise _unknown(name)
+            raise InvalidArgument(
+                f"unknown execution provider {name!r}; available: {', '.join(available_providers())}"
+            )
         devices = [d for d in get_ep_devices() if d.ep_name == name]
         real = [d for d in devices if not d.device.is_virtual]
         if not devices:
             raise InvalidArgument(f"execution provider {name!r} offers no device on this machine")
         return create_provider_for_devices(real or devices[:1], options)
-
-
-def check_provider_name(name: str) -> None:
-    """The error ``create_provider`` gives for a name no EP has (with its "did you mean"), raised now; an
-    onnxruntime EP that epctx lacks passes (a session skips it with a warning)."""
-    from epctx.providers.selection import ORT_ONLY_PROVIDERS
-
-    if name in _REGISTERED or builtin(name) is not None or name in ORT_ONLY_PROVIDERS:
-        return
-    with _LOCK:
-        if _factory(name) is None:
-            raise _unknown(name)
-
-
-def _unknown(name: str) -> InvalidArgument:
-    return InvalidArgument(
-        f"unknown execution provider {name!r}{_did_you_mean(name)}; available: {', '.join(available_providers())}"
-    )
-
-
-def _did_you_mean(name: str) -> str:
-    """`` (did you mean 'X'?)`` for the known EP name closest to ``name`` (epctx's EPs and onnxruntime's;
-    case and the ``ExecutionProvider`` suffix aside: ``OpenVinoExecutionProvider`` and ``openvino`` find
-    ``OpenVINOExecutionProvider``), else ``""``."""
-    import difflib
-
-    from epctx.providers.selection import ORT_ONLY_PROVIDERS
-
-    known: dict[str, str] = {}
-    builtins = [d.name for d in builtin_declarations()]  # installed or not
-    for full in (*sorted(ORT_ONLY_PROVIDERS), *builtins, *available_providers()):
-        known[full.lower()] = known[full.lower().removesuffix("executionprovider")] = full
-    close = difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.75)
-    return f" (did you mean {known[close[0]]!r}?)" if close else ""
