@@ -31,15 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from epctx.cli.failures import is_user_error, report
+    from epctx.cli.progress import warning_lines
 
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     prog = "epctx"
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        prog = f"epctx {args.command}"
-        return int(args.func(args))
+        with warning_lines(lambda: prog):
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            prog = f"epctx {args.command}"
+            return int(args.func(args))
     except SystemExit as exc:  # --help and --version print and exit 0
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:

@@ -57,9 +57,14 @@ class ContextLoader:
             ep = next((p for p in providers if p.compiles and p.accepts_source(source)), None)
             if ep is None:
                 names = ", ".join(p.name for p in providers)
+                hint = (
+                    f"pass the EP that loads it: providers=[{source!r}] (-p {source} on the command line)"
+                    if source
+                    else "the node names no source EP: pass the EP that made it in providers="
+                )
                 raise InvalidGraph(
                     f"EPContext node {view.name!r} was made by {source!r}, which none of this session's "
-                    f"execution providers ({names}) accepts"
+                    f"execution providers ({names}) accepts; {hint}"
                 )
             self._views[node] = view
             routed[node] = ep

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx._warnings import warn_user
+from epctx._warnings import warn_and_log
 from epctx.errors import Fail, InvalidArgument
 from epctx.session.feeds import FeedBinder, InputSpec
 from epctx.session.iobinding import SessionIOBinding
@@ -402,8 +402,7 @@ def _warn_sequential(options: opt.SessionOptions) -> None:
             "epctx runs the plan's steps sequentially: execution_mode=ORT_PARALLEL / inter_op_num_threads="
             f"{options.inter_op_num_threads} have no effect (intra_op_num_threads sets each EP's threads)"
         )
-        logger.warning("%s", message)
-        warn_user(message)
+        warn_and_log(logger, message)
 
 
 def _write_optimized_model(model: ir.Model, path: str | os.PathLike[str]) -> None:
