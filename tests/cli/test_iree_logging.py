@@ -15,9 +15,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-pytest.importorskip("iree.runtime")
-pytest.importorskip("iree.compiler")
+from tests.requires import requires
 
+# Compiles with IREE: `make test-fast` leaves it out.
+pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler")]
 IREE = "IREEExecutionProvider"
 SRC = Path(__file__).resolve().parents[2] / "src"
 
