@@ -29,6 +29,8 @@ SHARE_EP_CONTEXTS = "ep.share_ep_contexts"
 STOP_SHARE_EP_CONTEXTS = "ep.stop_share_ep_contexts"
 DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
+# "1": a context model its EP judges EP_SUPPORTED_PREFER_RECOMPILATION is refused (else a warning); as onnxruntime.
+FAIL_ON_SUBOPTIMAL_COMPILED_MODEL = "session.fail_on_suboptimal_compiled_model"
 # epctx's own: "1" turns the warning for an onnxruntime EP that epctx lacks (CUDA, TensorRT...) into an error.
 UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
 
@@ -41,6 +43,7 @@ _BOOL_KEYS = frozenset(
         DISABLE_MODEL_COMPILE,
         DISABLE_CPU_EP_FALLBACK,
         UNAVAILABLE_EP_IS_ERROR,
+        FAIL_ON_SUBOPTIMAL_COMPILED_MODEL,
     }
 )
 
