@@ -240,7 +240,9 @@ def test_virtual_device_cross_compiles_a_model_refused_here(tmp_path: Path) -> N
         if a.type == onnx.AttributeProto.STRING and a.name != "ep_cache_context"
     }
     assert attrs["hardware_architecture"].startswith("aarch64-unknown-linux-gnu;")
-    with pytest.raises(epctx.InvalidGraph, match="UNSUPPORTED: compiled for aarch64-unknown-linux-gnu, this CPU is x86_64"):
+    with pytest.raises(
+        epctx.InvalidGraph, match="UNSUPPORTED: compiled for aarch64-unknown-linux-gnu, this CPU is x86_64"
+    ):
         epctx.InferenceSession(str(tmp_path / "arm_ctx.onnx"), providers=[EP])
 
 

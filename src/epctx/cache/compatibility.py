@@ -26,7 +26,7 @@ from epctx.ep.compatibility import (
     OrtCompiledModelCompatibility,
     OrtDeviceEpIncompatibilityReason,
 )
-from epctx.errors import InvalidArgument, InvalidProtobuf, NoSuchFile
+from epctx.errors import InvalidArgument, InvalidProtobuf
 
 if TYPE_CHECKING:
     from epctx.ep.devices import EpDevice, HardwareDevice
@@ -75,16 +75,11 @@ def get_compatibility_info_from_model(model_path: str | os.PathLike[str], ep_typ
     if not path:
         raise InvalidArgument("model_path must not be empty")
     ep_type = _check_ep(ep_type)
-    try:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
-                raise InvalidProtobuf(f"model {path!r} is empty")
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                metadata = model_metadata(mapped, f"model {path!r}")
-    except FileNotFoundError:
-        raise NoSuchFile(f"model {path!r} not found") from None
-    except IsADirectoryError:
-        raise InvalidArgument(f"model {path!r} is a folder") from None
+    from pathlib import Path
+
+    from epctx.cache.verdicts import read_mapped
+
+    metadata = read_mapped(Path(path), lambda view: model_metadata(view, f"model {path!r}"))
     return metadata.get(METADATA_PREFIX + ep_type)
 
 

@@ -12,11 +12,13 @@ whose message is the verdict's explanation; ``EP_SUPPORTED_PREFER_RECOMPILATION`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from epctx.ep.compatibility import (
     METADATA_PREFIX,
@@ -40,6 +42,7 @@ __all__ = [
     "node_info",
 ]
 
+_T = TypeVar("_T")
 Validator = Callable[[str, Sequence["HardwareDevice"]], CompatibilityVerdict]
 _FINDINGS = (
     OrtCompiledModelCompatibility.EP_SUPPORTED_PREFER_RECOMPILATION,
@@ -104,6 +107,27 @@ class ModelVerdict:
     def findings(self) -> bool:
         return self.status in _FINDINGS
 
+    def to_dict(self) -> dict[str, object]:
+        def verdict(v: CompatibilityVerdict) -> dict[str, object]:
+            return {"status": v.status.name, "reasons": list(v.reasons), "advice": v.advice}
+
+        return {
+            "model": self.model,
+            "status": self.status.name,
+            "nodes": [
+                {
+                    "node": n.node,
+                    "ep": n.ep_name,
+                    "binary": n.binary,
+                    "compatibility_info": n.info,
+                    "from_metadata": n.from_metadata,
+                    "status": n.verdict.status.name,
+                    "devices": [{"device": d.device, **verdict(d.verdict)} for d in n.devices],
+                }
+                for n in self.nodes
+            ],
+        }
+
     def lines(self) -> list[str]:
         """The report: per node, per device, the verdict explained; then what to do."""
         if not self.nodes:
@@ -112,7 +136,7 @@ class ModelVerdict:
         for node in self.nodes:
             source = "metadata" if node.from_metadata else "binary header (no compatibility metadata)"
             out.append(f"  node {node.node!r} ({node.ep_name}, binary {node.binary}; judged on the {source})")
-            out += [f"    {d.device}: {d.verdict.explain()}" for d in node.devices]
+            out += [f"    {d.device}: {d.verdict.summary()}" for d in node.devices]
         advice = dict.fromkeys(
             d.verdict.advice
             for n in self.nodes
@@ -139,26 +163,48 @@ def check_model(model: str | Path, ep_name: str | None = None) -> ModelVerdict:
     """Judge every EPContext node of the model at ``model`` (only those of EP ``ep_name`` when given) against
     each device its EP offers here."""
     from epctx.model.lean import read_metadata_and_context_nodes
-    from epctx.model.wire import WireError
 
     path = Path(model)
-    try:
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            metadata, lean_nodes = read_metadata_and_context_nodes(memoryview(mapped))
-            views = [_view(n) for n in lean_nodes]
-    except FileNotFoundError:
-        raise NoSuchFile(f"model {str(path)!r} not found") from None
-    except (IsADirectoryError, ValueError) as exc:
-        if isinstance(exc, WireError):
-            raise InvalidProtobuf(f"model {str(path)!r} is not an ONNX model: {exc}") from exc
-        raise InvalidArgument(f"model {str(path)!r} is not a readable model file: {exc}") from exc
+    metadata, lean_nodes = read_mapped(path, read_metadata_and_context_nodes)
+    views = [_view(n) for n in lean_nodes]
     nodes = []
+    mains: dict[str, EPContextNode] = {}  # EP -> its first main context node (main_context=0 nodes use it)
     for view in views:
-        routed = _ep_for(view.source or "")
+        routed = _ep_for(view.source or "") or (view.source or "")
+        if view.main_context:
+            mains.setdefault(routed, view)
         if ep_name is not None and routed != ep_name:
             continue
-        nodes.append(_judge_view(view, routed or (view.source or ""), metadata, path.parent))
+        nodes.append(_judge_view(view, mains.get(routed, view), routed, metadata, path.parent))
     return ModelVerdict(str(path), tuple(nodes))
+
+
+def read_mapped(path: Path, parse: Callable[[memoryview], _T]) -> _T:
+    """``parse`` over the file at ``path`` mapped read-only (a model's header is read, not the whole file); bytes
+    that are not a protobuf message are InvalidProtobuf naming the file."""
+    from epctx.model.wire import WireError
+
+    where = f"model {str(path)!r}"
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                raise InvalidProtobuf(f"{where} is empty")
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise NoSuchFile(f"{where} not found") from None
+    except IsADirectoryError:
+        raise InvalidArgument(f"{where} is a folder") from None
+    error: str | None = None
+    try:
+        return parse(memoryview(mapped))
+    except (WireError, UnicodeDecodeError) as exc:  # raised again below: its traceback holds views of the map
+        error = f"{where} is not an ONNX model: {exc}"
+    except InvalidProtobuf as exc:
+        error = str(exc.args[0]) if exc.args else where
+    finally:
+        with contextlib.suppress(BufferError):  # views still held: unmapped when the last one goes
+            mapped.close()
+    raise InvalidProtobuf(error)
 
 
 def _view(node: object) -> EPContextNode:
@@ -183,19 +229,23 @@ def _ep_for(source: str) -> str | None:
     return None
 
 
-def _judge_view(view: EPContextNode, ep_name: str, metadata: Mapping[str, str], folder: Path) -> NodeVerdict:
+def _judge_view(
+    view: EPContextNode, main: EPContextNode, ep_name: str, metadata: Mapping[str, str], folder: Path
+) -> NodeVerdict:
+    """``main``: the node whose binary holds ``view``'s graph (itself when it is a main context)."""
     from epctx.cache.compatibility import validate_for_ep
 
-    binary_name = "embedded" if view.embed_mode == 1 else view.cache_path
+    binary_name = "embedded" if main.embed_mode == 1 else main.cache_path
     devices = _devices_for(ep_name)
 
     def validate(info: str, hw: Sequence[HardwareDevice]) -> CompatibilityVerdict:
         return validate_for_ep(ep_name, info, hw)
 
     try:
-        sdk, hardware = _header(view, folder)
+        sdk, hardware = _header(main, folder)
     except (EPCtxError, OSError) as exc:
-        if METADATA_PREFIX + ep_name not in metadata or not view.main_context:
+        foreign = isinstance(exc, InvalidGraph) and "not an epctx context binary" in str(exc)
+        if not foreign or METADATA_PREFIX + ep_name not in metadata:
             bad = CompatibilityVerdict.unsupported(f"its binary cannot be read: {exc}")
             return NodeVerdict(view.name, ep_name, binary_name, "", False, (DeviceVerdict("-", bad),))
         sdk, hardware = "", ""  # a payload epctx does not wrap (onnxruntime's EPs): judged on the metadata

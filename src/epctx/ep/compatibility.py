@@ -94,12 +94,14 @@ class CompatibilityVerdict:
         """The state's name without ``EP_`` (``SUPPORTED_OPTIMAL``), as onnxruntime logs it."""
         return self.status.name.removeprefix("EP_")
 
+    def summary(self) -> str:
+        """The state and the reasons: ``UNSUPPORTED: compiled by IREE 3.12.0, this is IREE 3.13.0``."""
+        return f"{self.name}: {'; '.join(self.reasons)}" if self.reasons else self.name
+
     def explain(self) -> str:
         """One line: the state, the reasons, the advice."""
-        text = f"{self.name}: " + ("; ".join(self.reasons) if self.reasons else _SHORT[self.status])
-        if self.advice:
-            text += f" (what to do: {self.advice})"
-        return text
+        text = self.summary() if self.reasons else f"{self.name} ({_SHORT[self.status]})"
+        return f"{text} (what to do: {self.advice})" if self.advice else text
 
     @staticmethod
     def worst(verdicts: Iterable[CompatibilityVerdict]) -> CompatibilityVerdict:

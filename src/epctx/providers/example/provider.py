@@ -80,41 +80,16 @@ class ExampleExecutionProvider(ExecutionProvider):
         return f"{_SDK_PREFIX}{__version__}{_PROGRAM_TAG}{PROGRAM_VERSION}"
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
-        verdict = self.validate_compatibility_info(f"sdk={sdk_version};hardware={hardware}", ())
-        return (
-            None
-            if verdict.status <= OrtCompiledModelCompatibility.EP_SUPPORTED_OPTIMAL
-            else "; ".join(verdict.reasons)
-        )
+        verdict = _verdict(self.name, sdk_version, hardware)
+        usable = verdict.status <= OrtCompiledModelCompatibility.EP_SUPPORTED_OPTIMAL
+        return None if usable else "; ".join(verdict.reasons)
 
     @classmethod
     def validate_compatibility_info(
         cls, info: str, devices: Sequence[HardwareDevice]
     ) -> CompatibilityVerdict:
-        # Binaries hold a program, not machine code: any epctx that reads the same program version loads it,
-        # on any device.
         fields = parse_info(info)
-        sdk_version, hardware = fields.get("sdk", ""), fields.get("hardware", "")
-        head, tag, version = sdk_version.rpartition(_PROGRAM_TAG)
-        if not tag or not head.startswith(_SDK_PREFIX):
-            return CompatibilityVerdict.unsupported(
-                f"SDK version {sdk_version!r} is not an example EP program version"
-            )
-        if version != str(PROGRAM_VERSION):
-            return CompatibilityVerdict.unsupported(
-                f"program format {version!r}, this {cls.name} runs format {PROGRAM_VERSION}",
-                advice="recompile the context from its source model with this epctx",
-            )
-        if hardware:
-            return CompatibilityVerdict.unsupported(
-                f"hardware {hardware!r}, this {cls.name} makes portable binaries ('')"
-            )
-        made_by = head.removeprefix(_SDK_PREFIX)
-        if made_by != __version__:
-            return CompatibilityVerdict.optimal(
-                f"made by epctx {made_by}, this is {__version__}: the program format {version} is the same"
-            )
-        return CompatibilityVerdict.optimal()
+        return _verdict(cls.name, fields.get("sdk", ""), fields.get("hardware", ""))
 
     def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
         compiled = cast(CompiledProgram, compiled)  # the framework checks compiled_type
@@ -134,3 +109,28 @@ class ExampleExecutionProvider(ExecutionProvider):
             for j, spec in enumerate(program.weights)
         ]
         return CompiledProgram(program, weights, where=where)
+
+
+def _verdict(ep_name: str, sdk_version: str, hardware: str) -> CompatibilityVerdict:
+    """Binaries hold a program, not machine code: any epctx that reads the same program version loads them, on
+    any device."""
+    head, tag, version = sdk_version.rpartition(_PROGRAM_TAG)
+    if not tag or not head.startswith(_SDK_PREFIX):
+        return CompatibilityVerdict.unsupported(
+            f"SDK version {sdk_version!r} is not an example EP program version"
+        )
+    if version != str(PROGRAM_VERSION):
+        return CompatibilityVerdict.unsupported(
+            f"program format {version!r}, this {ep_name} runs format {PROGRAM_VERSION}",
+            advice="recompile the context from its source model with this epctx",
+        )
+    if hardware:
+        return CompatibilityVerdict.unsupported(
+            f"hardware {hardware!r}, this {ep_name} makes portable binaries ('')"
+        )
+    made_by = head.removeprefix(_SDK_PREFIX)
+    if made_by != __version__:
+        return CompatibilityVerdict.optimal(
+            f"made by epctx {made_by}, this is {__version__}: the program format {version} is the same"
+        )
+    return CompatibilityVerdict.optimal()

@@ -127,7 +127,7 @@ def _judge(
     if triple != here_triple:
         return CompatibilityVerdict.unsupported(
             f"compiled for {triple}, {where} is {here_triple}",
-            advice=f"run it on a {triple.split('-')[0]} CPU, or {_RECOMPILE_HERE}",
+            advice=f"run it on a CPU of that triple, or {_RECOMPILE_HERE}",
         )
     lacking = sorted(features - here_features)
     if lacking:
