@@ -56,3 +56,19 @@ def test_a_missing_binary_is_a_finding(cli: Cli, ctx_model: Path) -> None:
     result = cli("check", ctx_model)
     assert result.status == 1 and "its binary cannot be read" in result.out
     assert onnx.load(ctx_model)  # the model itself is untouched
+
+
+def test_an_embedded_binary_is_judged_on_its_header(cli: Cli, model: Path, tmp_path: Path) -> None:
+    assert cli("compile", model, "-p", EXAMPLE, "--embed", "-q").status == 0
+    ctx = model.with_name("model_ctx.onnx")
+    result = cli("check", ctx)
+    assert result.status == 0 and "binary embedded" in result.out, result
+    data = cli("check", ctx, "--json").json()
+    assert [n["binary"] for n in data["nodes"]] == ["embedded", "embedded"]  # the second: its main context's
+    proto = onnx.load(ctx)
+    for attr in proto.graph.node[0].attribute:
+        if attr.name == "ep_cache_context":
+            attr.s = b"EPCTXBIN" + attr.s[8:20] + bytes(12) + attr.s[32:]  # a broken preamble
+    onnx.save(proto, tmp_path / "broken_ctx.onnx")
+    result = cli("check", tmp_path / "broken_ctx.onnx")
+    assert result.status == 1 and "its binary cannot be read" in result.out and "embedded context" in result.out

@@ -162,20 +162,27 @@ def device_label(device: HardwareDevice) -> str:
 def check_model(model: str | Path, ep_name: str | None = None) -> ModelVerdict:
     """Judge every EPContext node of the model at ``model`` (only those of EP ``ep_name`` when given) against
     each device its EP offers here."""
-    from epctx.model.lean import read_metadata_and_context_nodes
+    from epctx.cache.scan import scan_model
+    from epctx.ep.context_node import EPContextNode
 
     path = Path(model)
-    metadata, lean_nodes = read_mapped(path, read_metadata_and_context_nodes)
-    views = [_view(n) for n in lean_nodes]
+    scanned = read_mapped(path, scan_model)
+    metadata = scanned.metadata
+    views = [
+        (EPContextNode.from_parts(n.name, n.inputs, n.outputs, n.attributes), n.header) for n in scanned.nodes
+    ]
     nodes = []
     mains: dict[str, EPContextNode] = {}  # EP -> its first main context node (main_context=0 nodes use it)
-    for view in views:
+    headers: dict[str, tuple[str, str] | str | None] = {}  # embedded binaries' headers, by node name
+    for view, header in views:
+        headers[view.name] = header
         routed = _ep_for(view.source or "") or (view.source or "")
         if view.main_context:
             mains.setdefault(routed, view)
         if ep_name is not None and routed != ep_name:
             continue
-        nodes.append(_judge_view(view, mains.get(routed, view), routed, metadata, path.parent))
+        main = mains.get(routed, view)
+        nodes.append(_judge_view(view, main, headers.get(main.name), routed, metadata, path.parent))
     return ModelVerdict(str(path), tuple(nodes))
 
 
@@ -207,13 +214,6 @@ def read_mapped(path: Path, parse: Callable[[memoryview], _T]) -> _T:
     raise InvalidProtobuf(error)
 
 
-def _view(node: object) -> EPContextNode:
-    from epctx.ep.context_node import EPContextNode
-
-    attributes = {name: (attr.type, attr.value) for name, attr in node.attributes.items()}  # type: ignore[attr-defined]
-    return EPContextNode.from_parts(node.name, node.inputs, node.outputs, attributes)  # type: ignore[attr-defined]
-
-
 def _ep_for(source: str) -> str | None:
     """The EP here that accepts an EPContext node's ``source`` (its name, or a class's ``sources``)."""
     from epctx.providers.registry import factories, provider_class
@@ -230,9 +230,15 @@ def _ep_for(source: str) -> str | None:
 
 
 def _judge_view(
-    view: EPContextNode, main: EPContextNode, ep_name: str, metadata: Mapping[str, str], folder: Path
+    view: EPContextNode,
+    main: EPContextNode,
+    embedded: tuple[str, str] | str | None,
+    ep_name: str,
+    metadata: Mapping[str, str],
+    folder: Path,
 ) -> NodeVerdict:
-    """``main``: the node whose binary holds ``view``'s graph (itself when it is a main context)."""
+    """``main``: the node whose binary holds ``view``'s graph (itself when it is a main context); ``embedded``:
+    that binary's header when embedded (or why it cannot be read)."""
     from epctx.cache.compatibility import validate_for_ep
 
     binary_name = "embedded" if main.embed_mode == 1 else main.cache_path
@@ -242,7 +248,7 @@ def _judge_view(
         return validate_for_ep(ep_name, info, hw)
 
     try:
-        sdk, hardware = _header(main, folder)
+        sdk, hardware = _header(main, embedded, folder)
     except (EPCtxError, OSError) as exc:
         foreign = isinstance(exc, InvalidGraph) and "not an epctx context binary" in str(exc)
         if not foreign or METADATA_PREFIX + ep_name not in metadata:
@@ -258,7 +264,7 @@ def _judge_view(
     return NodeVerdict(view.name, ep_name, binary_name, info, from_metadata, tuple(rows))
 
 
-def _header(view: EPContextNode, folder: Path) -> tuple[str, str]:
+def _header(view: EPContextNode, embedded: tuple[str, str] | str | None, folder: Path) -> tuple[str, str]:
     """(SDK version, hardware) from the node's binary header (main context), else the node's attributes."""
     from epctx.epcontext.container import ContextBinary
     from epctx.epcontext.paths import resolve_context_file
@@ -266,16 +272,17 @@ def _header(view: EPContextNode, folder: Path) -> tuple[str, str]:
     if not view.main_context:
         return view.ep_sdk_version or "", view.hardware_architecture or ""
     if view.embed_mode == 1:
-        where = f"embedded context of EPContext node {view.name!r}"
-        binary = ContextBinary.from_bytes(view.ep_cache_context or b"", where=where)
+        if not isinstance(embedded, tuple):
+            raise InvalidGraph(embedded or f"EPContext node {view.name!r}: its embedded binary was not read")
+        sdk, hardware = embedded
     else:
-        binary = ContextBinary.open(resolve_context_file(folder, view.cache_path, node=view.name))
-    with binary:
-        if view.ep_sdk_version is not None and view.ep_sdk_version != binary.sdk_version:
-            raise InvalidGraph(
-                f"ep_sdk_version {view.ep_sdk_version!r} of the node disagrees with its binary's {binary.sdk_version!r}"
-            )
-        return binary.sdk_version, binary.hardware
+        with ContextBinary.open(resolve_context_file(folder, view.cache_path, node=view.name)) as binary:
+            sdk, hardware = binary.sdk_version, binary.hardware
+    if view.ep_sdk_version is not None and view.ep_sdk_version != sdk:
+        raise InvalidGraph(
+            f"ep_sdk_version {view.ep_sdk_version!r} of the node disagrees with its binary's {sdk!r}"
+        )
+    return sdk, hardware
 
 
 def _devices_for(ep_name: str) -> list[HardwareDevice]:

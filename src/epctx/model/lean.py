@@ -18,14 +18,7 @@ from typing import NamedTuple
 
 from epctx.model.wire import LEN, VARINT, WireError, fields, signed, text, varints
 
-__all__ = [
-    "LeanAttribute",
-    "LeanModel",
-    "LeanNode",
-    "LeanValue",
-    "read_context_model",
-    "read_metadata_and_context_nodes",
-]
+__all__ = ["LeanAttribute", "LeanModel", "LeanNode", "LeanValue", "read_context_model"]
 
 _EP_CONTEXT = ("com.microsoft", "EPContext")
 # IR versions taken here: those of the onnx releases epctx supports (onnx 1.23 writes and checks IR 14);
@@ -141,26 +134,6 @@ def read_context_model(data: bytes | memoryview) -> LeanModel | None:
         return _model(memoryview(data))
     except (WireError, _NotLean, RecursionError):
         return None
-
-
-def read_metadata_and_context_nodes(data: bytes | memoryview) -> tuple[dict[str, str], list[LeanNode]]:
-    """The metadata and the EPContext nodes of any model (its other nodes and its initializers are skipped
-    unread), for compatibility verdicts. Raises WireError on bytes that are not a protobuf message."""
-    metadata: dict[str, str] = {}
-    nodes: list[LeanNode] = []
-    for number, _, value in fields(memoryview(data)):
-        if number == 14:
-            key, val = _entry(_len(value))
-            metadata[key] = val
-        elif number == 7:
-            for field, _, item in fields(_len(value)):
-                if field != 1:
-                    continue
-                try:
-                    nodes.append(_node(_len(item)))
-                except _NotLean:
-                    continue  # not an EPContext node (or one only the full loader reads)
-    return metadata, nodes
 
 
 def _model(buf: memoryview) -> LeanModel:
