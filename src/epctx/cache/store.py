@@ -156,9 +156,7 @@ class ContextCache:
     def entries(self) -> list[CacheEntry]:
         if not self.folder.is_dir():
             return []
-        return [
-            CacheEntry(p) for p in sorted(self.folder.iterdir()) if p.is_dir() and (p / KEY_FILE).exists()
-        ]
+        return [CacheEntry(p) for p in sorted(self.folder.iterdir()) if p.is_dir()]  # committed or not
 
     def prune(self, max_bytes: int | None = None) -> list[str]:
         """Remove stale generations, then whole entries, least recently used first, until the cache holds at
