@@ -14,11 +14,12 @@ binary. The parts are kept beside the context (``key.json``) so that ``epctx cac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from epctx._version import __version__
 if TYPE_CHECKING:
     from epctx.ep.contract import ExecutionProvider
 
-__all__ = ["CACHE_CONFIG_KEYS", "cache_key", "external_data_files"]
+__all__ = ["CACHE_CONFIG_KEYS", "Digests", "cache_key", "external_data_files"]
 
 # Config entries that do not change the binary: the cache's own, and how (not what) the context is written.
 CACHE_CONFIG_KEYS = frozenset({opt.CONTEXT_CACHE, opt.CONTEXT_CACHE_MAX_MB})
@@ -39,15 +40,47 @@ _NOT_IN_KEY = CACHE_CONFIG_KEYS | {
     opt.DISABLE_MODEL_COMPILE,
     opt.FAIL_ON_SUBOPTIMAL_COMPILED_MODEL,
 }
-_CHUNK = 1 << 20
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+class Digests:
+    """SHA-256 of files, remembered in the cache folder (``digests.json``) by what identifies a file's content
+    without reading it: device, inode, size, mtime and ctime in ns (any write changes ctime, which no tool sets
+    back). A file unchanged since it was last hashed is not read again."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.path = folder / "digests.json" if folder is not None else None
+        self.known: dict[str, list[Any]] = {}
+        self.changed = False
+        if self.path is not None:
+            try:
+                loaded = json.loads(self.path.read_text(encoding="utf-8"))
+                self.known = loaded if isinstance(loaded, dict) else {}
+            except (OSError, ValueError):
+                self.known = {}
+
+    def digest(self, path: Path, extra: Callable[[bytes], Any] | None = None) -> tuple[str, Any]:
+        """(the file's SHA-256, ``extra(content)`` computed when the file was hashed)."""
+        stat = os.stat(path)
+        stamp = [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+        name = str(path.resolve())
+        known = self.known.get(name)
+        if isinstance(known, list) and len(known) == 7 and known[:5] == stamp:
+            return str(known[5]), known[6]
+        data = path.read_bytes()
+        found = (hashlib.sha256(data).hexdigest(), extra(data) if extra is not None else None)
+        self.known[name] = [*stamp, *found]
+        self.changed = True
+        return found
+
+    def save(self) -> None:
+        if self.path is None or not self.changed:
+            return
+        from epctx.epcontext.files import write_file_atomic
+
+        text = json.dumps(self.known, sort_keys=True).encode()
+        with contextlib.suppress(OSError):  # a cache of digests: losing it costs a hash, nothing else
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_file_atomic(self.path, lambda write: write(text), what="cache digests")
 
 
 def external_data_files(data: memoryview) -> list[str]:
@@ -69,12 +102,22 @@ def external_data_files(data: memoryview) -> list[str]:
     return list(found)
 
 
-def _source_parts(data: bytes, folder: Path | None) -> dict[str, Any]:
+def _source_parts(
+    source: str | os.PathLike[str] | bytes, external_folder: Path | None, digests: Digests
+) -> dict[str, Any]:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        model, locations = hashlib.sha256(data).hexdigest(), external_data_files(memoryview(data))
+        folder = external_folder
+    else:
+        path = Path(source)
+        model, locations = digests.digest(path, lambda data: external_data_files(memoryview(data)))
+        folder = external_folder or path.resolve().parent
     external = {}
-    for location in external_data_files(memoryview(data)):
-        path = (folder or Path.cwd()) / location
-        external[location] = _file_digest(path) if path.is_file() else "missing"
-    return {"model": hashlib.sha256(data).hexdigest(), "external_data": external}
+    for location in locations:
+        file = (folder or Path.cwd()) / location
+        external[location] = digests.digest(file)[0] if file.is_file() else "missing"
+    return {"model": model, "external_data": external}
 
 
 def _provider_parts(ep: ExecutionProvider) -> dict[str, Any]:
@@ -125,24 +168,21 @@ def _machine_parts() -> dict[str, Any]:
 
 
 def cache_key(
-    data: bytes, folder: Path | None, providers: Sequence[ExecutionProvider], options: opt.SessionOptions
+    source: str | os.PathLike[str] | bytes,
+    providers: Sequence[ExecutionProvider],
+    options: opt.SessionOptions,
+    digests: Digests,
 ) -> tuple[str, Mapping[str, Any]]:
-    """(the key, its parts) of a session over the model ``data`` (its external data beside it, in ``folder``)."""
+    """(the key, its parts) of a session over ``source`` (a path: external data beside it; bytes: in
+    ``session.model_external_initializers_file_folder_path``)."""
     external_folder = options.config.get(opt.EXTERNAL_INITIALIZERS_FOLDER)
     parts = {
         "epctx": __version__,
-        "source": _source_parts(data, Path(external_folder) if external_folder else folder),
+        "source": _source_parts(source, Path(external_folder) if external_folder else None, digests),
         "providers": [_provider_parts(ep) for ep in providers],
         "session": _session_parts(options),
         "this_machine": _machine_parts(),
     }
+    digests.save()
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32], parts
-
-
-def source_bytes(source: str | os.PathLike[str] | bytes) -> tuple[bytes, Path | None]:
-    """The model's bytes and its folder (None for bytes)."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return bytes(source), None
-    path = Path(source)
-    return path.read_bytes(), path.resolve().parent

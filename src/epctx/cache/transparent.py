@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx.cache.key import cache_key, source_bytes
+from epctx.cache.key import Digests, cache_key
 from epctx.cache.store import CONTEXT_NAME, CacheEntry, ContextCache
 from epctx.errors import InvalidArgument
 
@@ -31,7 +31,7 @@ __all__ = ["through_cache"]
 
 logger = logging.getLogger("epctx")
 
-Compile = Callable[[opt.SessionOptions, bytes], None]
+Compile = Callable[[opt.SessionOptions], None]
 
 
 def through_cache(
@@ -40,20 +40,19 @@ def through_cache(
     options: opt.SessionOptions,
     compile_into: Compile,
 ) -> Path | None:
-    """The cached context model to load for this session, or None once ``compile_into(options, data)`` has
+    """The cached context model to load for this session, or None once ``compile_into(options)`` has
     compiled (and the session served) a new generation, or found nothing to compile."""
     config = options.config
-    data, folder = source_bytes(source)
     started = time.perf_counter()
-    key, parts = cache_key(data, folder, providers, options)
     cache = ContextCache(config[opt.CONTEXT_CACHE])
+    key, parts = cache_key(source, providers, options, Digests(cache.folder))
     entry = cache.entry(key)
     hit = _usable(entry)
     if hit is None:
         with entry.locked():
             hit = _usable(entry)  # another process may have compiled it while this one waited
             if hit is None:
-                _compile(entry, parts, options, data, compile_into)
+                _compile(entry, parts, options, compile_into)
         if hit is None:
             _bound(cache, config)  # after the key's lock: pruning takes each key's lock in turn
             return None
@@ -88,7 +87,6 @@ def _compile(
     entry: CacheEntry,
     parts: Mapping[str, Any],
     options: opt.SessionOptions,
-    data: bytes,
     compile_into: Compile,
 ) -> None:
     generation = entry.new_generation()
@@ -105,7 +103,7 @@ def _compile(
         },
     )
     try:
-        compile_into(derived, data)
+        compile_into(derived)
     except BaseException:
         shutil.rmtree(generation, ignore_errors=True)
         raise

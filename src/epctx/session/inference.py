@@ -100,9 +100,9 @@ class InferenceSession:
     def _through_cache(self, source: str | os.PathLike[str] | bytes, loading: str) -> Path | None:
         from epctx.cache.transparent import through_cache
 
-        def compile_into(derived: opt.SessionOptions, data: bytes) -> None:
+        def compile_into(derived: opt.SessionOptions) -> None:
             with self._options_as(derived):
-                self._create_full(source, loading, data)
+                self._create_full(source, loading, None)
 
         return through_cache(source, self._providers, self._options, compile_into)
 
