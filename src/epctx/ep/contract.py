@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from epctx.ep.compatibility import CompatibilityVerdict, DeviceIncompatibility
     from epctx.ep.context_io import ContextReader, ContextWriter
     from epctx.ep.context_node import EPContextNode
-    from epctx.ep.devices import HardwareDevice
     from epctx.ep.payloads import PayloadInfo
 
 __all__ = [
@@ -142,19 +141,17 @@ class ExecutionProvider(abc.ABC):
         return f"sdk={self.sdk_version()};hardware={self.hardware()}"
 
     @classmethod
-    def validate_compatibility_info(
-        cls, info: str, devices: Sequence[HardwareDevice]
-    ) -> CompatibilityVerdict:
+    def validate_compatibility_info(cls, info: str, devices: Sequence[Any]) -> CompatibilityVerdict:
         """Optional: judge a string written by :meth:`compatibility_info` against ``devices`` (empty: the
         device this process would run it on), from the string alone: no backend import, no payload read
-        (onnxruntime's ``ValidateCompiledModelCompatibilityInfo``). The default knows nothing:
+        (onnxruntime's ``ValidateCompiledModelCompatibilityInfo``; ``devices``: ``epctx.ep.HardwareDevice``). The default knows nothing:
         ``EP_NOT_APPLICABLE``, as in onnxruntime."""
         from epctx.ep.compatibility import CompatibilityVerdict
 
         return CompatibilityVerdict.not_applicable(f"{cls.name} does not judge compatibility strings")
 
     @classmethod
-    def device_incompatibility(cls, device: HardwareDevice) -> DeviceIncompatibility:
+    def device_incompatibility(cls, device: Any) -> DeviceIncompatibility:
         """Optional: why this EP cannot use ``device`` (onnxruntime's
         ``GetHardwareDeviceIncompatibilityDetails``); the default reports no known incompatibility."""
         from epctx.ep.compatibility import DeviceIncompatibility

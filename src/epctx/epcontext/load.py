@@ -109,11 +109,11 @@ class ContextLoader:
             raise InvalidGraph(f"{where}: {ep.name} failed to load graph {graph_name!r}: {exc}") from exc
 
     def _judge(self, ep: ExecutionProvider, binary: ContextBinary, where: str) -> None:
-        """The EP's compatibility verdict on the node (``cache/verdicts.py``), before its EP loads anything:
+        """The EP's compatibility verdict on the node (``ep/compatibility.py``), before its EP loads anything:
         UNSUPPORTED refuses the model, PREFER_RECOMPILATION warns (or refuses, as onnxruntime does, with
         ``session.fail_on_suboptimal_compiled_model=1``). The message is ``epctx check``'s explanation."""
-        from epctx.cache.verdicts import judge_node, node_info
         from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat
+        from epctx.ep.compatibility import judge_node, node_info
 
         info, from_metadata = node_info(ep.name, self._metadata, binary.sdk_version, binary.hardware)
         verdict = judge_node(
