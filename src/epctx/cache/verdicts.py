@@ -13,9 +13,9 @@ whose message is the verdict's explanation; ``EP_SUPPORTED_PREFER_RECOMPILATION`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from epctx.ep.compatibility import (
     METADATA_PREFIX,
@@ -30,18 +30,8 @@ if TYPE_CHECKING:
     from epctx.ep.context_node import EPContextNode
     from epctx.ep.devices import HardwareDevice
 
-__all__ = [
-    "DeviceVerdict",
-    "ModelVerdict",
-    "NodeVerdict",
-    "Validator",
-    "check_model",
-    "judge_node",
-    "node_info",
-]
+__all__ = ["DeviceVerdict", "ModelVerdict", "NodeVerdict", "check_model", "device_label"]
 
-_T = TypeVar("_T")
-Validator = Callable[[str, Sequence["HardwareDevice"]], CompatibilityVerdict]
 _FINDINGS = (
     OrtCompiledModelCompatibility.EP_SUPPORTED_PREFER_RECOMPILATION,
     OrtCompiledModelCompatibility.EP_UNSUPPORTED,
