@@ -17,6 +17,9 @@ LAYERS = [
     {"partition"},
     {"epcontext"},
     {"providers"},
+    {
+        "cache"
+    },  # compatibility verdicts over every EP, the transparent cache (epcontext's files, providers' EPs)
     {"session"},
     {"compiler", "backend"},
     {"__init__"},  # the public face; the command line is built on it

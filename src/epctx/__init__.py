@@ -20,8 +20,19 @@ from epctx.options import ExecutionMode, GraphOptimizationLevel, RunOptions, Ses
 if TYPE_CHECKING:
     import os
 
+    from epctx.cache.compatibility import (
+        get_compatibility_info_from_model,
+        get_compatibility_info_from_model_bytes,
+        get_hardware_device_ep_incompatibility_details,
+        get_model_compatibility_for_ep_devices,
+    )
     from epctx.compiler import CompileFlags, ExternalInitializerInfo, ModelCompiler
     from epctx.compiler import CompileFlags as OrtCompileApiFlags
+    from epctx.ep.compatibility import (
+        CompatibilityVerdict,
+        OrtCompiledModelCompatibility,
+        OrtDeviceEpIncompatibilityReason,
+    )
     from epctx.ep.devices import EpDevice as OrtEpDevice
     from epctx.ep.devices import ExecutionProviderDevicePolicy as OrtExecutionProviderDevicePolicy
     from epctx.ep.devices import HardwareDevice as OrtHardwareDevice
@@ -68,6 +79,14 @@ __all__ = [
     "get_ep_devices",
     "register_execution_provider_library",
     "unregister_execution_provider_library",
+    # compiled model compatibility (onnxruntime's names)
+    "CompatibilityVerdict",
+    "OrtCompiledModelCompatibility",
+    "OrtDeviceEpIncompatibilityReason",
+    "get_compatibility_info_from_model",
+    "get_compatibility_info_from_model_bytes",
+    "get_hardware_device_ep_incompatibility_details",
+    "get_model_compatibility_for_ep_devices",
 ]
 
 from epctx._version import __version__ as __version__
@@ -99,6 +118,18 @@ _LAZY = {
     "OrtExecutionProviderDevicePolicy": "epctx.ep.devices:ExecutionProviderDevicePolicy",
     "OrtHardwareDevice": "epctx.ep.devices:HardwareDevice",
     "OrtHardwareDeviceType": "epctx.ep.devices:HardwareDeviceType",
+    "CompatibilityVerdict": "epctx.ep.compatibility",
+    "OrtCompiledModelCompatibility": "epctx.ep.compatibility",
+    "OrtDeviceEpIncompatibilityReason": "epctx.ep.compatibility",
+    **{
+        name: "epctx.cache.compatibility"
+        for name in (
+            "get_compatibility_info_from_model",
+            "get_compatibility_info_from_model_bytes",
+            "get_hardware_device_ep_incompatibility_details",
+            "get_model_compatibility_for_ep_devices",
+        )
+    },
 }
 
 

@@ -211,7 +211,7 @@ def test_code_for_missing_cpu_features_is_refused_naming_them(tmp_path: Path) ->
     assert hardware.startswith("x86_64-unknown-linux-gnu;") and "amx-tile" in hardware.split(";")[1].split(
         ","
     )
-    with pytest.raises(epctx.InvalidGraph, match="CPU features this CPU lacks: amx-tile"):
+    with pytest.raises(epctx.InvalidGraph, match="UNSUPPORTED: needs amx-tile which this CPU lacks"):
         epctx.InferenceSession(str(ctx), providers=[EP])
 
 
@@ -240,7 +240,9 @@ def test_virtual_device_cross_compiles_a_model_refused_here(tmp_path: Path) -> N
         if a.type == onnx.AttributeProto.STRING and a.name != "ep_cache_context"
     }
     assert attrs["hardware_architecture"].startswith("aarch64-unknown-linux-gnu;")
-    with pytest.raises(epctx.InvalidGraph, match="compiled for 'aarch64-unknown-linux-gnu'"):
+    with pytest.raises(
+        epctx.InvalidGraph, match="UNSUPPORTED: compiled for aarch64-unknown-linux-gnu, this CPU is x86_64"
+    ):
         epctx.InferenceSession(str(tmp_path / "arm_ctx.onnx"), providers=[EP])
 
 

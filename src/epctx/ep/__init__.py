@@ -13,6 +13,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from epctx.ep.alignment import align, same_bytes
+from epctx.ep.compatibility import (
+    CompatibilityVerdict,
+    DeviceIncompatibility,
+    OrtCompiledModelCompatibility,
+    OrtDeviceEpIncompatibilityReason,
+    format_info,
+    installed_version,
+    parse_info,
+)
 from epctx.ep.context_io import (
     BinaryFile,
     BinaryLayout,
@@ -91,6 +100,14 @@ __all__ = [
     "HardwareDeviceType",
     "ExecutionProviderDevicePolicy",
     "VIRTUAL_METADATA_KEY",
+    # compatibility verdicts (onnxruntime's names)
+    "CompatibilityVerdict",
+    "DeviceIncompatibility",
+    "OrtCompiledModelCompatibility",
+    "OrtDeviceEpIncompatibilityReason",
+    "format_info",
+    "parse_info",
+    "installed_version",
     # recognising an EP's own context payloads (epctx inspect)
     "PayloadInfo",
     "PayloadEntry",

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx_ir as ir
 
+    from epctx.ep.compatibility import CompatibilityVerdict, DeviceIncompatibility
     from epctx.ep.context_io import ContextReader, ContextWriter
     from epctx.ep.context_node import EPContextNode
     from epctx.ep.payloads import PayloadInfo
@@ -134,8 +135,28 @@ class ExecutionProvider(abc.ABC):
         return ""
 
     def compatibility_info(self) -> str:
-        """Written as model metadata ``ep_compatibility_info.<name>``."""
+        """Written at compile as model metadata ``ep_compatibility_info.<name>`` (onnxruntime's
+        ``GetCompiledModelCompatibilityInfo``): what :meth:`validate_compatibility_info` needs to judge the
+        binaries later (SDK version, target, the options that change the code)."""
         return f"sdk={self.sdk_version()};hardware={self.hardware()}"
+
+    @classmethod
+    def validate_compatibility_info(cls, info: str, devices: Sequence[Any]) -> CompatibilityVerdict:
+        """Optional: judge a string written by :meth:`compatibility_info` against ``devices`` (empty: the
+        device this process would run it on), from the string alone: no backend import, no payload read
+        (onnxruntime's ``ValidateCompiledModelCompatibilityInfo``; ``devices``: ``epctx.ep.HardwareDevice``). The default knows nothing:
+        ``EP_NOT_APPLICABLE``, as in onnxruntime."""
+        from epctx.ep.compatibility import CompatibilityVerdict
+
+        return CompatibilityVerdict.not_applicable(f"{cls.name} does not judge compatibility strings")
+
+    @classmethod
+    def device_incompatibility(cls, device: Any) -> DeviceIncompatibility:
+        """Optional: why this EP cannot use ``device`` (onnxruntime's
+        ``GetHardwareDeviceIncompatibilityDetails``); the default reports no known incompatibility."""
+        from epctx.ep.compatibility import DeviceIncompatibility
+
+        return DeviceIncompatibility()
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         """Why a binary made with ``sdk_version`` for ``hardware`` cannot load here (None: it can).

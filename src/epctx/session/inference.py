@@ -6,7 +6,8 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
@@ -66,6 +67,13 @@ class InferenceSession:
         with _span(profiler, "session_initialization"):
             self._providers = _resolve_providers(providers, provider_options, options, source)
             loading = "model_loading_array" if isinstance(source, (bytes, bytearray)) else "model_loading_uri"
+            if config.get(opt.CONTEXT_CACHE):  # the transparent cache: load what it holds, or compile into it
+                cached = self._through_cache(source, loading)
+                if cached is None:
+                    return
+                source = str(cached)
+                options = opt.with_config(options, {opt.CONTEXT_CACHE: None, opt.EP_CONTEXT_ENABLE: None})
+                config = options.config
             data: bytes | None = None
             if _lean_allowed(options):
                 from epctx.session.lean import LeanSession, open_lean
@@ -77,7 +85,26 @@ class InferenceSession:
                     self._use_lean(lean)
                     return
                 data = lean
-            self._create_full(source, loading, data)
+            with self._options_as(options):
+                self._create_full(source, loading, data)
+
+    @contextlib.contextmanager
+    def _options_as(self, options: opt.SessionOptions) -> Iterator[None]:
+        """Create with ``options`` (derived from the user's, who keeps theirs in get_session_options)."""
+        user, self._options = self._options, options
+        try:
+            yield
+        finally:
+            self._options = user
+
+    def _through_cache(self, source: str | os.PathLike[str] | bytes, loading: str) -> Path | None:
+        from epctx.cache.transparent import through_cache
+
+        def compile_into(derived: opt.SessionOptions) -> None:
+            with self._options_as(derived):
+                self._create_full(source, loading, None)
+
+        return through_cache(source, self._providers, self._options, compile_into)
 
     def _create_full(self, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from epctx._version import __version__
-from epctx.ep import CompiledPartition, ExecutionProvider, Option, Partition, parse_options
+from epctx.ep import (
+    CompatibilityVerdict,
+    CompiledPartition,
+    ExecutionProvider,
+    Option,
+    OrtCompiledModelCompatibility,
+    Partition,
+    parse_info,
+    parse_options,
+)
 from epctx.providers.example.interpreter import CompiledProgram
 from epctx.providers.example.ops import SUPPORTED_OPS
 from epctx.providers.example.program import PROGRAM_VERSION, WEIGHT_DTYPES, Program
@@ -26,7 +35,7 @@ from epctx.providers.example.program import PROGRAM_VERSION, WEIGHT_DTYPES, Prog
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep import ContextReader, ContextWriter, EPContextNode
+    from epctx.ep import ContextReader, ContextWriter, EPContextNode, HardwareDevice
 
 __all__ = ["SUPPORTED_OPS", "ExampleExecutionProvider"]
 
@@ -71,15 +80,16 @@ class ExampleExecutionProvider(ExecutionProvider):
         return f"{_SDK_PREFIX}{__version__}{_PROGRAM_TAG}{PROGRAM_VERSION}"
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
-        # Binaries hold a program, not machine code: any epctx that reads the same program version loads it.
-        head, tag, version = sdk_version.rpartition(_PROGRAM_TAG)
-        if not tag or not head.startswith(_SDK_PREFIX):
-            return f"SDK version {sdk_version!r} is not an example EP program version"
-        if version != str(PROGRAM_VERSION):
-            return f"program format {version!r}, this {self.name} runs format {PROGRAM_VERSION}"
-        if hardware != self.hardware():
-            return f"hardware {hardware!r}, this {self.name} makes portable binaries ('')"
-        return None
+        verdict = _verdict(self.name, sdk_version, hardware)
+        usable = verdict.status <= OrtCompiledModelCompatibility.EP_SUPPORTED_OPTIMAL
+        return None if usable else "; ".join(verdict.reasons)
+
+    @classmethod
+    def validate_compatibility_info(
+        cls, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        fields = parse_info(info)
+        return _verdict(cls.name, fields.get("sdk", ""), fields.get("hardware", ""))
 
     def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
         compiled = cast(CompiledProgram, compiled)  # the framework checks compiled_type
@@ -99,3 +109,28 @@ class ExampleExecutionProvider(ExecutionProvider):
             for j, spec in enumerate(program.weights)
         ]
         return CompiledProgram(program, weights, where=where)
+
+
+def _verdict(ep_name: str, sdk_version: str, hardware: str) -> CompatibilityVerdict:
+    """Binaries hold a program, not machine code: any epctx that reads the same program version loads them, on
+    any device."""
+    head, tag, version = sdk_version.rpartition(_PROGRAM_TAG)
+    if not tag or not head.startswith(_SDK_PREFIX):
+        return CompatibilityVerdict.unsupported(
+            f"SDK version {sdk_version!r} is not an example EP program version"
+        )
+    if version != str(PROGRAM_VERSION):
+        return CompatibilityVerdict.unsupported(
+            f"program format {version!r}, this {ep_name} runs format {PROGRAM_VERSION}",
+            advice="recompile the context from its source model with this epctx",
+        )
+    if hardware:
+        return CompatibilityVerdict.unsupported(
+            f"hardware {hardware!r}, this {ep_name} makes portable binaries ('')"
+        )
+    made_by = head.removeprefix(_SDK_PREFIX)
+    if made_by != __version__:
+        return CompatibilityVerdict.optimal(
+            f"made by epctx {made_by}, this is {__version__}: the program format {version} is the same"
+        )
+    return CompatibilityVerdict.optimal()

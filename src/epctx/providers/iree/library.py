@@ -12,11 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from epctx.providers.iree import EP_NAME, EP_VENDOR
+from epctx.providers.iree import EP_NAME, EP_VENDOR, compatibility
 from epctx.providers.iree.devices import supported_devices, virtual_devices
 
 if TYPE_CHECKING:
-    from epctx.ep import EpDevice, ExecutionProvider, HardwareDevice
+    from epctx.ep import (
+        CompatibilityVerdict,
+        DeviceIncompatibility,
+        EpDevice,
+        ExecutionProvider,
+        HardwareDevice,
+    )
 
 __all__ = ["IREEFactory", "create_ep_factories"]
 
@@ -38,6 +44,16 @@ class IREEFactory:
         if self.allow_virtual:
             devices += virtual_devices(EP_NAME, EP_VENDOR)
         return devices
+
+    # The optional verdict hooks of a plugin factory (onnxruntime's ValidateCompiledModelCompatibilityInfo and
+    # GetHardwareDeviceIncompatibilityDetails): a virtual device is judged as the CPU its target names.
+    def validate_compatibility_info(
+        self, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        return compatibility.validate(info, devices)
+
+    def device_incompatibility(self, device: HardwareDevice) -> DeviceIncompatibility:
+        return compatibility.device_incompatibility(device)
 
     def create_ep(self, ep_devices: Sequence[EpDevice], ep_options: Mapping[str, str]) -> ExecutionProvider:
         from epctx.errors import InvalidArgument

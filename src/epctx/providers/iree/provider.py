@@ -13,15 +13,15 @@ for another triple or one needing features this CPU lacks, naming them.
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from epctx.ep import CompiledPartition, ExecutionProvider, Partition, initializer_array, is_ep_context
 from epctx.errors import EPFail, InvalidGraph
+from epctx.providers.iree import compatibility
+from epctx.providers.iree.compatibility import iree_version
 from epctx.providers.iree.context import read_meta, write_entries
 from epctx.providers.iree.options import parse
 from epctx.providers.iree.params import Parameters
@@ -31,7 +31,14 @@ from epctx.providers.iree.targets import missing_features
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep import ContextReader, ContextWriter, EPContextNode
+    from epctx.ep import (
+        CompatibilityVerdict,
+        ContextReader,
+        ContextWriter,
+        DeviceIncompatibility,
+        EPContextNode,
+        HardwareDevice,
+    )
     from epctx.providers.iree.capability import Verdict
     from epctx.providers.iree.compile import CompileResult
 
@@ -45,36 +52,6 @@ logger = logging.getLogger("epctx")
 CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
     "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))"
 )
-
-
-@functools.cache
-def iree_version() -> str:
-    """The installed IREE runtime's version, as its package metadata gives it; nothing of IREE is imported.
-
-    Read from the name of the runtime's ``<name>-<version>.dist-info`` folder beside the ``iree`` package (the
-    layout every wheel installs; ``importlib.metadata`` costs a few ms of imports on the load path), else from
-    ``importlib.metadata``."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("iree")
-    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
-    for folder in locations:
-        try:
-            names = os.listdir(os.path.dirname(folder))
-        except OSError:
-            continue
-        for dist in ("iree_base_runtime-", "iree_runtime-"):
-            found = sorted(n for n in names if n.startswith(dist) and n.endswith(".dist-info"))
-            if len(found) == 1:
-                return found[0][len(dist) : -len(".dist-info")]
-    from importlib import metadata
-
-    for name in ("iree-base-runtime", "iree-runtime"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown"
 
 
 class IREEExecutionProvider(ExecutionProvider):
@@ -179,6 +156,20 @@ class IREEExecutionProvider(ExecutionProvider):
 
     def hardware(self) -> str:
         return self.target.hardware()
+
+    def compatibility_info(self) -> str:
+        c = self.config
+        return compatibility.compatibility_info(self.target, c.opt_level, c.channels_last, c.compile_flags)
+
+    @classmethod
+    def validate_compatibility_info(
+        cls, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        return compatibility.validate(info, devices)
+
+    @classmethod
+    def device_incompatibility(cls, device: HardwareDevice) -> DeviceIncompatibility:
+        return compatibility.device_incompatibility(device)
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         if sdk_version != self.sdk_version():

@@ -28,6 +28,7 @@ from epctx.ep import (
     target_binary,
 )
 from epctx.errors import EPFail, InvalidGraph
+from epctx.providers.openvino import compatibility
 from epctx.providers.openvino.compiled import CompiledOpenVINO
 from epctx.providers.openvino.context import exported_blob, read_meta, shared_tensor, write_entries
 from epctx.providers.openvino.options import OpenVINOOptions, parse_options
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
     # Loading a context model imports only what import_model needs: the capability and ONNX-bridge modules (onnx,
     # onnx-ir, OpenVINO's ONNX frontend) are imported by get_capability / compile.
-    from epctx.ep import ContextReader, ContextWriter, WeightsFile
+    from epctx.ep import CompatibilityVerdict, ContextReader, ContextWriter, HardwareDevice, WeightsFile
 
 __all__ = ["OpenVINOExecutionProvider", "shared_core"]
 
@@ -182,6 +183,18 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         if self._hardware is None:
             self._hardware = device_hardware(self.config.device)
         return self._hardware
+
+    def compatibility_info(self) -> str:
+        c = self.config
+        return compatibility.compatibility_info(
+            self.sdk_version(), c.device, self.hardware(), c.precision, c.weightless
+        )
+
+    @classmethod
+    def validate_compatibility_info(
+        cls, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        return compatibility.validate(info, devices)
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         if sdk_version != self.sdk_version():
