@@ -2,7 +2,8 @@
 
 An execution provider implements :class:`ExecutionProvider` (capability, then compile or per-node kernels, and
 for the EP context cache ``save_partition`` / ``load_partition``) against the values the framework hands it:
-a :class:`Partition` of the graph, a :class:`ContextWriter` to save into, a :class:`ContextReader` to load
+a :class:`CapabilityContext` (returning a :class:`Capability`), a :class:`Partition` of the graph and a
+:class:`CompileContext` to compile with, a :class:`ContextWriter` to save into, a :class:`ContextReader` to load
 from, and the :class:`EPContextNode` being loaded. Everything else (partitioning, files, names, checksums,
 identities, sharing, devices) is the framework's.
 """
@@ -13,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from epctx.ep.alignment import align, same_bytes
+from epctx.ep.compiling import Capability, CapabilityContext, CompileContext, CompileGuard
 from epctx.ep.context_io import (
     BinaryFile,
     BinaryLayout,
@@ -42,7 +44,6 @@ from epctx.ep.devices import (
 from epctx.ep.documents import dump_document, load_document
 from epctx.ep.memory import release_pages
 from epctx.ep.options import Option, parse_options
-from epctx.ep.target import target_binary
 
 if TYPE_CHECKING:
     from epctx.ep.onnx_export import partition_model
@@ -72,6 +73,10 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     # the contract
     "ExecutionProvider",
+    "Capability",
+    "CapabilityContext",
+    "CompileContext",
+    "CompileGuard",
     "Partition",
     "CompiledPartition",
     "Kernel",
@@ -112,7 +117,6 @@ __all__ = [
     "DOMAIN",
     "OP_TYPE",
     "OPSET_VERSION",
-    "target_binary",
     "dump_document",
     "load_document",
     "align",

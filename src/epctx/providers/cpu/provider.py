@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from epctx.ep import ExecutionProvider, Kernel, NodeContext, opset_of
+from epctx.ep import Capability, CapabilityContext, ExecutionProvider, Kernel, NodeContext, opset_of
 from epctx.errors import InvalidArgument, NotImplemented
 from epctx.providers.cpu import blas
 
@@ -30,9 +30,11 @@ class CPUExecutionProvider(ExecutionProvider):
     def run_scope(self) -> contextlib.AbstractContextManager[Any] | None:
         return blas.thread_limit(self._threads) if self._threads else None
 
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
         blas.settle()  # Conv, RNN, Einsum... call BLAS too: not while a backend the user imported still forks
-        return [n for n in graph if self.supports(n, opset_imports)]
+        return Capability(tuple(n for n in graph if self.supports(n, opset_imports)))
 
     def supports(self, node: ir.Node, opset_imports: Mapping[str, int]) -> bool:
         from epctx.providers.cpu.reference import has_reference

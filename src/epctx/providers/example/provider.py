@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from epctx._version import __version__
-from epctx.ep import CompiledPartition, ExecutionProvider, Option, Partition, parse_options
+from epctx.ep import (
+    Capability,
+    CapabilityContext,
+    CompileContext,
+    CompiledPartition,
+    ExecutionProvider,
+    Option,
+    Partition,
+    parse_options,
+)
 from epctx.providers.example.interpreter import CompiledProgram
 from epctx.providers.example.ops import SUPPORTED_OPS
 from epctx.providers.example.program import PROGRAM_VERSION, WEIGHT_DTYPES, Program
@@ -55,16 +64,22 @@ class ExampleExecutionProvider(ExecutionProvider):
         self.ops = config.ops or frozenset(SUPPORTED_OPS)
 
     # -- capability -----------------------------------------------------------------------------------
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
         from epctx.providers.example.capability import supported_nodes
 
-        return supported_nodes(graph, opset_imports, self.ops)
+        return Capability(tuple(supported_nodes(graph, opset_imports, self.ops)))
 
     # -- compile --------------------------------------------------------------------------------------
-    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+    def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
         from epctx.providers.example.lowering import lower_partition
 
-        return [lower_partition(p) for p in partitions]
+        compiled: list[CompiledPartition] = []
+        for partition in partitions:
+            compiled.append(lower_partition(partition))
+            ctx.progress(partition)
+        return compiled
 
     # -- EP context cache -----------------------------------------------------------------------------
     def sdk_version(self) -> str:
