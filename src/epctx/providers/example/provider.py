@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from epctx._version import __version__
 from epctx.ep import (
+    EPCTX_VERSION,
     Capability,
     CapabilityContext,
     CompileContext,
@@ -83,7 +83,7 @@ class ExampleExecutionProvider(ExecutionProvider):
 
     # -- EP context cache -----------------------------------------------------------------------------
     def sdk_version(self) -> str:
-        return f"{_SDK_PREFIX}{__version__}{_PROGRAM_TAG}{PROGRAM_VERSION}"
+        return f"{_SDK_PREFIX}{EPCTX_VERSION}{_PROGRAM_TAG}{PROGRAM_VERSION}"
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         # Binaries hold a program, not machine code: any epctx that reads the same program version loads it.

@@ -56,9 +56,9 @@ def shared_core() -> Any:
     if _CORE is None:
         with _CORE_LOCK:
             if _CORE is None:
-                from epctx.providers.cpu.blas import backend_import
+                from epctx.ep import backend_import
 
-                with backend_import("openvino"):  # its telemetry forks: see providers/cpu/blas.py
+                with backend_import("openvino"):  # its telemetry forks: see epctx/ep/blas.py
                     import openvino as ov
 
                 _CORE = ov.Core()
