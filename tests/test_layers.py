@@ -15,13 +15,14 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
 # Lowest first (docs/architecture.md, "Layers"). A module's layer is that of its first path component under epctx/.
 LAYERS = [
-    {"_version", "_hooks", "_warnings", "errors", "options"},
+    {"_version", "_warnings", "errors", "options"},
     {"capi"},  # onnxruntime's exception-module path (epctx.capi.onnxruntime_pybind11_state) over errors
     {"model"},
     {"ep", "optimize"},
     {"partition"},
     {"epcontext"},
     {"providers"},
+    {"tools"},  # inspect and payload recognition: they ask the providers' registry
     {"session"},
     {"compiler", "backend"},
     {"__init__"},  # the public face
