@@ -40,8 +40,8 @@ class GraphPartitioner:
         # After partition(): node -> [(EP name, why it declined the node)] for nodes that EPs declined with a
         # reason (``Capability.declined``) before another EP took them (or none did).
         self.declined: dict[ir.Node, list[tuple[str, str]]] = {}
-        # After partition(): EP -> the ``Capability.artefacts`` it returned (for its compile), when not None.
-        self.artefacts: dict[ExecutionProvider, object] = {}
+        # After partition(): id(EP) -> the ``Capability.artefacts`` it returned (for its compile), when not None.
+        self.artefacts: dict[int, object] = {}
 
     def partition(
         self,
@@ -74,7 +74,7 @@ class GraphPartitioner:
             mine: list[int] = []
             capability = ask_capability(ep, graph, opset_imports, ctx)
             if capability.artefacts is not None:
-                self.artefacts[ep] = capability.artefacts
+                self.artefacts[id(ep)] = capability.artefacts
             for node in capability.claimed:
                 claimed = index.get(node)
                 if claimed is None:

@@ -23,23 +23,19 @@ from epctx.partition import Unit
 from epctx.session.compile_guard import NO_COMPILE_ENV, no_compile
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
 
-__all__ = [
-    "NO_COMPILE_ENV",
-    "CompileSetup",
-    "StepBuilder",
-    "no_compile",
-]  # the guard's names, kept for callers
+# NO_COMPILE_ENV, no_compile: the guard's names, kept for callers
+__all__ = ["NO_COMPILE_ENV", "CompileSetup", "StepBuilder", "no_compile"]
 
 logger = logging.getLogger("epctx")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CompileSetup:
-    """What a session's compile stage is given: the guard, each EP's capability artefacts, and where the
-    partitions will be saved (EP -> the sharing group's binary; None: not into a sharing group)."""
+    """What a session's compile stage is given: the guard, each EP's capability artefacts (by ``id(ep)``), and
+    where the partitions will be saved (EP -> the sharing group's binary; None: not into a sharing group)."""
 
     guard: CompileGuard = dataclasses.field(default_factory=CompileGuard)
-    artefacts: Mapping[ExecutionProvider, object] = dataclasses.field(default_factory=dict)
+    artefacts: Mapping[int, object] = dataclasses.field(default_factory=dict)
     target: Callable[[ExecutionProvider], BinaryLayout | None] | None = None
 
 
@@ -62,7 +58,7 @@ class StepBuilder:
         one call, through the single compile point (the guard first). Returns (compiled now, loaded from
         context), each by unit index."""
         loaded: dict[int, CompiledPartition] = {}
-        by_ep: dict[ExecutionProvider, list[int]] = {}
+        by_ep: dict[int, list[int]] = {}
         for k, unit in enumerate(units):
             if unit.partition is None:
                 continue
@@ -72,12 +68,13 @@ class StepBuilder:
                 with self.phase("context_load", unit.nodes[0].name or unit.partition.name, unit.ep.name):
                     loaded[k] = loader.load(unit.ep, unit.nodes[0], unit.partition)
             else:
-                by_ep.setdefault(unit.ep, []).append(k)
+                by_ep.setdefault(id(unit.ep), []).append(k)
         setup = compiling or CompileSetup()
         compiled: dict[int, CompiledPartition] = {}
         total = sum(len(ks) for ks in by_ep.values())
         done = [0]
-        for ep, ks in by_ep.items():
+        for ks in by_ep.values():
+            ep = units[ks[0]].ep
             parts = [part for k in ks if (part := units[k].partition) is not None]
             results = compile_partitions(ep, parts, self._context(ep, setup, total, done))
             compiled.update(zip(ks, results))
@@ -102,7 +99,7 @@ class StepBuilder:
         target = setup.target
         return CompileContext(
             guard=setup.guard,
-            artefacts=setup.artefacts.get(ep),
+            artefacts=setup.artefacts.get(id(ep)),
             progress=progress,
             target=_no_target if target is None else functools.partial(target, ep),
         )

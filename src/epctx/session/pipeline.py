@@ -37,8 +37,8 @@ class Pipeline:
     # node name -> {EP name: why that EP declined it} (the node runs on a later EP)
     declined: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     guard: CompileGuard = dataclasses.field(default_factory=CompileGuard)
-    # EP -> its Capability.artefacts, handed to its compile (then dropped: they may hold compiled code)
-    artefacts: dict[ExecutionProvider, object] = dataclasses.field(default_factory=dict)
+    # id(EP) -> its Capability.artefacts, handed to its compile (then dropped: they may hold compiled code)
+    artefacts: dict[int, object] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def partition(
