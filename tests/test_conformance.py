@@ -184,12 +184,13 @@ def test_command_prints_the_table_and_json(tmp_path: Path, capsys: pytest.Captur
     assert main([*args[:5], "--keep", str(tmp_path / "again"), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["ExampleExecutionProvider"]
     assert row["passed"] and row["total_nodes"] == 6 and row["max_error"] < 1e-4
-    # python -m epctx.testing.conformance is the same command
+    # python -m epctx.cli conformance is the same command (epctx.testing does not import the command line)
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "epctx.testing.conformance",
+            "epctx.cli",
+            "conformance",
             *args[1:5],
             "--keep",
             str(tmp_path / "m"),

@@ -142,7 +142,7 @@ class ModelCompiler:
     def _pipeline(self, output: Path | None = None) -> Pipeline:
         """Partition and compile. ``output``: the context model's path when writing a file (None there:
         ``<stem>_ctx.onnx``), so a sharing session joins its group before compiling."""
-        from epctx.epcontext.generate import generation_scope
+        from epctx.epcontext.generate import generation_target
         from epctx.epcontext.paths import check_not_inputs, context_model_path
         from epctx.session.pipeline import Pipeline, resolve_providers
 
@@ -152,19 +152,13 @@ class ModelCompiler:
         if not options.provider_entries and not chooses:
             logger.info("ModelCompiler: no provider added to the session options; only the CPU EP takes part")
         eps = resolve_providers(None, None, options, source=self._source)
-        level = options.graph_optimization_level
-        options.graph_optimization_level = self._level
-        try:
-            pipeline = Pipeline.partition(self._source, eps, options)
-        finally:
-            options.graph_optimization_level = level
+        pipeline = Pipeline.partition(self._source, eps, options, optimization_level=self._level)
         target = output
         if target is None and pipeline.loaded.path is not None:
             target = context_model_path(pipeline.loaded.path, {})
         if target is not None and pipeline.loaded.path is not None:
             check_not_inputs([pipeline.loaded.path], self._planned_files(target, eps))
-        with generation_scope(config, target):
-            pipeline.compile()
+        pipeline.compile(generation_target(config, target))
         if not pipeline.compiled and self._flags & CompileFlags.ERROR_IF_NO_NODES_COMPILED:
             raise Fail(
                 "Unable to compile any nodes: no execution provider compiled a partition of this model"

@@ -20,7 +20,8 @@ from onnx import TensorProto, helper
 
 from epctx.cli import main as cli_main
 from epctx.epcontext import ContextBinaryWriter
-from epctx.epcontext.inspect import (
+from epctx.errors import InvalidGraph, NoSuchFile
+from epctx.tools.inspect import (
     FORMAT_EPCTX,
     FORMAT_OPENVINO,
     FORMAT_OPENVINO_BIN,
@@ -30,7 +31,6 @@ from epctx.epcontext.inspect import (
     detect_payload,
     inspect_model,
 )
-from epctx.errors import InvalidGraph, NoSuchFile
 
 EXAMPLE = "ExampleExecutionProvider"
 OPENVINO = "OpenVINOExecutionProvider"

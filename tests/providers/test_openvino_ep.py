@@ -21,6 +21,7 @@ pytest.importorskip("openvino")
 from benchmarks.models import example_inputs, mlp, resnet18, transformer
 
 import epctx
+from epctx.ep import CapabilityContext
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.model.load import load_model
 from epctx.providers.openvino import OpenVINOExecutionProvider
@@ -159,7 +160,7 @@ def test_op_openvino_rejects_falls_back_to_the_next_ep() -> None:
     ir_model = load_model(model.SerializeToString()).model
     before = ir_model.graph.node(0), len(ir_model.graph)
     ep = OpenVINOExecutionProvider()
-    claimed = ep.get_capability(ir_model.graph, dict(ir_model.opset_imports))
+    claimed = ep.get_capability(ir_model.graph, dict(ir_model.opset_imports), CapabilityContext()).claimed
     assert [n.name for n in claimed] == ["relu", "neg"]
     assert (ir_model.graph.node(0), len(ir_model.graph)) == before
 
@@ -169,10 +170,10 @@ def test_capability_is_pure_and_needs_types() -> None:
     ep = OpenVINOExecutionProvider()
     untyped = load_model(model.SerializeToString(), infer_types=False).model
     # Without shape inference the values between nodes have no type: no node is claimed.
-    assert list(ep.get_capability(untyped.graph, dict(untyped.opset_imports))) == []
+    assert ep.get_capability(untyped.graph, dict(untyped.opset_imports), CapabilityContext()).claimed == ()
     typed = load_model(model.SerializeToString(), infer_types=True).model
     before = onnx.printer.to_text(ir.serde.serialize_model(typed))
-    claimed = ep.get_capability(typed.graph, dict(typed.opset_imports))
+    claimed = ep.get_capability(typed.graph, dict(typed.opset_imports), CapabilityContext()).claimed
     assert len(claimed) == len(typed.graph)
     assert onnx.printer.to_text(ir.serde.serialize_model(typed)) == before
 

@@ -20,6 +20,7 @@ pytest.importorskip("openvino")
 from benchmarks.models import example_inputs, mlp
 
 import epctx
+from epctx.ep import CompileContext
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.providers.openvino import provider as provider_mod
 from epctx.providers.openvino.context import read_meta
@@ -262,7 +263,7 @@ def test_models_sharing_a_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     in place; the weights the models share are stored once. ``group_seen=False``: the EP cannot see the group
     at compile time, and compiles a later model again at save against the binary's layout."""
     if not group_seen:
-        monkeypatch.setattr(provider_mod, "target_binary", lambda ep: None)
+        monkeypatch.setattr(CompileContext, "target_binary", lambda self: None)
     models = []
     for seed in range(3):
         model = mlp(batch=2, sizes=(32, 64, 64, 6))

@@ -87,7 +87,7 @@ def _context_sources(model: str) -> list[tuple[str, str]]:
             (n.name, str(n.attributes["source"].value) if "source" in n.attributes else "")
             for n in lean.nodes
         ]
-    from epctx.epcontext.inspect import inspect_model
+    from epctx.tools.inspect import inspect_model
 
     return [(node.name, node.source or "") for node in inspect_model(model).ep_context_nodes]
 

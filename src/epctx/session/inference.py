@@ -108,7 +108,7 @@ class InferenceSession:
 
     def _create_full(self, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
-        from epctx.epcontext.generate import generate_context_model, generation_scope
+        from epctx.epcontext.generate import generate_context_model, generation_target
         from epctx.epcontext.paths import context_model_path
         from epctx.epcontext.workspace import abort_open_group
         from epctx.session.pipeline import Pipeline
@@ -122,7 +122,7 @@ class InferenceSession:
             if options.optimized_model_filepath:
                 _write_optimized_model(pipeline.loaded.model, options.optimized_model_filepath)
             if profiler is not None:
-                pipeline.builder.phase = profiler.phase
+                pipeline.builder.phase, pipeline.builder.ended = profiler.phase, profiler.ended
             loaded = self._loaded = pipeline.loaded
             ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
             if ctx_path is not None and ctx_path.exists():
@@ -130,8 +130,7 @@ class InferenceSession:
                     f"the context model {str(ctx_path)!r} exists already; remove it or set another "
                     f"{opt.EP_CONTEXT_FILE_PATH}"
                 )
-            with generation_scope(config, ctx_path):
-                pipeline.compile()
+            pipeline.compile(generation_target(config, ctx_path))
             if generate:
                 if ctx_path is None:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from epctx.ep.memory import byte_view, mapped_file
+from epctx.ep import byte_view, mapped_file
 from epctx.providers.iree.runtime_import import iree_runtime
 
 __all__ = ["Parameters"]
