@@ -32,7 +32,9 @@ def test_share_shows_progress_per_model_and_partition(cli: Cli, models: list[Pat
         f"epctx: model 1/2: {models[0]} -> {models[0].with_name('m0_ctx.onnx')}",
         f"epctx: model 2/2: {models[1]} -> {models[1].with_name('m1_ctx.onnx')}",
     ]
-    compiled = [re.match(r"epctx: compiled partition (\d+)/(\d+) .* on (\w+), [0-9.]+ s ", line) for line in lines]
+    compiled = [
+        re.match(r"epctx: compiled partition (\d+)/(\d+) .* on (\w+), [0-9.]+ s ", line) for line in lines
+    ]
     for first, end in zip(starts, [*starts[1:], len(lines)]):
         done = [m.groups() for m in compiled[first:end] if m]
         total = int(done[0][1])

@@ -15,13 +15,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-pytest.importorskip("iree.runtime")
-pytest.importorskip("iree.compiler")
-
 import epctx
 from epctx.providers.iree.provider import IREEExecutionProvider
 from epctx.testing import NO_COMPILE_ENV, no_compile
 from tests.oracle import run_ort
+from tests.requires import requires
+
+pytestmark = requires("iree.runtime", "iree.compiler")
 
 EP = "IREEExecutionProvider"
 
@@ -87,6 +87,7 @@ def test_a_session_that_must_not_compile_starts_no_iree_worker(
     assert started == [], f"processes started: {started}"
 
 
+@pytest.mark.slow  # compiles with IREE
 def test_partitions_of_one_ep_compile_in_one_call_in_parallel(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, started: list[list[str]]
 ) -> None:

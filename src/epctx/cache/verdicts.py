@@ -227,8 +227,8 @@ def _header(view: EPContextNode, embedded: tuple[str, str] | str | None, folder:
 def _devices_for(ep_name: str) -> list[HardwareDevice]:
     """The devices EP ``ep_name`` offers here. Built-in EPs without their own device discovery are offered
     this machine's CPU only (no backend is imported to list devices for them)."""
+    from epctx.ep.hardware import cpu_device
     from epctx.providers.builtin import builtin
-    from epctx.providers.hardware import cpu_device
     from epctx.providers.registry import discover_hardware, factories
 
     factory = next((f for f in factories() if f.ep_name == ep_name), None)

@@ -53,6 +53,7 @@ from epctx.ep.devices import (
     HardwareDeviceType,
 )
 from epctx.ep.documents import dump_document, load_document
+from epctx.ep.hardware import cpu_device
 from epctx.ep.memory import byte_view, mapped_file, release_pages
 from epctx.ep.options import Option, parse_options
 
@@ -114,6 +115,7 @@ __all__ = [
     "EpFactory",
     "EpDevice",
     "HardwareDevice",
+    "cpu_device",
     "HardwareDeviceType",
     "ExecutionProviderDevicePolicy",
     "VIRTUAL_METADATA_KEY",

@@ -263,7 +263,7 @@ def discover_hardware() -> list[HardwareDevice]:
     global _HARDWARE
     with _LOCK:
         if _HARDWARE is None:
-            from epctx.providers.hardware import cpu_device
+            from epctx.ep.hardware import cpu_device
 
             found = [cpu_device()]
             for decl in builtin_declarations():
