@@ -151,15 +151,20 @@ class ContextLoader:
 
 
 def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str, where: str) -> None:
-    """The binary holds the graph the node was made with (``identity.py``): its identity is recorded by
-    epctx; a node without one (made by onnxruntime's EPs) is checked by its EP alone."""
+    """The binary holds the graph the node was made with (``identity.py``). Every binary read here is an epctx
+    container, and epctx records the identity of every node it writes: a node without one is InvalidGraph
+    (deleting the attribute must not switch the binding off)."""
     source = ContextSource(binary, graph_name)
     keys = list(source.keys())
     if not keys:
         raise InvalidGraph(f"{where}: {binary.where} holds no graph named {graph_name!r}")
     recorded = view.extra.get(IDENTITY_ATTRIBUTE)
     if recorded is None:
-        return
+        raise InvalidGraph(
+            f"{where}: {binary.where} is an epctx context binary, and the node has no {IDENTITY_ATTRIBUTE!r} "
+            "attribute binding it to its graph (epctx writes one on every node it makes; expected one, found "
+            "none: regenerate the context model)"
+        )
     if not isinstance(recorded, str):
         raise InvalidGraph(f"{where}: attribute {IDENTITY_ATTRIBUTE!r} must be a STRING")
     rows = [(info.name, info.kind, info.size, info.checksum, info.attrs) for info in map(source.entry, keys)]
