@@ -87,8 +87,11 @@ class ModelCompiler:
         from epctx.epcontext.paths import context_model_path
 
         overwrite = not self._flags & CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
-        if output_model_path:  # checked before compiling: no compile is wasted on an output we cannot write
+        # checked before compiling: no compile is wasted on an output we cannot write
+        if output_model_path:
             self._check_output(Path(output_model_path), overwrite)
+        elif isinstance(self._source, (str, os.PathLike)):
+            self._check_output(context_model_path(Path(self._source), {}), overwrite)
         if self._embed:
             self._check_source_size()
         try:
@@ -127,16 +130,10 @@ class ModelCompiler:
 
     # -- internals -----------------------------------------------------------------------------------
     def _check_output(self, path: Path, overwrite: bool) -> None:
-        if path.is_dir():
-            raise InvalidArgument(f"output_model_path {str(path)!r} is a folder")
-        if path.exists() and not overwrite:
+        from epctx.epcontext.files import check_writable
+
+        if check_writable(path, what="the output model") and not overwrite:
             raise Fail(f"the output model {str(path)!r} exists already (ERROR_IF_OUTPUT_FILE_EXISTS)")
-        folder = path.parent if str(path.parent) else Path(".")
-        existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-        if existing is not None and not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
-            raise InvalidArgument(
-                f"cannot write the output model {str(path)!r}: {str(existing)!r} is not writable"
-            )
 
     def _pipeline(self, output: Path | None = None) -> Pipeline:
         """Partition and compile. ``output``: the context model's path when writing a file (None there:
@@ -184,6 +181,10 @@ class ModelCompiler:
         embed = self._embed or not given
         if embed:
             self._check_source_size()
+        else:  # binaries go beside ep.context_file_path: that folder must take them, checked before compiling
+            from epctx.epcontext.files import check_writable
+
+            check_writable(Path(given), what=f"{opt.EP_CONTEXT_FILE_PATH}")
         pipeline = self._pipeline()
         if not self._embed and not given:
             logger.info(

@@ -81,6 +81,7 @@ class InferenceSession:
 
     def _create_full(self, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
+        from epctx.epcontext.files import check_writable
         from epctx.epcontext.generate import generate_context_model, generation_scope
         from epctx.epcontext.paths import context_model_path
         from epctx.epcontext.workspace import abort_open_group
@@ -98,7 +99,7 @@ class InferenceSession:
                 pipeline.builder.phase = profiler.phase
             loaded = self._loaded = pipeline.loaded
             ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
-            if ctx_path is not None and ctx_path.exists():
+            if ctx_path is not None and check_writable(ctx_path, what="the context model"):
                 raise Fail(
                     f"the context model {str(ctx_path)!r} exists already; remove it or set another "
                     f"{opt.EP_CONTEXT_FILE_PATH}"
