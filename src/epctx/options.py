@@ -31,6 +31,14 @@ DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
 # epctx's own: "1" turns the warning for an onnxruntime EP that epctx lacks (CUDA, TensorRT...) into an error.
 UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
+# epctx's own: "1" reads context binaries into memory instead of mapping them, for files that may be replaced
+# in place (``cp`` over them) while a session runs: a mapped file changes under the session, or faults.
+CONTEXT_BINARY_COPY = "epctx.context_binary_copy"
+# epctx's own trust policy (``epctx.trust``): PEM keys / certificates (os.pathsep-separated), the policy
+# (off | warn | require | require-native) and the signature's path (default: model.sig beside the model).
+TRUST_KEYS = "epctx.trust.keys"
+TRUST_POLICY = "epctx.trust.policy"
+TRUST_SIGNATURE = "epctx.trust.signature"
 
 _BOOL_KEYS = frozenset(
     {
@@ -41,6 +49,7 @@ _BOOL_KEYS = frozenset(
         DISABLE_MODEL_COMPILE,
         DISABLE_CPU_EP_FALLBACK,
         UNAVAILABLE_EP_IS_ERROR,
+        CONTEXT_BINARY_COPY,
     }
 )
 

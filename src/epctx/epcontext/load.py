@@ -39,6 +39,7 @@ class ContextLoader:
         self._binaries: dict[str, ContextBinary] = {}  # resolved path or node name -> opened binary
         self._share = opt.config_flag(config, opt.SHARE_EP_CONTEXTS)
         self._stop_share = opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS)
+        self._copy = opt.config_flag(config, opt.CONTEXT_BINARY_COPY)
 
     def route(
         self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
@@ -135,9 +136,9 @@ class ContextLoader:
                 if self._share:  # weight sharing: the group's sessions open a shared binary once
                     from epctx.epcontext.workspace import workspace
 
-                    self._binaries[key] = workspace(view.source or "").open(path)
+                    self._binaries[key] = workspace(view.source or "").open(path, copy=self._copy)
                 else:
-                    self._binaries[key] = ContextBinary.open(path)
+                    self._binaries[key] = ContextBinary.open(path, copy=self._copy)
             binary = self._binaries[reference] = self._binaries[key]
         return binary
 
