@@ -15,6 +15,7 @@ LAYERS = [
     {"model"},
     {"ep", "optimize"},
     {"partition"},
+    {"trust"},  # signing, verification and the load policy (imports only errors / options)
     {"epcontext"},
     {"providers"},
     {"session"},

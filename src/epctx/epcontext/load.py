@@ -28,6 +28,8 @@ class ContextLoader:
     """One per session. ``route`` assigns EPContext nodes to EPs; ``load`` rebuilds one compiled partition."""
 
     def __init__(self, *, model_path: Path | None, config: Mapping[str, str]) -> None:
+        self._model_path = model_path
+        self._config = config
         if model_path is not None:
             self._base: Path | None = model_path.resolve().parent
         elif config.get(opt.EP_CONTEXT_FILE_PATH):
@@ -45,13 +47,25 @@ class ContextLoader:
         self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
     ) -> dict[ir.Node, ExecutionProvider]:
         """Each EPContext node goes to the first EP that accepts its ``source``; none is InvalidGraph."""
-        views = ((node, EPContextNode.from_ir(node)) for node in graph if is_ep_context(node))
-        return self.route_views(views, providers)
+        views = [(node, EPContextNode.from_ir(node)) for node in graph if is_ep_context(node)]
+        external: list[Path] = []
+        if views and config_policy(self._config) != "off":  # the fallback's external data is covered too
+            external = _external_files(graph)
+        return self.route_views(views, providers, external=external)
 
     def route_views(
-        self, views: Iterable[tuple[_Node, EPContextNode]], providers: Sequence[ExecutionProvider]
+        self,
+        views: Iterable[tuple[_Node, EPContextNode]],
+        providers: Sequence[ExecutionProvider],
+        *,
+        external: Sequence[Path] = (),
     ) -> dict[_Node, ExecutionProvider]:
-        """``route`` for nodes already read (the lean reader's): keyed by the caller's node objects."""
+        """``route`` for nodes already read (the lean reader's): keyed by the caller's node objects. With a
+        trust policy (``epctx.trust``), the files the nodes reference (and ``external`` data) are checked
+        here, before any EP or backend reads a byte of them."""
+        views = list(views)
+        if views and config_policy(self._config) != "off":
+            self._check_trust([view for _, view in views], external)
         routed: dict[_Node, ExecutionProvider] = {}
         for node, view in views:
             source = view.source or ""
@@ -67,6 +81,21 @@ class ContextLoader:
             if view.main_context:
                 self._mains.setdefault(ep.name, []).append(view)
         return routed
+
+    def _check_trust(self, views: list[EPContextNode], external: Sequence[Path]) -> None:
+        from epctx.trust.native import carries_native_code
+        from epctx.trust.policy import check_context_files
+
+        files: dict[Path, bool] = dict.fromkeys(external, False)
+        model_native = False
+        for view in views:
+            native = carries_native_code(view.source)
+            if view.embed_mode == 1:
+                model_native = model_native or native
+            elif view.main_context and self._base is not None and view.cache_path:
+                path = resolve_context_file(self._base, view.cache_path, node=view.name)
+                files[path] = files.get(path, False) or native
+        check_context_files(self._model_path, files, model_native, self._config)
 
     def load(self, ep: ExecutionProvider, node: Hashable, partition: Partition) -> CompiledPartition:
         view = self._views[node]
@@ -176,3 +205,20 @@ def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str,
             f"has identity {found}, the node records {recorded} (was the binary regenerated or replaced? "
             "regenerate the context model with it)"
         )
+
+
+def config_policy(config: Mapping[str, str]) -> str:
+    return config.get(opt.TRUST_POLICY, "off") or "off"
+
+
+def _external_files(graph: ir.Graph) -> list[Path]:
+    import onnx_ir as ir
+
+    found: dict[str, Path] = {}
+    for g in (graph, *graph.subgraphs()):
+        for value in g.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                path = Path(tensor.base_dir) / str(tensor.location)
+                found.setdefault(str(path), path)
+    return list(found.values())
