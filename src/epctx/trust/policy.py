@@ -43,7 +43,7 @@ def check_context_files(
         _refuse_or_warn(policy, {"<model bytes>": model_native or any(files.values())}, {}, "",
                         "a model given as bytes has no folder a signature could cover")  # fmt: skip
         return
-    required: dict[Path, bool] = {model_path: model_native, **files}
+    required: dict[Path, bool] = {**files, model_path: model_native}  # binaries first: refusals name them
     keys = [Path(p) for p in config.get(opt.TRUST_KEYS, "").split(os.pathsep) if p]
     given = config.get(opt.TRUST_SIGNATURE, "")
     signature = Path(given) if given else model_path.absolute().parent / SIGNATURE_NAME
@@ -99,7 +99,7 @@ def _refuse_or_warn(
     for name, native in natives.items():
         reason = reasons.get(name, general)
         refused = policy == "require" or (policy == "require-native" and native)
-        kind = "native code" if native else "a data-only payload"
+        kind = "carries native code" if native else "data only"
         message = (
             f"{opt.TRUST_POLICY}={policy}: {name!r} ({kind}) is not covered by a valid signature from a trusted "
             f"key: expected it in {where} with the same SHA-256; {reason}"
