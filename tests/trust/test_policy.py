@@ -247,3 +247,21 @@ def test_load_path_imports(tmp_path: Path, keys: tuple[Path, Path]) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["[]", "False", "True"]
+
+
+def test_a_binary_written_between_verification_and_load_is_refused(
+    tmp_path: Path, keys: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    private, public = keys
+    ctx = _compile(tmp_path / "m", whole_model())
+    assert cli_main(["sign", str(ctx), "--key", str(private)]) == 0
+    real_open = ContextBinary.open
+
+    def racing_open(path: Path, **kwargs: bool) -> ContextBinary:
+        data = Path(path).read_bytes()
+        Path(path).write_bytes(data)  # a writer racing the load (the same bytes: ctime moves all the same)
+        return real_open(path, **kwargs)
+
+    monkeypatch.setattr(ContextBinary, "open", staticmethod(racing_open))
+    with pytest.raises(Untrusted, match="changed between its verification and its load"):
+        _run(ctx, _options("require", public))

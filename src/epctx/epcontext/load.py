@@ -42,6 +42,7 @@ class ContextLoader:
         self._share = opt.config_flag(config, opt.SHARE_EP_CONTEXTS)
         self._stop_share = opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS)
         self._copy = opt.config_flag(config, opt.CONTEXT_BINARY_COPY)
+        self._verified: dict[str, list[int] | None] = {}  # trust policy: file -> stamp when verified
 
     def route(
         self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
@@ -83,8 +84,7 @@ class ContextLoader:
         return routed
 
     def _check_trust(self, views: list[EPContextNode], external: Sequence[Path]) -> None:
-        from epctx.trust.native import carries_native_code
-        from epctx.trust.policy import check_context_files
+        from epctx.trust.policy import carries_native_code, check_context_files
 
         files: dict[Path, bool] = dict.fromkeys(external, False)
         model_native = False
@@ -95,7 +95,7 @@ class ContextLoader:
             elif view.main_context and self._base is not None and view.cache_path:
                 path = resolve_context_file(self._base, view.cache_path, node=view.name)
                 files[path] = files.get(path, False) or native
-        check_context_files(self._model_path, files, model_native, self._config)
+        self._verified = check_context_files(self._model_path, files, model_native, self._config)
 
     def load(self, ep: ExecutionProvider, node: Hashable, partition: Partition) -> CompiledPartition:
         view = self._views[node]
@@ -168,8 +168,22 @@ class ContextLoader:
                     self._binaries[key] = workspace(view.source or "").open(path, copy=self._copy)
                 else:
                     self._binaries[key] = ContextBinary.open(path, copy=self._copy)
+                if self._verified:
+                    self._check_unchanged(path)
             binary = self._binaries[reference] = self._binaries[key]
         return binary
+
+    def _check_unchanged(self, path: Path) -> None:
+        """Under a trust policy: the binary just opened is the file that was verified (no write since)."""
+        from epctx.errors import Untrusted
+        from epctx.trust.record import stamp
+
+        expected = self._verified.get(str(path))
+        if expected is not None and stamp(path) != expected:
+            raise Untrusted(
+                f"{opt.TRUST_POLICY}: the context binary {str(path)!r} changed between its verification and its "
+                "load (written or replaced meanwhile); expected the verified file"
+            )
 
     def finish(self) -> None:
         """After every node is loaded: the last session of a sharing group releases the workspace."""

@@ -6,8 +6,8 @@
 - ``digests``: SHA-256 of files at hashing speed, and the manifest comparison.
 - ``record``: what was verified, kept per user (inode + ctime + size of every file involved), so a warm
   session does not hash again; any write to a covered file, the signature or a key invalidates it.
-- ``policy``: ``epctx.trust.policy`` off | warn | require | require-native, applied to a context model's files.
-- ``native``: which payloads carry native code (``require-native``).
+- ``policy``: ``epctx.trust.policy`` off | warn | require | require-native, applied to a context model's files,
+  and which payloads carry native code (``require-native``).
 - ``sign``: signing a folder in model_signing's format (with the ``model_signing`` package: ``trust`` extra).
 
 With the policy off (the default) the load path imports nothing of this package."""

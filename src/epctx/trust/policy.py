@@ -6,7 +6,7 @@
   in a signature (``epctx.trust.signature``, default ``model.sig`` beside the model) made by a trusted key
   (``epctx.trust.keys``) with the same SHA-256; anything else is ``Untrusted`` naming the file, the policy
   and what was expected.
-- ``require-native``: as ``require`` for the payloads that carry native code (``native.py``: IREE modules,
+- ``require-native``: as ``require`` for the payloads that carry native code (``carries_native_code``: IREE modules,
   OpenVINO blobs, any EP epctx does not know; embedded ones make the model file count as native); data-only
   payloads load unsigned (logged).
 
@@ -23,26 +23,38 @@ from pathlib import Path
 from epctx import options as opt
 from epctx.errors import InvalidArgument, Untrusted
 
-__all__ = ["POLICIES", "check_context_files"]
+__all__ = ["POLICIES", "carries_native_code", "check_context_files"]
 
 logger = logging.getLogger("epctx")
 POLICIES = ("off", "warn", "require", "require-native")
 SIGNATURE_NAME = "model.sig"
 
+# Payloads known to carry no native code (decided from the EPContext node's ``source``, no byte read): the
+# Example EP's programs are interpreted. IREE's llvm-cpu modules hold machine code the runtime maps and runs;
+# OpenVINO blobs may hold device kernels (GPU / NPU); an EP epctx does not know is native too:
+# ``require-native`` never guesses in an attacker's favour.
+_DATA_ONLY = frozenset({"ExampleExecutionProvider", "CPUExecutionProvider"})
+
+
+def carries_native_code(source: str | None) -> bool:
+    return (source or "") not in _DATA_ONLY
+
 
 def check_context_files(
     model_path: Path | None, files: Mapping[Path, bool], model_native: bool, config: Mapping[str, str]
-) -> None:
-    """``files``: each file the context model references -> whether it carries native code."""
+) -> dict[str, list[int] | None]:
+    """``files``: each file the context model references -> whether it carries native code. Returns the
+    stamps (device, inode, size, ctime) the files had when verified: the loader compares them once it has
+    opened a binary, so a file replaced between this check and the load is refused too."""
     policy = config.get(opt.TRUST_POLICY, "off") or "off"
     if policy not in POLICIES:
         raise InvalidArgument(f"{opt.TRUST_POLICY}={policy!r}: expected one of {', '.join(POLICIES)}")
     if policy == "off":
-        return
+        return {}
     if model_path is None:
         _refuse_or_warn(policy, {"<model bytes>": model_native or any(files.values())}, {}, "",
                         "a model given as bytes has no folder a signature could cover")  # fmt: skip
-        return
+        return {}
     required: dict[Path, bool] = {**files, model_path: model_native}  # binaries first: refusals name them
     keys = [Path(p) for p in config.get(opt.TRUST_KEYS, "").split(os.pathsep) if p]
     given = config.get(opt.TRUST_SIGNATURE, "")
@@ -55,16 +67,17 @@ def check_context_files(
     from epctx.trust.record import Record
 
     record = Record(model_path, signature, keys, policy)
-    if record.covers(required) is not None:
-        return  # verified before, and nothing involved was written since
     stamps = record.stamps(required)
+    if record.covers(stamps):
+        return stamps  # verified before, and nothing involved was written since
     reasons, signer = _verify(required, model_path.absolute().parent, signature, keys)
     if not reasons:
         record.save(stamps, [str(p) for p in required], signer)
         logger.info("epctx.trust: %s verified, signed by %s", model_path, signer)
-        return
+        return stamps
     natives = {str(path): native for path, native in required.items() if str(path) in reasons}
     _refuse_or_warn(policy, natives, reasons, str(signature), "")
+    return {}  # warn / require-native: what loaded unsigned is not compared later
 
 
 def _verify(

@@ -1,6 +1,6 @@
 """The verification record: what was verified, so that a warm session does not hash again.
 
-One small file per (model, signature, keys) in the user's cache (``EPCTX_TRUST_RECORDS``, else
+One small file per (model, signature, trusted keys, policy) in the user's cache (``EPCTX_TRUST_RECORDS``, else
 ``$XDG_CACHE_HOME/epctx/trust`` or ``~/.cache/epctx/trust``), mode 0600. It lists, for every file involved
 (the covered files, the signature, the trusted keys), device, inode, size and ctime in nanoseconds. A write
 to a file changes its ctime (and a replacement its inode), and no user can set a ctime back, so a record that
@@ -10,14 +10,13 @@ as the user's own cache."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["Record", "record_dir"]
+__all__ = ["Record", "record_dir", "stamp"]
 
 logger = logging.getLogger("epctx")
 _VERSION = 1
@@ -31,7 +30,7 @@ def record_dir() -> Path:
     return Path(cache) / "epctx" / "trust"
 
 
-def _stamp(path: Path) -> list[int] | None:
+def stamp(path: Path | str) -> list[int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -45,35 +44,46 @@ class Record:
     def __init__(self, model: Path, signature: Path, keys: Sequence[Path], policy: str) -> None:
         self.signature = signature
         self.keys = list(keys)
-        ident = json.dumps(
-            [os.path.realpath(model), os.path.realpath(signature), sorted(map(str, keys)), policy]
+        # What the record is about, compared whole (a key removed from the trusted set voids it). The file name
+        # only indexes it, by the model file's device and inode: no hash module to import (hashlib's import
+        # alone costs more than a warm session here).
+        self.ident = json.dumps(
+            [os.path.abspath(model), os.path.abspath(signature), sorted(map(str, keys)), policy]
         )
-        self.path = record_dir() / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.json"
+        now = stamp(model)
+        where = f"{now[0]:x}-{now[1]:x}" if now is not None else "none"
+        self.path = record_dir() / f"{where}-{policy}.json"
 
-    def covers(self, files: Iterable[Path]) -> tuple[str, ...] | None:
-        """The names of the files the record says were verified as signed, when every one of ``files``, the
-        signature and the keys are unchanged since; else None."""
+    def covers(self, now: Mapping[str, list[int] | None]) -> bool:
+        """Whether the record says these files (``stamps`` of the required files, the signature and the keys,
+        taken now) were verified as signed, none written since."""
+        if any(v is None for v in now.values()):
+            return False
         try:
             data = json.loads(self.path.read_bytes())
         except (OSError, ValueError):
-            return None
-        if not isinstance(data, dict) or data.get("version") != _VERSION:
-            return None
-        stamps = data.get("stamps", {})
-        for path in (*files, self.signature, *self.keys):
-            now = _stamp(path)
-            if now is None or stamps.get(str(path)) != now:
-                return None
-        return tuple(data.get("signed", ()))
+            return False
+        if not isinstance(data, dict) or data.get("version") != _VERSION or data.get("ident") != self.ident:
+            return False
+        recorded = data.get("stamps")
+        return isinstance(recorded, dict) and all(recorded.get(k) == v for k, v in now.items())
 
     def stamps(self, files: Iterable[Path]) -> dict[str, list[int] | None]:
         """Taken before verifying: a file written while it is hashed then fails the next ``covers``."""
-        return {str(p): _stamp(p) for p in (*files, self.signature, *self.keys)}
+        return {str(p): stamp(p) for p in (*files, self.signature, *self.keys)}
 
     def save(self, stamps: dict[str, list[int] | None], signed: Iterable[str], signer: str) -> None:
         if any(v is None for v in stamps.values()):
             return
-        body = json.dumps({"version": _VERSION, "stamps": stamps, "signed": sorted(signed), "signer": signer})
+        body = json.dumps(
+            {
+                "version": _VERSION,
+                "ident": self.ident,
+                "stamps": stamps,
+                "signed": sorted(signed),
+                "signer": signer,
+            }
+        )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
