@@ -240,7 +240,9 @@ def test_corrupted_binary_errors(tmp_path: Path) -> None:
     path = tmp_path / BIN
     original = path.read_bytes()
     flipped = bytearray(original)
-    with ContextBinary.from_bytes(original) as binary:  # a byte inside the blob (not padding: its size varies)
+    with ContextBinary.from_bytes(
+        original
+    ) as binary:  # a byte inside the blob (not padding: its size varies)
         (blob,) = [binary.entry(n) for n in binary.names() if n.endswith("/blob")]
     flipped[blob.offset + blob.size // 2] ^= 0x10
     path.write_bytes(bytes(flipped))
