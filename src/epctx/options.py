@@ -125,6 +125,7 @@ class SessionOptions:
         "_enable_mem_pattern",
         "_enable_mem_reuse",
         "_enable_profiling",
+        "_ep_context_data_read_func",
         "_execution_mode",
         "_execution_order",
         "_free_dims_by_denotation",
@@ -188,6 +189,7 @@ class SessionOptions:
         self._providers: list[tuple[str | tuple[Any, ...], dict[str, str]]] = []
         self._selection_policy: int | None = None
         self._selection_delegate: Callable[..., Any] | None = None
+        self._ep_context_data_read_func: Callable[[str], Any] | None = None
 
     # -- graph changes at session creation -----------------------------------------------------------------
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
@@ -290,6 +292,20 @@ class SessionOptions:
             )
         self._selection_policy = int(policy)
         self._selection_delegate = None
+
+    def set_ep_context_data_read_func(self, read_func: Callable[[str], Any] | None) -> None:
+        """``read_func(name)`` returns the bytes of the context binary an EPContext node names (e.g. decrypted
+        from the application's store) instead of epctx reading the file (``epctx.trust.hooks``); None clears it.
+        onnxruntime: ``SessionOptionsSetEpContextDataReadFunc``."""
+        if read_func is not None and not callable(read_func):
+            raise InvalidArgument(
+                f"the EPContext data read function must be callable, got {type(read_func).__name__}"
+            )
+        self._ep_context_data_read_func = read_func
+
+    @property
+    def ep_context_data_read_func(self) -> Callable[[str], Any] | None:
+        return self._ep_context_data_read_func
 
     def set_provider_selection_policy_delegate(self, delegate: Callable[..., Any]) -> None:
         """Pick devices with ``delegate(ep_devices, model_metadata, runtime_metadata, max_selections) ->

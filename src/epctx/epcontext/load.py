@@ -19,6 +19,8 @@ from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from epctx.trust.hooks import ReadFunc
+
 __all__ = ["ContextLoader"]
 
 _Node = TypeVar("_Node", bound=Hashable)
@@ -27,8 +29,11 @@ _Node = TypeVar("_Node", bound=Hashable)
 class ContextLoader:
     """One per session. ``route`` assigns EPContext nodes to EPs; ``load`` rebuilds one compiled partition."""
 
-    def __init__(self, *, model_path: Path | None, config: Mapping[str, str]) -> None:
+    def __init__(
+        self, *, model_path: Path | None, config: Mapping[str, str], read_func: ReadFunc | None = None
+    ) -> None:
         self._model_path = model_path
+        self._read = read_func  # the EPContext data read callback (``epctx.trust.hooks``): binaries by name
         self._config = config
         if model_path is not None:
             self._base: Path | None = model_path.resolve().parent
@@ -87,15 +92,20 @@ class ContextLoader:
         from epctx.trust.policy import carries_native_code, check_context_files
 
         files: dict[Path, bool] = dict.fromkeys(external, False)
+        from_callback: dict[str, bool] = {}  # read callback: no file a signature could cover
         model_native = False
         for view in views:
             native = carries_native_code(view.source)
             if view.embed_mode == 1:
                 model_native = model_native or native
+            elif view.main_context and self._read is not None:
+                from_callback[view.cache_path] = from_callback.get(view.cache_path, False) or native
             elif view.main_context and self._base is not None and view.cache_path:
                 path = resolve_context_file(self._base, view.cache_path, node=view.name)
                 files[path] = files.get(path, False) or native
-        self._verified = check_context_files(self._model_path, files, model_native, self._config)
+        self._verified = check_context_files(
+            self._model_path, files, model_native, self._config, from_callback=from_callback
+        )
 
     def load(self, ep: ExecutionProvider, node: Hashable, partition: Partition) -> CompiledPartition:
         view = self._views[node]
@@ -151,6 +161,8 @@ class ContextLoader:
                     view.ep_cache_context or b"", where=f"embedded context of EPContext node {view.name!r}"
                 )
             return self._binaries[key]
+        if self._read is not None:
+            return self._from_callback(view.cache_path)
         if self._base is None:
             raise InvalidArgument(
                 f"EPContext node {view.name!r} refers to the file {view.cache_path!r} and the model comes from "
@@ -172,6 +184,17 @@ class ContextLoader:
                     self._check_unchanged(path)
             binary = self._binaries[reference] = self._binaries[key]
         return binary
+
+    def _from_callback(self, name: str) -> ContextBinary:
+        key = f"callback:{name}"
+        if key not in self._binaries:
+            from epctx.trust.hooks import read_named_buffer
+
+            data = read_named_buffer(self._read, name)  # type: ignore[arg-type]
+            self._binaries[key] = ContextBinary.from_bytes(
+                data, where=f"context binary {name!r} (from the EPContext data read callback)"
+            )
+        return self._binaries[key]
 
     def _check_unchanged(self, path: Path) -> None:
         """Under a trust policy: the binary just opened is the file that was verified (no write since)."""

@@ -72,7 +72,8 @@ class InferenceSession:
 
                 with _span(profiler, loading):
                     phase = profiler.phase if profiler is not None else None
-                    lean = open_lean(source, self._providers, config, phase=phase)
+                    read = options.ep_context_data_read_func
+                    lean = open_lean(source, self._providers, config, phase=phase, read_func=read)
                 if isinstance(lean, LeanSession):  # a context model: no onnx, no partitioning, no compiling
                     self._use_lean(lean)
                     return

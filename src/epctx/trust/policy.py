@@ -41,7 +41,12 @@ def carries_native_code(source: str | None) -> bool:
 
 
 def check_context_files(
-    model_path: Path | None, files: Mapping[Path, bool], model_native: bool, config: Mapping[str, str]
+    model_path: Path | None,
+    files: Mapping[Path, bool],
+    model_native: bool,
+    config: Mapping[str, str],
+    *,
+    from_callback: Mapping[str, bool] | None = None,
 ) -> dict[str, list[int] | None]:
     """``files``: each file the context model references -> whether it carries native code. Returns the
     stamps (device, inode, size, ctime) the files had when verified: the loader compares them once it has
@@ -51,6 +56,10 @@ def check_context_files(
         raise InvalidArgument(f"{opt.TRUST_POLICY}={policy!r}: expected one of {', '.join(POLICIES)}")
     if policy == "off":
         return {}
+    if from_callback:  # binaries from the EPContext data read callback: authenticated there, or not at all
+        _refuse_or_warn(policy, from_callback, {}, "",
+                        "it comes from the EPContext data read callback, which no folder signature covers "
+                        "(authenticate it in the callback, e.g. with AES-GCM)")  # fmt: skip
     if model_path is None:
         _refuse_or_warn(policy, {"<model bytes>": model_native or any(files.values())}, {}, "",
                         "a model given as bytes has no folder a signature could cover")  # fmt: skip
