@@ -108,6 +108,9 @@ class ModelCompiler:
         if self._embed:
             self._check_source_size()
         self._check_data_write()
+        from epctx.trust.sign import check_sign_key, sign_generated
+
+        check_sign_key(self._options.config)  # a signing key that cannot be used fails before compiling
         try:
             pipeline = self._pipeline(Path(output_model_path) if output_model_path else None)
             path = (
@@ -119,14 +122,17 @@ class ModelCompiler:
 
                 save_context_model(self._send_binaries(self._build(pipeline, path, embed=False)), path,
                                    overwrite=overwrite)  # fmt: skip
-                return
-            generate_context_model(
-                pipeline.result(),
-                path,
-                overwrite=overwrite,
-                embed=self._embed,
-                placement=self._placement(pipeline, path),
-            )
+                written = True
+            else:
+                written = generate_context_model(
+                    pipeline.result(),
+                    path,
+                    overwrite=overwrite,
+                    embed=self._embed,
+                    placement=self._placement(pipeline, path),
+                )
+            if written:
+                sign_generated(self._options.config, path)
         except BaseException as exc:
             if opt.config_flag(self._options.config, opt.SHARE_EP_CONTEXTS):
                 from epctx.epcontext.workspace import abort_open_group

@@ -39,6 +39,10 @@ CONTEXT_BINARY_COPY = "epctx.context_binary_copy"
 TRUST_KEYS = "epctx.trust.keys"
 TRUST_POLICY = "epctx.trust.policy"
 TRUST_SIGNATURE = "epctx.trust.signature"
+TRUST_POLICIES = ("off", "warn", "require", "require-native")
+# epctx's own: an EC private key (PEM) that generation signs the context model's folder with as it writes it
+# (ModelCompiler.compile_to_file, sessions with ep.context_enable=1; ``epctx compile --sign``).
+TRUST_SIGN_KEY = "epctx.trust.sign_key"
 
 _BOOL_KEYS = frozenset(
     {
@@ -246,6 +250,10 @@ class SessionOptions:
             )
         if key in _BOOL_KEYS and value not in ("0", "1"):
             raise InvalidArgument(f"session config {key!r} must be '0' or '1', got {value!r}")
+        if key == TRUST_POLICY and value not in TRUST_POLICIES:
+            raise InvalidArgument(
+                f"session config {key!r} must be one of {', '.join(TRUST_POLICIES)}, got {value!r}"
+            )
         self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:

@@ -184,3 +184,44 @@ def test_certificates_both_ways(tmp_path: Path, capsys: pytest.CaptureFixture[st
     _, _, other_ca = _certificates(tmp_path / "x" if (tmp_path / "x").mkdir() is None else tmp_path)
     assert cli_main(["verify", str(ctx), "--key", str(other_ca)]) == 1
     assert "does not chain to a trusted certificate" in capsys.readouterr().err
+
+
+def test_generation_signs_as_it_writes(tmp_path: Path) -> None:
+    """epctx.trust.sign_key: the compile API, sessions with ep.context_enable=1 and `epctx compile --sign`."""
+    from epctx.session.compile_guard import no_compile
+
+    private, public = write_key(tmp_path, "key")
+    verifier = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=public)
+    for way in ("api", "session", "cli"):
+        folder = tmp_path / way
+        folder.mkdir()
+        onnx.save(whole_model(), folder / "model.onnx")
+        so = epctx.SessionOptions()
+        so.add_session_config_entry("epctx.trust.sign_key", str(private))
+        if way == "api":
+            so.add_provider(EXAMPLE, {})
+            epctx.ModelCompiler(so, str(folder / "model.onnx")).compile_to_file(
+                str(folder / "model_ctx.onnx")
+            )
+        elif way == "session":
+            so.add_session_config_entry("ep.context_enable", "1")
+            epctx.InferenceSession(str(folder / "model.onnx"), so, providers=[EXAMPLE])
+        else:
+            assert (
+                cli_main(["compile", str(folder / "model.onnx"), "-p", EXAMPLE, "--sign", str(private), "-q"])
+                == 0
+            )
+        verifier.verify(folder, folder / "model.sig")
+        run = epctx.SessionOptions()
+        run.add_session_config_entry("epctx.trust.policy", "require")
+        run.add_session_config_entry("epctx.trust.keys", str(public))
+        epctx.InferenceSession(str(folder / "model_ctx.onnx"), run, providers=[EXAMPLE]).run(None, feed())
+    so = epctx.SessionOptions()
+    so.add_provider(EXAMPLE, {})
+    so.add_session_config_entry("epctx.trust.sign_key", str(tmp_path / "missing.pem"))
+    with no_compile(), pytest.raises(epctx.NoSuchFile, match="missing.pem"):
+        epctx.ModelCompiler(so, str(tmp_path / "api" / "model.onnx")).compile_to_file(
+            str(tmp_path / "x_ctx.onnx")
+        )
+    with pytest.raises(epctx.InvalidArgument, match="must be one of off, warn, require, require-native"):
+        epctx.SessionOptions().add_session_config_entry("epctx.trust.policy", "strict")

@@ -112,6 +112,10 @@ class InferenceSession:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
                 elif generate_context_model(pipeline.result(), ctx_path, overwrite=False):
                     logger.info("wrote context model %s", ctx_path)
+                    if config.get(opt.TRUST_SIGN_KEY):
+                        from epctx.trust.sign import sign_generated
+
+                        sign_generated(config, ctx_path)
         except BaseException as exc:
             if generate and opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
                 abort_open_group(exc)  # a failed session of a sharing group rolls the group back

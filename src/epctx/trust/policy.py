@@ -26,7 +26,7 @@ from epctx.errors import InvalidArgument, Untrusted
 __all__ = ["POLICIES", "carries_native_code", "check_context_files"]
 
 logger = logging.getLogger("epctx")
-POLICIES = ("off", "warn", "require", "require-native")
+POLICIES = opt.TRUST_POLICIES
 SIGNATURE_NAME = "model.sig"
 
 # Payloads known to carry no native code (decided from the EPContext node's ``source``, no byte read): the

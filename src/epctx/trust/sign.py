@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from epctx import options as opt
 from epctx.errors import Fail, InvalidArgument, NoSuchFile
 
-__all__ = ["FolderVerdict", "model_folder", "sign_folder", "verify_folder"]
+__all__ = [
+    "FolderVerdict",
+    "check_sign_key",
+    "model_folder",
+    "sign_folder",
+    "sign_generated",
+    "verify_folder",
+]
 
+logger = logging.getLogger("epctx")
 SIGNATURE_NAME = "model.sig"
 _GIT = (".git", ".gitattributes", ".github", ".gitignore")
 
@@ -61,6 +72,33 @@ def sign_folder(
     except (OSError, ValueError, TypeError) as exc:
         raise Fail(f"signing {str(folder)!r} with {str(key)!r} failed: {exc}") from exc
     return sig
+
+
+def check_sign_key(config: Mapping[str, str]) -> Path | None:
+    """Before compiling: ``epctx.trust.sign_key``'s key exists and model_signing can be imported."""
+    given = config.get(opt.TRUST_SIGN_KEY, "")
+    if not given:
+        return None
+    key = Path(given)
+    if not key.is_file():
+        raise NoSuchFile(f"{opt.TRUST_SIGN_KEY}: the signing key {given!r} does not exist")
+    if importlib.util.find_spec("model_signing") is None:
+        raise InvalidArgument(
+            f"{opt.TRUST_SIGN_KEY} needs the model_signing package: pip install 'epctx[trust]'"
+        )
+    return key
+
+
+def sign_generated(config: Mapping[str, str], ctx_path: Path) -> None:
+    """After generation wrote ``ctx_path``: sign its folder when ``epctx.trust.sign_key`` names a key."""
+    key = check_sign_key(config)
+    if key is not None:
+        sig = sign_folder(
+            ctx_path,
+            key,
+            signature=Path(config[opt.TRUST_SIGNATURE]) if config.get(opt.TRUST_SIGNATURE) else None,
+        )
+        logger.info("signed %s with %s -> %s", ctx_path.parent, key, sig)
 
 
 @dataclasses.dataclass(frozen=True)
