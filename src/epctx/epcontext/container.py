@@ -138,7 +138,13 @@ class ContextBinary:
     @classmethod
     def _copied(cls, fh: Any, size: int, where: str, target: str) -> ContextBinary:
         data = bytearray(size)
-        if fh.readinto(data) != size or fh.read(1):
+        view, done = memoryview(data), 0
+        while done < size:
+            got = fh.readinto(view[done:])
+            if not got:
+                break
+            done += got
+        if done != size or fh.read(1):
             raise Fail(f"{where} changed size while it was read")
         binary = cls(memoryview(data).toreadonly(), where=where)
         binary.path = os.path.abspath(target)  # no file id: open_file() gives None, libraries get memory
