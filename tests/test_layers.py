@@ -20,6 +20,7 @@ LAYERS = [
     {"model"},
     {"ep", "optimize"},
     {"partition"},
+    {"trust"},  # signing, verification and the load policy (imports only errors / options)
     {"epcontext"},
     {"providers"},
     # inspect and payload recognition (they ask the providers' registry); compatibility verdicts over every EP and

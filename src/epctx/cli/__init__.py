@@ -14,7 +14,20 @@ __all__ = ["main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from epctx import __version__
-    from epctx.cli import cache, check, compile, conformance, demo, devices, inspect, merge, run, share
+    from epctx.cli import (
+        cache,
+        check,
+        compile,
+        conformance,
+        demo,
+        devices,
+        inspect,
+        merge,
+        run,
+        share,
+        sign,
+        verify,
+    )
     from epctx.cli.failures import Parser
 
     parser = Parser(
@@ -24,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"epctx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for verb in (compile, run, merge, share, inspect, check, cache, devices, conformance, demo):
+    for verb in (compile, run, merge, share, inspect, check, cache, devices, conformance, demo, sign, verify):
         verb.add_parser(sub)
     return parser
 

@@ -37,6 +37,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--embed", action="store_true", help="embed binaries in the model (embed mode 1)")
     p.add_argument("--prefix", default="", help="ep.context_node_name_prefix (for merging)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output")
+    p.add_argument(
+        "--sign", metavar="KEY", help="sign the output's folder with this EC private key (epctx sign)"
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--json", action="store_true", help="machine-readable output (implies --quiet)")
     p.set_defaults(func=compile_model)
@@ -85,6 +88,8 @@ def compile_model(args: argparse.Namespace) -> int:
     so = epctx.SessionOptions()
     if args.prefix:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
+    if args.sign:
+        so.add_session_config_entry("epctx.trust.sign_key", args.sign)
     providers = providers_from_args(args)
     talk = not (args.quiet or args.json)
     if not providers:

@@ -172,8 +172,11 @@ class SharedContextWorkspace:
         self.lock = threading.RLock()
         self._opened: dict[str, ContextBinary] = {}
 
-    def open(self, path: Path) -> ContextBinary:
-        """The binary at ``path``, opened once per group while the path names the same file."""
+    def open(self, path: Path, *, copy: bool = False) -> ContextBinary:
+        """The binary at ``path``, opened once per group while the path names the same file (``copy``: read
+        into memory, see ``ContextBinary.open``; a copy is never reused, the file may have changed)."""
+        if copy:
+            return ContextBinary.open(path, copy=True)
         key = str(path)
         with self.lock:
             binary = self._opened.get(key)

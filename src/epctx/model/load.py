@@ -15,7 +15,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common
 from google.protobuf.message import DecodeError
 
-from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
+from epctx.errors import InvalidArgument, InvalidGraph
+from epctx.model.external import allowed_folders, confine_external_file
 from epctx.model.source import read_model_file
 
 __all__ = ["LoadedModel", "load_model", "parse_model_proto", "read_model_file"]
@@ -63,13 +64,15 @@ def load_model(
         if not data:
             raise InvalidArgument("model bytes are empty")
         path = None
-        base_dir = Path(external_data_folder) if external_data_folder else None
+        base_dir = Path(external_data_folder).absolute() if external_data_folder else None
+        lookup_dir = base_dir
         what = "model bytes"
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if data is None:
             data = read_model_file(path)
         base_dir = path.resolve().parent
+        lookup_dir = path.absolute().parent  # as onnxruntime: beside the path given, links followed later
         what = f"model file {str(path)!r}"
     else:
         raise InvalidArgument(f"expected a model path or bytes, got {type(source).__name__}")
@@ -106,7 +109,7 @@ def load_model(
     if model.functions:
         # Model-local functions are inlined so every node left is a plain operator.
         onnx_ir.passes.common.InlinePass()(model)
-    _check_external_data(model, base_dir, what)
+    _check_external_data(model, lookup_dir, path, what)
     if infer_types and len(checkable) < _CHECKER_LIMIT:
         _infer_types(model, checkable, what)
     return LoadedModel(model=model, path=path, base_dir=base_dir)
@@ -373,8 +376,9 @@ def _copy_fields(src: Any, dst: Any, *, skip: str) -> None:
             setattr(dst, field.name, value)
 
 
-def _check_external_data(model: ir.Model, base_dir: Path | None, what: str) -> None:
-    """Point external tensors at ``base_dir`` and fail early (naming the file) if one is missing."""
+def _check_external_data(model: ir.Model, lookup_dir: Path | None, path: Path | None, what: str) -> None:
+    """Point external tensors at ``lookup_dir`` and fail early, naming the file, if one is missing, too short,
+    or outside the model folder once symlinks are followed (``external.py``: onnxruntime's rule)."""
     external = [
         v.const_value
         for g in (model.graph, *model.graph.subgraphs())
@@ -383,24 +387,19 @@ def _check_external_data(model: ir.Model, base_dir: Path | None, what: str) -> N
     ]
     if not external:
         return
-    if base_dir is None:
+    if lookup_dir is None:
         raise InvalidArgument(
             f"{what} has external initializers (e.g. {external[0].name!r} in {str(external[0].location)!r}); "
             "set session.model_external_initializers_file_folder_path to their folder"
         )
-    ir.external_data.set_base_dir(model.graph, base_dir)
+    ir.external_data.set_base_dir(model.graph, lookup_dir)
+    roots = allowed_folders(lookup_dir, path)
     for tensor in external:
-        location = Path(str(tensor.location))
-        if location.is_absolute() or ".." in location.parts:
-            raise InvalidGraph(
-                f"{what}: initializer {tensor.name!r} points outside the model folder: {str(location)!r}"
-            )
-        file = base_dir / location
-        if not file.is_file():
-            raise NoSuchFile(f"external data file of initializer {tensor.name!r} not found: {str(file)!r}")
+        name = tensor.name or ""
+        file = confine_external_file(str(tensor.location), lookup_dir, roots, tensor=name, what=what)
         end = (tensor.offset or 0) + (tensor.length or 0)
-        if end > file.stat().st_size:
+        size = file.stat().st_size
+        if end > size:
             raise InvalidGraph(
-                f"{what}: initializer {tensor.name!r} needs bytes up to {end} of {str(file)!r}, "
-                f"which has {file.stat().st_size}"
+                f"{what}: initializer {name!r} needs bytes up to {end} of {str(file)!r}, which has {size}"
             )

@@ -80,7 +80,8 @@ class InferenceSession:
 
                 with _span(profiler, loading):
                     phase = profiler.phase if profiler is not None else None
-                    lean = open_lean(source, self._providers, config, phase=phase)
+                    read = options.ep_context_data_read_func
+                    lean = open_lean(source, self._providers, config, phase=phase, read_func=read)
                 if isinstance(lean, LeanSession):  # a context model: no onnx, no partitioning, no compiling
                     self._use_lean(lean)
                     return
@@ -108,6 +109,7 @@ class InferenceSession:
 
     def _create_full(self, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
+        from epctx.epcontext.files import check_writable
         from epctx.epcontext.generate import generate_context_model, generation_target
         from epctx.epcontext.paths import context_model_path
         from epctx.epcontext.workspace import abort_open_group
@@ -125,7 +127,7 @@ class InferenceSession:
                 pipeline.builder.phase, pipeline.builder.ended = profiler.phase, profiler.ended
             loaded = self._loaded = pipeline.loaded
             ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
-            if ctx_path is not None and ctx_path.exists():
+            if ctx_path is not None and check_writable(ctx_path, what="the context model"):
                 raise Fail(
                     f"the context model {str(ctx_path)!r} exists already; remove it or set another "
                     f"{opt.EP_CONTEXT_FILE_PATH}"
@@ -136,6 +138,10 @@ class InferenceSession:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
                 elif generate_context_model(pipeline.result(), ctx_path, overwrite=False):
                     logger.info("wrote context model %s", ctx_path)
+                    if config.get(opt.TRUST_SIGN_KEY):
+                        from epctx.trust.sign import sign_generated
+
+                        sign_generated(config, ctx_path)
         except BaseException as exc:
             if generate and opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
                 abort_open_group(exc)  # a failed session of a sharing group rolls the group back

@@ -68,7 +68,12 @@ class Pipeline:
             from epctx.optimize import fold_conv_batchnorm
 
             fold_conv_batchnorm(graph)
-        loader = ContextLoader(model_path=loaded.path, config=config, metadata=loaded.model.metadata_props)
+        loader = ContextLoader(
+            model_path=loaded.path,
+            config=config,
+            metadata=loaded.model.metadata_props,
+            read_func=options.ep_context_data_read_func,
+        )
         routed = loader.route(graph, providers)
         partitioner = GraphPartitioner(
             providers, cpu_fallback=not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK)

@@ -336,6 +336,7 @@ class _Inspector:
             )
         recorded = info.attributes.get(IDENTITY_ATTRIBUTE)
         if recorded is None:
+            self._error(f"no {IDENTITY_ATTRIBUTE!r} attribute binds the node to its epctx binary", info.name)
             return
         rows = [(e.name, e.kind, e.size, e.checksum, e.attrs) for e in payload.entries]
         found = graph_identity(graph, rows, payload.details.get("checksum", ""))

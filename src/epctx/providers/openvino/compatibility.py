@@ -87,7 +87,7 @@ def _judge(fields: dict[str, str], device: HardwareDevice | None) -> Compatibili
     if kind != HardwareDeviceType.CPU:
         return CompatibilityVerdict.optimal()
     if device is None:
-        from epctx.providers.hardware import cpu_device
+        from epctx.ep import cpu_device
 
         device = cpu_device()
     machine = device.metadata.get("architecture", platform.machine()).lower()
