@@ -1,6 +1,7 @@
 """Compiling partitions out of process: each partition is written as an ONNX model into a temporary folder and
 ``python -m epctx.providers.iree.worker`` imports and compiles it there (the compiler never enters this
-process), partitions in parallel up to ``os.cpu_count()``, each logged when it starts and ends."""
+process), partitions in parallel up to ``os.cpu_count()``, each logged when it starts and ends. A worker dies
+with this process (``lifeline``); a folder left by a process that died is removed by the next compile."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from epctx.ep import Partition, partition_model, plan_weights_file
 from epctx.errors import EPFail
+from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
 
 __all__ = ["CompileResult", "compile_partitions"]
 
@@ -67,10 +69,12 @@ def _worker_env() -> dict[str, str]:
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     start = time.perf_counter()
     logger.info("%s: compiling %d node(s) with IREE", label, len(partition.nodes))
-    with tempfile.TemporaryDirectory(prefix="epctx-iree-") as name:
-        folder = Path(name)
+    folder = Path(
+        job_folder()
+    )  # epctx-iree-<pid>-*: removed below, or by a later compile if this process dies
+    try:
         _write_job(partition, folder, flags)
-        command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder)]
+        command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder), str(os.getpid())]
         try:
             done = subprocess.run(
                 command, capture_output=True, text=True, env=_worker_env(), timeout=_TIMEOUT_S
@@ -87,6 +91,8 @@ def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileR
             logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)
             return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds)
         vmfb = (folder / "module.vmfb").read_bytes()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     logger.info("%s: compiled in %.1f s (%d bytes of code)", label, seconds, len(vmfb))
     params = tuple((str(a), str(b)) for a, b in doc["params"])
     return CompileResult(True, vmfb=vmfb, params=params, seconds=seconds)
@@ -98,6 +104,8 @@ def compile_partitions(
     """Compile each partition in a worker process, up to ``os.cpu_count()`` at a time; results in order."""
     if not partitions:
         return []
+    for path in remove_stale_folders():
+        logger.info("removed %s, the IREE compile folder of a process that has ended", path)
     total = len(partitions)
     labels = [f"IREE {what} {p.name!r} [{k + 1}/{total}]" for k, p in enumerate(partitions)]
     workers = max(1, min(total, os.cpu_count() or 1))
