@@ -69,26 +69,33 @@ def test_killed_compile_leaves_no_process_and_no_folder(tmp_path: Path) -> None:
     tmpdir.mkdir()
     bystander = tmpdir / f"epctx-iree-{os.getpid()}-live"  # a live process's folder: never removed
     bystander.mkdir()
-    model = tmp_path / "resnet.onnx"
-    onnx.save(resnet18(image=64, widths=(16, 32, 32, 32), blocks=(1, 1, 1, 1), num_classes=10), model)
+    model = tmp_path / "resnet.onnx"  # iree-compile runs for seconds: it is frozen in its first milliseconds
+    onnx.save(resnet18(image=64, widths=(32, 64, 64, 64), blocks=(2, 2, 2, 2), num_classes=10), model)
     child = _compile(model, tmpdir)
     try:
         compiling = _wait_for(
-            lambda: {p: c for p, c in _processes_under(tmpdir).items() if "iree-compile" in c}, timeout=120
+            lambda: [p for p, c in _processes_under(tmpdir).items() if c.split()[0].endswith("iree-compile")],
+            timeout=120,
+            step=0.01,
         )
         assert compiling, "no iree-compile started within 120 s"
+        for pid in compiling:  # iree-compile itself (exec'd by its lifeline), frozen mid-compile (SIGSTOP)
+            os.kill(pid, signal.SIGSTOP)
+        assert not list(tmpdir.glob("*/module.vmfb")), "the compile ended before it was frozen"
         workers = _processes_under(tmpdir)  # the worker and iree-compile (through its lifeline)
         assert any("epctx.providers.iree.worker" in c for c in workers.values()), workers
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    try:
+    try:  # a stopped process still ends at SIGKILL, which PR_SET_PDEATHSIG sends
         assert _wait_for(lambda: not _processes_under(tmpdir), timeout=10), "left running after the kill"
     finally:
         for pid in _processes_under(tmpdir):  # this test's orphans, if any: not left to run for an hour
             os.kill(pid, signal.SIGKILL)
     folders = [p for p in tmpdir.iterdir() if p != bystander]
-    # Stopped, not run to their end by orphans: no module was written.
+    # Ended, not run to their end by orphans (once resumed): no module was written.
     assert folders and not [
         f for f in folders if (f / "module.vmfb").exists() or (f / "result.json").exists()
     ]
@@ -101,3 +108,30 @@ def test_killed_compile_leaves_no_process_and_no_folder(tmp_path: Path) -> None:
     assert following.returncode == 0 and "compiled" in out
     assert not any(folder.exists() for folder in folders)
     assert sorted(tmpdir.iterdir()) == [bystander]
+
+
+def test_only_unlocked_folders_of_ended_processes_are_removed(tmp_path: Path) -> None:
+    import fcntl
+
+    from epctx.providers.iree.lifeline import remove_stale_folders
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"epctx-iree-{dead.pid}-a"
+    locked = tmp_path / f"epctx-iree-{dead.pid}-b"  # a live owner elsewhere (another pid namespace) holds it
+    live = tmp_path / f"epctx-iree-{os.getpid()}-c"
+    other = tmp_path / f"epctx-iree-{dead.pid}"  # not a job folder's name
+    link = tmp_path / f"epctx-iree-{dead.pid}-d"  # a symlink is never followed
+    for folder in (stale, locked, live, other):
+        folder.mkdir()
+        (folder / "weights.bin").write_bytes(b"w")
+    link.symlink_to(live)
+    lock = os.open(locked, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert remove_stale_folders(str(tmp_path)) == [str(stale)]
+    finally:
+        os.close(lock)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (locked, live, other, link))
+    assert (live / "weights.bin").is_file()
+    assert remove_stale_folders(str(tmp_path)) == [str(locked)]  # its owner let go

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -69,10 +68,8 @@ def _worker_env() -> dict[str, str]:
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     start = time.perf_counter()
     logger.info("%s: compiling %d node(s) with IREE", label, len(partition.nodes))
-    folder = Path(
-        job_folder()
-    )  # epctx-iree-<pid>-*: removed below, or by a later compile if this process dies
-    try:
+    with job_folder() as name:  # removed after, or by a later compile when this process dies first
+        folder = Path(name)
         _write_job(partition, folder, flags)
         command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder), str(os.getpid())]
         try:
@@ -91,8 +88,6 @@ def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileR
             logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)
             return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds)
         vmfb = (folder / "module.vmfb").read_bytes()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     logger.info("%s: compiled in %.1f s (%d bytes of code)", label, seconds, len(vmfb))
     params = tuple((str(a), str(b)) for a, b in doc["params"])
     return CompileResult(True, vmfb=vmfb, params=params, seconds=seconds)

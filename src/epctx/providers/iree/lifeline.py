@@ -8,21 +8,25 @@ folder (a copy of the partition's weights) in ``$TMPDIR``.
   parent ends; a parent already gone (``getppid()`` is no longer ``pid``) ends it at once. The worker calls it
   first thing; ``iree-compile`` gets it from this module run as a script, which then ``exec``s the tool (the
   signal setting survives ``exec``): ``python lifeline.py <parent pid> <program> <args...>``.
-- ``job_folder()`` / ``remove_stale_folders()``: job folders are named ``epctx-iree-<owner pid>-<random>``; a
-  compile removes those whose owner process is gone (same user, plain folders, never a live process's).
+- ``job_folder()`` / ``remove_stale_folders()``: job folders are named ``epctx-iree-<owner pid>-<random>`` and
+  locked by their owner while in use; a compile removes those whose owner is gone: its pid is not alive and the
+  lock is free (this user's plain folders only; never a live process's, in this pid namespace or another).
 
 This file imports nothing of epctx: it runs as a script, before ``iree-compile`` starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
 import re
 import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Iterator
 
 __all__ = ["die_with_parent", "job_folder", "remove_stale_folders", "with_parent"]
 
@@ -50,9 +54,18 @@ def with_parent(command: list[str]) -> list[str]:
     return [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), *command]
 
 
-def job_folder() -> str:
-    """A new job folder in ``$TMPDIR``, named for this process."""
-    return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+@contextlib.contextmanager
+def job_folder() -> Iterator[str]:
+    """A new job folder in ``$TMPDIR``, named for this process and locked (``flock``) while in use; removed
+    after."""
+    path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+    lock = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(lock)
 
 
 def _alive(pid: int) -> bool:
@@ -65,29 +78,44 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_folders(parent: str | None = None) -> list[str]:
-    """Remove the job folders in ``parent`` (``$TMPDIR``) whose owner process is gone; returns their paths.
-    Only this user's plain folders named ``epctx-iree-<pid>-...`` are looked at; anything unreadable is left."""
-    parent = parent or tempfile.gettempdir()
-    removed: list[str] = []
+def _remove_if_unowned(path: str) -> bool:
+    """Remove ``path`` when it is this user's folder and no process holds its lock (the lock goes with its
+    process, whatever its pid namespace)."""
     try:
-        entries = list(os.scandir(parent))
+        lock = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
-        return removed
-    for entry in entries:
-        found = _FOLDER.match(entry.name)
-        if found is None or int(found.group(1)) == os.getpid() or _alive(int(found.group(1))):
+        return False
+    try:
+        if os.fstat(lock).st_uid != os.getuid():
+            return False
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: a compile is using it
+        os.close(lock)
+        return False
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    finally:
+        os.close(lock)
+    return True
+
+
+def remove_stale_folders(parent: str | None = None) -> list[str]:
+    """Remove the job folders in ``parent`` (``$TMPDIR``) whose owner process is gone (its pid is not alive and
+    nothing holds the folder's lock); returns their paths. Only this user's folders named
+    ``epctx-iree-<pid>-...`` are looked at; anything unreadable is left."""
+    parent = parent or tempfile.gettempdir()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        found = _FOLDER.match(name)
+        if found is None or _alive(int(found.group(1))):
             continue
-        try:
-            if (
-                not entry.is_dir(follow_symlinks=False)
-                or entry.stat(follow_symlinks=False).st_uid != os.getuid()
-            ):
-                continue
-        except OSError:
-            continue
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(entry.path)
+        path = os.path.join(parent, name)
+        if _remove_if_unowned(path):
+            removed.append(path)
     return removed
 
 
