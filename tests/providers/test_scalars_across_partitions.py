@@ -1,6 +1,7 @@
-"""Rank-0 values (scalars) into, out of and between IREE partitions, against onnxruntime: a scalar graph input,
-a scalar made by one IREE partition, consumed by a node IREE is not given (``disabled_ops``) and then by a second
-IREE partition, and scalar graph outputs of both. Fresh compile and a context model loaded back."""
+"""Rank-0 values (scalars) into, out of and between the partitions of a compiling EP (IREE, OpenVINO), against
+onnxruntime: a scalar graph input, a scalar made by one partition, consumed by a node the EP is not given
+(``disabled_ops``: the CPU EP) and then by a second partition, and scalar graph outputs of both. Fresh compile and
+a context model loaded back."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-pytest.importorskip("iree.runtime")
-pytest.importorskip("iree.compiler")
-
 import epctx
 from epctx.testing import no_compile
 from tests.oracle import run_ort
 
-EP = "IREEExecutionProvider"
-OPTIONS = {"disabled_ops": "Neg"}  # Neg runs on the CPU EP, between two IREE partitions
+OPTIONS = {"disabled_ops": "Neg"}  # Neg runs on the CPU EP, between two partitions of the EP
+_MODULES = {
+    "IREEExecutionProvider": ("iree.runtime", "iree.compiler"),
+    "OpenVINOExecutionProvider": ("openvino",),
+}
 
 
 def _scalar_model() -> onnx.ModelProto:
@@ -60,15 +61,18 @@ def _check(sess: epctx.InferenceSession, model: onnx.ModelProto) -> None:
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
-def test_scalars_cross_iree_partition_boundaries(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ep", sorted(_MODULES))
+def test_scalars_cross_partition_boundaries(ep: str, tmp_path: Path) -> None:
+    for module in _MODULES[ep]:
+        pytest.importorskip(module)
     model = _scalar_model()
     source = tmp_path / "scalars.onnx"
     onnx.save(model, source)
     so = epctx.SessionOptions()
     so.add_session_config_entry("ep.context_enable", "1")
-    sess = epctx.InferenceSession(str(source), so, providers=[(EP, OPTIONS)])
-    assert [ep for ep, _ in sess.get_partitions()] == [EP, "CPUExecutionProvider", EP], sess.get_partitions()
+    sess = epctx.InferenceSession(str(source), so, providers=[(ep, OPTIONS)])
+    assert [e for e, _ in sess.get_partitions()] == [ep, "CPUExecutionProvider", ep], sess.get_partitions()
     _check(sess, model)
     with no_compile():
-        loaded = epctx.InferenceSession(str(tmp_path / "scalars_ctx.onnx"), providers=[(EP, OPTIONS)])
+        loaded = epctx.InferenceSession(str(tmp_path / "scalars_ctx.onnx"), providers=[(ep, OPTIONS)])
     _check(loaded, model)
