@@ -1,4 +1,4 @@
-"""Sessions that come and go: creating and dropping thousands of sessions in one process leaves its file
+"""Sessions that come and go: creating and dropping 1,600 sessions per EP in one process leaves its file
 descriptors, memory mappings and resident memory flat, on every EP. Each EP runs in a child process whose open
 file limit is 128, so a session that keeps one descriptor fails the loop long before it ends (``[Errno 24]``);
 the compiling EPs load a context model made once (that is how sessions come and go in a server)."""
@@ -6,6 +6,7 @@ the compiling EPs load a context model made once (that is how sessions come and 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SESSIONS = 2000
+SESSIONS = 1600
 FD_LIMIT = 128
 
 _CHILD = textwrap.dedent(
@@ -56,12 +57,15 @@ _CHILD = textwrap.dedent(
 
     for _ in range(50):  # warm up: pools, arenas and caches made once per process
         once()
-    gc.collect()
-    before = [fds(), maps(), rss_mib()]
-    for _ in range(sessions):
+    samples = []
+    for k in range(sessions):
+        if k % (sessions // 4) == 0:
+            gc.collect()
+            samples.append([fds(), maps(), rss_mib()])
         once()
     gc.collect()
-    print(json.dumps({"before": before, "after": [fds(), maps(), rss_mib()]}))
+    samples.append([fds(), maps(), rss_mib()])
+    print(json.dumps(samples))
     """
 )
 
@@ -95,11 +99,15 @@ def test_sessions_created_and_dropped_leave_fds_maps_and_memory_flat(
         env={**_env(), "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    (fds0, maps0, rss0), (fds1, maps1, rss1) = found["before"], found["after"]
-    assert fds1 <= fds0, found  # not one descriptor per session, nor a few in all
-    assert maps1 <= maps0 + 16, found  # allocator arenas may add a few mappings, sessions add none
-    assert rss1 <= rss0 + 12, found  # MiB over thousands of sessions: nothing kept per session
+    samples = json.loads(done.stdout.strip().splitlines()[-1])  # [fds, maps, RSS MiB] every quarter
+    (fds0, maps0, rss0), (fds1, maps1, rss1) = samples[0], samples[-1]
+    assert fds1 <= fds0, samples  # not one descriptor per session, nor a few in all
+    assert maps1 <= maps0 + 16, samples  # allocator arenas may add a few mappings, sessions add none
+    # Memory kept per session grows in every quarter; an allocator's arena or pool grows once (seen: +15 MiB
+    # at a random moment with embedded IREE contexts, then flat over 10,000 sessions).
+    growth = [b[2] - a[2] for a, b in itertools.pairwise(samples)]
+    assert min(growth) <= 1.0, samples  # MiB per 400 sessions: under 2.5 KiB kept per session
+    assert rss1 <= rss0 + 32, samples
 
 
 def _env() -> dict[str, str]:
