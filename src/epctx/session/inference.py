@@ -33,6 +33,7 @@ __all__ = ["InferenceSession", "ProviderSpec"]
 logger = logging.getLogger("epctx")
 
 ProviderSpec = str | tuple[str, Mapping[str, Any]]
+_NO_OUTPUT = "At least one output should be requested."  # onnxruntime's words, for a model without outputs
 
 
 class InferenceSession:
@@ -225,6 +226,8 @@ class InferenceSession:
     ) -> list[Any]:
         """The outputs named (None or []: every output, as onnxruntime) for ``input_feed``."""
         inputs = self._binder.bind(input_feed)
+        if not self._outputs:
+            raise InvalidArgument(_NO_OUTPUT)
         if run_options is None and self._plain:  # the common call: the plan's loop and nothing around it
             results = self._plan.run(inputs)
         else:
@@ -252,7 +255,10 @@ class InferenceSession:
         run_options: opt.RunOptions | None = None,
     ) -> list[OrtValue]:
         feed = {name: _array_of(name, value) for name, value in input_dict_ort_values.items()}
-        results = self._execute(self._binder.bind(feed), run_options)
+        inputs = self._binder.bind(feed)
+        if not self._outputs:
+            raise InvalidArgument(_NO_OUTPUT)
+        results = self._execute(inputs, run_options)
         return [OrtValue(owned_array(results[i])) for i in self._pick(output_names)]
 
     def run_async(

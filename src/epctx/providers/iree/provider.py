@@ -66,6 +66,23 @@ CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
 )
 
 
+def _parameter_sources(partition: Partition) -> dict[str, ir.TensorProtocol]:
+    """The tensors IREE's importer may make parameters of, by name: the partition's initializers and the values
+    of its ``Constant`` nodes (``value`` attribute: Paddle exports hold every weight so)."""
+    found: dict[str, ir.TensorProtocol] = {}
+    for node in partition.nodes:
+        value = node.attributes.get("value")
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None:
+            tensor = value.value
+            output = node.outputs[0].name if len(node.outputs) == 1 else None
+            if output and tensor is not None and hasattr(tensor, "numpy"):
+                found[output] = tensor
+    found.update(
+        (v.name, v.const_value) for v in partition.initializers if v.name and v.const_value is not None
+    )
+    return found
+
+
 class IREEExecutionProvider(ExecutionProvider):
     name = "IREEExecutionProvider"
     sources = ("IREEExecutionProvider", "IREE")
@@ -128,13 +145,16 @@ class IREEExecutionProvider(ExecutionProvider):
             from epctx.providers.iree.capability import short_error
 
             raise EPFail(f"{where}: {short_error(result)}")
-        arrays = {v.name: v.const_value for v in partition.initializers if v.name}
+        tensors = _parameter_sources(partition)
         weights = []
         for name, key in result.params:
-            tensor = arrays.get(name)
+            tensor = tensors.get(name)
             array = initializer_array(tensor) if tensor is not None else None
             if array is None:
-                raise EPFail(f"{where}: IREE made a parameter of {name!r}, which is not a tensor initializer")
+                raise EPFail(
+                    f"{where}: IREE made a parameter of {name!r}, which is neither a tensor initializer nor the "
+                    "value of a Constant node of the partition"
+                )
             weights.append((key, array))
         hardware = self.hardware()
         why = missing_features(hardware, where)

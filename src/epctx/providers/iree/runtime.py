@@ -161,7 +161,8 @@ class CompiledIREE:
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         if self.runner is None:
             raise EPFail(f"{self.where} cannot run on this machine: {self.unavailable}")
-        out = self.runner([np.ascontiguousarray(x) for x in inputs])
+        # np.asarray(order="C"), not np.ascontiguousarray: that one makes a scalar (a rank-0 value) of shape (1,).
+        out = self.runner([np.asarray(x, order="C") for x in inputs])
         if len(out) != len(self.output_names):
             raise EPFail(f"{self.where}: IREE returned {len(out)} outputs, expected {len(self.output_names)}")
         return out
