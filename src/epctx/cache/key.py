@@ -175,7 +175,7 @@ def cache_key(
 ) -> tuple[str, Mapping[str, Any]]:
     """(the key, its parts) of a session over ``source`` (a path: external data beside it; bytes: in
     ``session.model_external_initializers_file_folder_path``)."""
-    external_folder = options.config.get(opt.EXTERNAL_INITIALIZERS_FOLDER)
+    external_folder = opt.SessionConfig.of(options).external_initializers_folder
     parts = {
         "epctx": __version__,
         "source": _source_parts(source, Path(external_folder) if external_folder else None, digests),
