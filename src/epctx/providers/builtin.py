@@ -146,17 +146,9 @@ class ClassEpFactory:
         ]
 
     def create_ep(self, ep_devices: Sequence[EpDevice], ep_options: Mapping[str, str]) -> ExecutionProvider:
-        options: dict[str, str] = {}
-        for device in ep_devices:
-            for key, value in device.ep_options.items():
-                if options.get(key, value) != value:
-                    raise InvalidArgument(
-                        f"{self._name} runs on one device per session: devices with {key}={options[key]!r} "
-                        f"and {key}={value!r} were both selected"
-                    )
-                options[key] = value
-        options.update({k: str(v) for k, v in ep_options.items()})
-        return self._load_class()(options)
+        from epctx.ep import device_options
+
+        return self._load_class()(device_options(self._name, ep_devices, ep_options))
 
     def validate_compatibility_info(
         self, info: str, devices: Sequence[HardwareDevice]

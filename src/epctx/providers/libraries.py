@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from epctx.ep.devices import ALLOW_VIRTUAL_DEVICES
+from epctx.ep.factory import check_api_version
 from epctx.errors import Fail, InvalidArgument, NoSuchFile
 
 if TYPE_CHECKING:
@@ -126,6 +127,9 @@ def load_library(
                 )
         if not isinstance(factory.ep_name, str) or not factory.ep_name:
             raise InvalidArgument(f"{where}: factory {factory!r} has no EP name")
+        check_api_version(
+            getattr(factory, "ep_api_version", None), f"{where}: factory of {factory.ep_name!r}"
+        )
         if factory.ep_name in taken:
             raise InvalidArgument(f"{where}: an execution provider named {factory.ep_name!r} exists already")
         taken.add(factory.ep_name)
