@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from epctx.errors import IncompatibleEPApi, InvalidArgument
+from epctx.ep.devices import device_options
+from epctx.errors import IncompatibleEPApi
 
 if TYPE_CHECKING:
     from epctx.ep.contract import ExecutionProvider
@@ -24,7 +25,6 @@ __all__ = [
     "EP_API_VERSION",
     "PluginEpFactory",
     "check_api_version",
-    "device_options",
 ]
 
 EP_API_VERSION = "2.0"
@@ -57,24 +57,6 @@ def check_api_version(declared: object, where: str) -> None:
             f"(a library written for {ours[0]}.0 to {EP_API_VERSION} loads): "
             + ("update epctx" if theirs > ours else "port the library to this API (docs/ep-authors.md)")
         )
-
-
-def device_options(
-    ep_name: str, ep_devices: Sequence[EpDevice], ep_options: Mapping[str, Any]
-) -> dict[str, str]:
-    """The options of an EP created for ``ep_devices``: the devices' ``ep_options`` (which must agree: one
-    device per session), then the session's ``ep_options`` over them, as strings."""
-    options: dict[str, str] = {}
-    for device in ep_devices:
-        for key, value in device.ep_options.items():
-            if options.get(key, value) != value:
-                raise InvalidArgument(
-                    f"{ep_name} runs on one device per session: devices with {key}={options[key]!r} "
-                    f"and {key}={value!r} were both selected"
-                )
-            options[key] = value
-    options.update({str(k): str(v) for k, v in ep_options.items()})
-    return options
 
 
 class PluginEpFactory:

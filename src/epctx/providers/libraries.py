@@ -20,7 +20,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from epctx.ep.devices import ALLOW_VIRTUAL_DEVICES
-from epctx.ep.factory import check_api_version
 from epctx.errors import Fail, InvalidArgument, NoSuchFile
 
 if TYPE_CHECKING:
@@ -119,6 +118,8 @@ def load_library(
     if not made:
         raise InvalidArgument(f"{where}: create_ep_factories returned no EP factories")
     taken = set(taken)
+    from epctx.ep.factory import check_api_version  # registration only: not on a session's load path
+
     for factory in made:
         for attr in ("ep_name", "ep_vendor", "get_supported_devices", "create_ep"):
             if not hasattr(factory, attr):
