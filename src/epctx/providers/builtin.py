@@ -54,6 +54,9 @@ class BuiltinDeclaration:
     # module with validate(info, devices) and optionally device_incompatibility(device): the EP's verdicts,
     # reached without importing the EP's class (the class's classmethods are used when absent)
     compatibility: str | None = None
+    # EP_CONFORMANCE: how the conformance suite runs this EP (epctx.testing.conformance.Profile's fields but
+    # ``ep``: options, atol, rtol, case_options); None: the EP is not a compiling EP the suite runs on
+    conformance: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
 
     def missing(self) -> list[str]:
         """Required modules that are not installed."""
@@ -91,6 +94,7 @@ def builtin_declarations() -> tuple[BuiltinDeclaration, ...]:
                 payloads=getattr(module, "EP_PAYLOADS", None),
                 library=getattr(module, "EP_LIBRARY", None),
                 compatibility=getattr(module, "EP_COMPATIBILITY", None),
+                conformance=getattr(module, "EP_CONFORMANCE", None),
             )
         )
     return tuple(found)
