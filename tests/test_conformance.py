@@ -258,3 +258,24 @@ def test_no_compile_guard_by_context_and_by_environment(monkeypatch: pytest.Monk
     epctx.InferenceSession(data)  # nothing to compile on the CPU EP: the guard stays silent
     monkeypatch.setenv(NO_COMPILE_ENV, "0")
     epctx.InferenceSession(data, providers=["ExampleExecutionProvider"])
+
+
+@pytest.mark.slow
+def test_command_runs_an_ep_with_its_folders_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    """``epctx conformance -p OpenVINOExecutionProvider`` takes the case options OpenVINO's folder declares
+    (LayerNormalization left to the CPU EP in partial_model); the command line's own come on top."""
+    import importlib.util
+    import json
+
+    from epctx.cli import main
+
+    if importlib.util.find_spec("openvino") is None:
+        pytest.skip("OpenVINO is not installed")
+    args = ["conformance", "-p", "OpenVINOExecutionProvider", "--case", "partial_model", "--json"]
+    assert main(args) == 0
+    (row,) = json.loads(capsys.readouterr().out)["OpenVINOExecutionProvider"]
+    assert row["passed"] and "ln" not in row["delegated_nodes"] and row["total_nodes"] == 6
+    # the command line's case option replaces the profile's: OpenVINO takes LayerNormalization, the case fails
+    assert main([*args, "--case-option", "partial_model:disabled_ops=Sigmoid"]) == 1
+    (row,) = json.loads(capsys.readouterr().out)["OpenVINOExecutionProvider"]
+    assert not row["passed"] and "ln" in row["delegated_nodes"]
