@@ -103,7 +103,9 @@ class EpDevice:
 
 
 class EpFactory(Protocol):
-    """What ``create_ep_factories`` returns one of per EP the library provides (``OrtEpFactory``).
+    """What ``create_ep_factories`` returns one of per EP the library provides (``OrtEpFactory``). A plugin
+    library's factory also declares ``ep_api_version``, the ``epctx.ep.EP_API_VERSION`` it was written for
+    (checked at registration; ``epctx.ep.PluginEpFactory`` is the base that holds the rest).
 
     Optional, as in onnxruntime: ``validate_compatibility_info(info, hardware_devices) -> CompatibilityVerdict``
     (judge a compatibility string its EP wrote, without loading anything; absent: ``EP_NOT_APPLICABLE``) and
