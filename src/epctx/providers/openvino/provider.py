@@ -98,23 +98,32 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         self._entries_bound = 0
         self._layout: WeightsLayout | None = None
         self._weights_base: int | None = None
+        self._declined: dict[ir.Node, str] = {}  # get_capability's: node -> OpenVINO's reason
 
     # -- capability -----------------------------------------------------------------------------------
     def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+        self._declined = {}
         if any(is_ep_context(n) and self._owns(n) for n in graph):
             return []  # a context model: its other nodes were offered to OpenVINO when it was generated
         from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
 
-        candidates = candidate_nodes(graph, self.config.disabled_ops)
+        candidates, declined = candidate_nodes(graph, self.config.disabled_ops)
         try:
-            claimed = supported_nodes(
+            claimed, refused = supported_nodes(
                 self.core, self.config.device, self.config.runtime_config(), graph, opset_imports, candidates
             )
         except RuntimeError as exc:  # the frontend or the device refused the model as a whole
             raise EPFail(f"{self.name}: OpenVINO could not query the model: {exc}") from exc
+        declined.update(refused)
+        self._declined = declined
         # One weights entry per initializer at most, and a meta and a blob entry per partition at most.
         self._entries_bound += len(graph.initializers) + 2 * len(claimed)
         return claimed
+
+    def declined_nodes(self) -> Mapping[ir.Node, str]:
+        """The nodes of the last ``get_capability`` graph OpenVINO does not run, each with OpenVINO's reason: the
+        frontend's conversion report, the device's ``query_model``, or an untyped value / ``disabled_ops``."""
+        return dict(self._declined)
 
     def _owns(self, node: ir.Node) -> bool:
         attr = node.attributes.get("source")
