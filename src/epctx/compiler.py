@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
     from epctx.epcontext.generate import ContextModel
+    from epctx.partition.placement import NodePlacement
     from epctx.session.pipeline import Pipeline
 
 __all__ = ["CompileFlags", "ExternalInitializerInfo", "ModelCompiler"]
@@ -80,6 +81,7 @@ class ModelCompiler:
         self._flags = CompileFlags(flags)
         self._level = graph_optimization_level
         self._location_func = get_initializer_location_func
+        self._nodes: list[NodePlacement] = []
 
     # -- outputs -------------------------------------------------------------------------------------
     def compile_to_file(self, output_model_path: str | os.PathLike[str] | None = None) -> None:
@@ -125,6 +127,11 @@ class ModelCompiler:
         except Exception as exc:
             raise Fail(f"the write function failed: {exc}") from exc
 
+    def get_node_placement(self) -> list[NodePlacement]:
+        """Where each node ran in the last compile: as ``InferenceSession.get_node_placement`` ([] before
+        a compile). epctx extension (onnxruntime's ModelCompiler has no such call)."""
+        return list(self._nodes)
+
     # -- internals -----------------------------------------------------------------------------------
     def _check_output(self, path: Path, overwrite: bool) -> None:
         if path.is_dir():
@@ -157,6 +164,7 @@ class ModelCompiler:
             pipeline = Pipeline.partition(self._source, eps, options)
         finally:
             options.graph_optimization_level = level
+        self._nodes = pipeline.placement()
         target = output
         if target is None and pipeline.loaded.path is not None:
             target = context_model_path(pipeline.loaded.path, {})

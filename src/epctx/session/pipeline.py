@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
 from epctx.ep.contract import CompiledPartition, ExecutionProvider
@@ -14,9 +14,13 @@ from epctx.epcontext.load import ContextLoader
 from epctx.errors import ModelRequiresCompilation
 from epctx.model import LoadedModel, load_model
 from epctx.partition import CompiledModel, GraphPartitioner, Unit
+from epctx.partition.placement import NodePlacement, node_placement
 from epctx.providers.registry import create_provider
 from epctx.session.builder import StepBuilder
 from epctx.session.overrides import apply_dimension_overrides, apply_initializers
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["Pipeline"]
 
@@ -35,6 +39,8 @@ class Pipeline:
     from_context: dict[int, CompiledPartition] = dataclasses.field(default_factory=dict)
     # node name -> {EP name: why that EP declined it} (the node runs on a later EP)
     declined: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    # the same by node (names may repeat or be empty): node -> [(EP name, why)]
+    declined_by_node: dict[ir.Node, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def partition(
@@ -72,6 +78,7 @@ class Pipeline:
         )
         pipeline = cls(loaded, providers, config, units, StepBuilder(opsets, kernel_ep, fold), loader)
         pipeline.declined = {node.name or "": dict(reasons) for node, reasons in partitioner.declined.items()}
+        pipeline.declined_by_node = partitioner.declined
         pending = pipeline.to_compile
         if pending and opt.config_flag(config, opt.DISABLE_MODEL_COMPILE):
             names = ", ".join(sorted({u.ep.name for u in pending}))
@@ -84,6 +91,11 @@ class Pipeline:
     @property
     def to_compile(self) -> list[Unit]:
         return [u for u in self.units if u.partition is not None and not u.from_context]
+
+    def placement(self) -> list[NodePlacement]:
+        """Where each node of the main graph runs, and why the EPs ahead of its EP declined it."""
+        names = [ep.name for ep in self.providers]
+        return node_placement(self.loaded.model.graph, self.units, self.declined_by_node, names)
 
     def compile(self) -> None:
         self.compiled, self.from_context = self.builder.compile_units(self.units, self.loader)
