@@ -31,6 +31,10 @@ DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
 # epctx's own: "1" turns the warning for an onnxruntime EP that epctx lacks (CUDA, TensorRT...) into an error.
 UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
+# epctx's own: "1" offers the nodes inside control-flow bodies (If / Loop / Scan) to the EPs as well, as the main
+# graph's; off by default (measured: OpenVINO's partitions inside silero-vad's If bodies run no faster than
+# the CPU EP there), never in a context model (its bodies were not compiled when it was made).
+PARTITION_CONTROL_FLOW_BODIES = "session.partition_control_flow_bodies"
 
 _BOOL_KEYS = frozenset(
     {
@@ -41,6 +45,7 @@ _BOOL_KEYS = frozenset(
         DISABLE_MODEL_COMPILE,
         DISABLE_CPU_EP_FALLBACK,
         UNAVAILABLE_EP_IS_ERROR,
+        PARTITION_CONTROL_FLOW_BODIES,
     }
 )
 

@@ -240,7 +240,8 @@ def test_corrupted_binary_errors(tmp_path: Path) -> None:
     path = tmp_path / BIN
     original = path.read_bytes()
     flipped = bytearray(original)
-    flipped[-100] ^= 0x10
+    # A byte inside the blob (its size varies by a few bytes with OpenVINO's op numbering in the process).
+    flipped[len(flipped) // 2] ^= 0x10
     path.write_bytes(bytes(flipped))
     with pytest.raises(epctx.InvalidGraph, match="checksum"):
         _load(ctx)

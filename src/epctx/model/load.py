@@ -174,9 +174,16 @@ def _standalone(tensor: ir.serde.TensorProtoTensor) -> ir.serde.TensorProtoTenso
 
 
 def _copy_types(model: ir.Model, inferred: onnx.ModelProto) -> None:
-    """Copy types and shapes from ONNX shape inference onto values of the main graph that lack them."""
-    by_name = {v.name: v for node in model.graph for v in node.outputs if v.name}
-    for info in (*inferred.graph.value_info, *inferred.graph.output):
+    """Copy types and shapes from ONNX shape inference onto values that lack them: the main graph's and those
+    of its subgraphs (If / Loop / Scan bodies, which EPs may take a part of)."""
+    _copy_graph_types(model.graph, inferred.graph)
+
+
+def _copy_graph_types(graph: ir.Graph, inferred: onnx.GraphProto) -> None:
+    """One graph at a time (sibling bodies may reuse a name): inference keeps the nodes in their order, so
+    subgraphs pair up by node position and attribute name."""
+    by_name = {v.name: v for node in graph for v in node.outputs if v.name}
+    for info in (*inferred.value_info, *inferred.output):
         value = by_name.get(info.name)
         if value is None or not info.type.HasField("tensor_type"):
             continue
@@ -184,6 +191,15 @@ def _copy_types(model: ir.Model, inferred: onnx.ModelProto) -> None:
             value.type = ir.serde.deserialize_type_proto_for_type(info.type)
         if value.shape is None and info.type.tensor_type.HasField("shape"):
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
+    nodes = list(graph)
+    if len(nodes) != len(inferred.node):
+        return  # not the same graph any more (functions inlined): its bodies keep the types they declare
+    for node, proto in zip(nodes, inferred.node):
+        for attr in proto.attribute:
+            if attr.HasField("g"):
+                sub = node.attributes.get(attr.name)
+                if isinstance(sub, ir.Attr) and sub.type == ir.AttributeType.GRAPH:
+                    _copy_graph_types(sub.as_graph(), attr.g)
 
 
 def parse_model_proto(data: bytes, what: str) -> onnx.ModelProto:

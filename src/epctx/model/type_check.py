@@ -7,8 +7,9 @@ strict mode, on the model without its weights' payload, and refuses the same mod
 
 onnxruntime is lenient in one case: a shape declared for a value (``value_info``, a graph output) that
 differs from the inferred one is a warning ("Falling back to lenient merge"). Such conflicts are warned about
-here too, and the types then come from a non-strict inference. Operators ONNX does not know (custom domains,
-``com.microsoft``) are skipped by ONNX's inference, so they are not refused here.
+here too, and the types then come from a non-strict inference; so are errors ONNX finds inside the function
+body it expands for a function op (its own limits, e.g. MeanVarianceNormalization). Operators ONNX does not
+know (custom domains, ``com.microsoft``) are skipped by ONNX's inference, so they are not refused here.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ __all__ = ["check_types"]
 
 logger = logging.getLogger("epctx")
 
-# The only inference errors onnxruntime does not refuse a model for (it merges the shapes leniently).
-_LENIENT = ("Inferred shape and existing shape differ",)
+# Inference errors onnxruntime does not refuse a model for: a declared shape that differs from the inferred
+# one (it merges the shapes leniently), and an error inside the function body ONNX expands for a function op
+# (e.g. MeanVarianceNormalization's Constant with a referenced attribute): onnxruntime runs its own kernel.
+_LENIENT = ("Inferred shape and existing shape differ", "Inference error(s):")
 
 
 def check_types(model: bytes, what: str) -> onnx.ModelProto | None:
@@ -39,7 +42,7 @@ def check_types(model: bytes, what: str) -> onnx.ModelProto | None:
                 f"{what} failed type and shape inference (onnxruntime refuses it at load): "
                 + "; ".join(errors)
             ) from exc
-        logger.warning("%s: declared shapes differ from the inferred ones: %s", what, "; ".join(errors))
+        logger.warning("%s: ONNX type inference (not refused, as onnxruntime): %s", what, "; ".join(errors))
     except Exception as exc:  # ONNX's inference broke on the model itself, not on its types
         logger.debug("type inference could not run on %s: %s", what, exc)
         return None

@@ -38,6 +38,9 @@ class StepBuilder:
         self.fold = fold
         # Wraps each partition's compile / context load: phase(kind, name, EP name) -> context (profiles).
         self.phase: Callable[[str, str, str], contextlib.AbstractContextManager[Any]] = _no_phase
+        # The EPs control-flow bodies (If / Loop / Scan) are partitioned among, as the main graph is; empty:
+        # every body node runs on ``kernel_ep`` (a context model, whose bodies were not compiled).
+        self.body_providers: Sequence[ExecutionProvider] = ()
 
     def compile_units(
         self, units: Sequence[Unit], loader: ContextLoader | None
@@ -107,9 +110,51 @@ class StepBuilder:
         )
 
     def build_subgraph(self, graph: ir.Graph, outer: tuple[ir.Value, ...]) -> _SubgraphRunner:
-        steps = [self.node_step(self.kernel_ep, node) for node in graph]
+        """A body's plan. With ``body_providers`` holding a compiling EP, the body is partitioned like the main
+        graph: the EP compiles what it takes (e.g. OpenVINO the convolutions inside silero-vad's If branches,
+        whose nested Ifs its frontend cannot translate as a whole), the kernel EP runs the rest."""
+        if any(ep.compiles for ep in self.body_providers):
+            steps = self._partitioned_steps(graph)
+        else:
+            steps = [self.node_step(self.kernel_ep, node) for node in graph]
         plan = build_plan((*graph.inputs, *outer), graph.outputs, steps, fold_constants=self.fold)
         return _SubgraphRunner(plan, len(graph.inputs))
+
+    def _partitioned_steps(self, graph: ir.Graph) -> list[PlanStep]:
+        from epctx.partition import GraphPartitioner
+
+        units = GraphPartitioner(self.body_providers, cpu_fallback=True).partition(graph, self.opset_imports)
+        steps: list[PlanStep] = []
+        for unit in units:
+            part = unit.partition
+            if part is None or not _worth_compiling(part.nodes):
+                steps.extend(
+                    self.node_step(unit.ep if part is None else self.kernel_ep, n) for n in unit.nodes
+                )
+                continue
+            check_compile_allowed(unit.ep, 1)
+            started = time.perf_counter()
+            with self.phase("compile", part.name, unit.ep.name):
+                (compiled,) = _one(unit.ep, unit.ep.compile([part]))
+            logger.info(
+                "compiled body partition %s (%d nodes) of graph %r on %s in %.2f s",
+                part.name, len(part.nodes), graph.name, unit.ep.name, time.perf_counter() - started,
+            )  # fmt: skip
+            steps.append(PlanStep(compiled, part.inputs, part.outputs, label=part.name))
+        return steps
+
+
+# A body partition is compiled when it holds one of these or at least _MIN_BODY_NODES nodes: a call into a
+# compiled partition costs tens of microseconds, more than the kernel EP spends on a Squeeze or a Gather (the
+# one- and two-node branches exporters emit for "squeeze if the dim is 1").
+_HEAVY_OPS = frozenset(
+    {"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Einsum", "Attention"}
+)
+_MIN_BODY_NODES = 16
+
+
+def _worth_compiling(nodes: Sequence[ir.Node]) -> bool:
+    return len(nodes) >= _MIN_BODY_NODES or any(n.op_type in _HEAVY_OPS for n in nodes)
 
 
 def _no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:

@@ -76,7 +76,16 @@ class Pipeline:
         kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
             "CPUExecutionProvider"
         )
-        pipeline = cls(loaded, providers, config, units, StepBuilder(opsets, kernel_ep, fold), loader)
+        builder = StepBuilder(opsets, kernel_ep, fold)
+        if (
+            opt.config_flag(config, opt.PARTITION_CONTROL_FLOW_BODIES)
+            and not routed
+            and not opt.config_flag(config, opt.DISABLE_MODEL_COMPILE)
+        ):
+            # Control-flow bodies are offered to the EPs too; never in a context model (its bodies were not
+            # compiled when it was made, and loading one never compiles) nor where compiling is disabled.
+            builder.body_providers = providers
+        pipeline = cls(loaded, providers, config, units, builder, loader)
         pipeline.declined = {node.name or "": dict(reasons) for node, reasons in partitioner.declined.items()}
         pipeline.declined_by_node = partitioner.declined
         pending = pipeline.to_compile
