@@ -101,3 +101,18 @@ def test_compiler_and_context_model(tmp_path: Path) -> None:
     assert all(isinstance(p, NodePlacement) for p in loaded)
     contexts = [p for p in loaded if p.op_type == "EPContext"]
     assert len(contexts) == 2 and all(p.provider == EXAMPLE and p.declined == () for p in contexts)
+
+
+def test_context_model_on_the_lean_path(tmp_path: Path) -> None:
+    """A context model of EPContext nodes only loads without onnx-ir; its placement is made when asked for."""
+    from tests.epcontext.models import whole_model
+
+    source = tmp_path / "w.onnx"
+    onnx.save(whole_model(), source)
+    options = epctx.SessionOptions()
+    options.add_provider(EXAMPLE, {})
+    epctx.ModelCompiler(options, str(source)).compile_to_file(str(tmp_path / "w_ctx.onnx"))
+    session = epctx.InferenceSession(str(tmp_path / "w_ctx.onnx"), providers=[EXAMPLE])
+    (only,) = session.get_node_placement()
+    assert (only.op_type, only.provider, only.declined) == ("EPContext", EXAMPLE, ())
+    assert only.partition == only.name == session.get_partitions()[0][1][0]

@@ -124,7 +124,9 @@ class InferenceSession:
         self._binder = FeedBinder(lean.specs)
         self._partitions = lean.partitions
         self._declined: dict[str, dict[str, str]] = {}
-        self._placement = lean_placement(lean.partitions)
+        self._placement: list[NodePlacement] | None = (
+            None  # made on first ask (the lean path imports no onnx-ir)
+        )
         self._metadata = lean.metadata
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._prepare_run()
@@ -308,6 +310,8 @@ class InferenceSession:
         report or IREE's compile error; ``NO_REASON`` when it gave none). A session loaded from a context model
         lists its EPContext nodes, with nothing declined. ``NodePlacement.to_dict()`` gives plain data.
         epctx extension (onnxruntime has no such call)."""
+        if self._placement is None:
+            self._placement = lean_placement(self._partitions)
         return list(self._placement)
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
