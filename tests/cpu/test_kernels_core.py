@@ -16,6 +16,7 @@ import pytest
 from onnx import helper
 
 import epctx.providers.cpu.kernels  # noqa: F401  (registers the own kernels)
+from epctx.errors import Fail
 from epctx.providers.cpu.registry import find_factory
 from tests.oracle import assert_matches_ort, graph_inputs_for, run_ort
 
@@ -610,5 +611,5 @@ def test_bfloat16_keeps_dtype() -> None:
     inputs = [helper.make_tensor_value_info(n, T.BFLOAT16, [3, 4]) for n in "ab"]
     graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("out", T.BFLOAT16, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
-    with pytest.raises(epctx.errors.Fail, match="Einsum.*bfloat16"):
+    with pytest.raises(Fail, match="Einsum.*bfloat16"):
         run_epctx(model, {"a": xb, "b": xb})
