@@ -116,3 +116,27 @@ def test_context_model_on_the_lean_path(tmp_path: Path) -> None:
     (only,) = session.get_node_placement()
     assert (only.op_type, only.provider, only.declined) == ("EPContext", EXAMPLE, ())
     assert only.partition == only.name == session.get_partitions()[0][1][0]
+
+
+def test_control_flow_bodies_in_the_placement_and_the_page() -> None:
+    """A body's nodes follow their control-flow node (``graph``: the body's path), and the page lists them in
+    that node's details."""
+    from epctx.partition.placement import BODY_NOT_OFFERED
+    from epctx.partition.placement_page import page_data
+    from tests.providers.test_openvino_bodies import _loop_and_if_model
+
+    session = epctx.InferenceSession(_loop_and_if_model(), providers=[EXAMPLE])
+    placement = session.get_node_placement()
+    assert [(p.graph, p.name or p.op_type) for p in placement][:3] == [
+        ("", "loop"),
+        ("loop/body", "loop_matmul"),
+        ("loop/body", "loop_add"),
+    ]
+    assert {p.graph for p in placement} == {"", "loop/body", "if/then_branch", "if/else_branch"}
+    assert all(p.provider == CPU for p in placement if p.graph)
+    assert all(p.declined == ((EXAMPLE, BODY_NOT_OFFERED),) for p in placement if p.graph)
+    data = page_data(session.model.graph, placement, title="t")
+    assert [n["name"] for n in data["nodes"]] == ["loop", "if"]
+    assert data["nodes"][0]["bodies"] == {"loop/body": {CPU: 6}}
+    assert data["nodes"][1]["bodies"] == {"if/then_branch": {CPU: 2}, "if/else_branch": {CPU: 1}}
+    assert {p["name"]: p["in_bodies"] for p in data["providers"]}[CPU] == 9

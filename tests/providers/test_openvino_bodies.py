@@ -16,11 +16,13 @@ import pytest
 from onnx import TensorProto
 
 import epctx
+from epctx.partition.placement import BODY_NOT_OFFERED
 
 pytest.importorskip("openvino")
 ort = pytest.importorskip("onnxruntime")
 
 OV = "OpenVINOExecutionProvider"
+CPU = "CPUExecutionProvider"
 KEY = "session.partition_control_flow_bodies"
 
 
@@ -63,11 +65,23 @@ def test_silero_vad_bodies_on_openvino_match_onnxruntime(tmp_path: Path) -> None
     # Main graph: one partition (the Constant and Equal choosing the branch). Each branch: its encoder, LSTM
     # cell and decoder compiled by OpenVINO, three partitions per branch.
     assert _compiled_on_openvino(ours) == 7
+    # The placement shows the bodies' nodes: most on OpenVINO, the rest with a reason (the cost rule for the
+    # small partitions, OpenVINO's own words for the others).
+    inside = [p for p in ours.get_node_placement() if p.graph.startswith("If_0/")]
+    on_ov = [p for p in inside if p.provider == OV]
+    assert len(inside) > 600 and len(on_ov) > len(inside) / 2
+    assert len({p.partition for p in on_ov}) == 6
+    assert all(p.declined and p.declined[0][0] == OV for p in inside if p.provider == CPU)
+    assert any("cost rule" in p.declined[0][1] for p in inside if p.provider == CPU)
 
 
 def test_bodies_stay_on_the_cpu_ep_by_default(tmp_path: Path) -> None:
     session = _session(str(_silero()), tmp_path, bodies=False)
     assert _compiled_on_openvino(session) == 1  # the main graph's only
+    inside = [p for p in session.get_node_placement() if p.graph]
+    assert len(inside) > 600 and all(
+        p.provider == CPU and p.declined == ((OV, BODY_NOT_OFFERED),) for p in inside
+    )
 
 
 def _loop_and_if_model() -> bytes:
@@ -132,8 +146,17 @@ def test_loop_body_on_openvino_matches_onnxruntime(flag: bool, tmp_path: Path) -
     feeds = {"x": np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32), "flag": np.array(flag)}
     (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     plain, session = _session(data, tmp_path, bodies=False), _session(data, tmp_path, bodies=True)
-    where = {p.name: p.provider for p in session.get_node_placement()}
-    assert where == {"loop": "CPUExecutionProvider", "if": "CPUExecutionProvider"}
+    placed = {(p.graph, p.name): p for p in session.get_node_placement()}
+    assert {k[1]: p.provider for k, p in placed.items() if not k[0]} == {"loop": CPU, "if": CPU}
+    body = {name: p for (graph, name), p in placed.items() if graph == "loop/body"}
+    assert {n: body[n].provider for n in ("loop_matmul", "loop_add", "loop_relu", "loop_pad")} == {
+        "loop_matmul": OV, "loop_add": OV, "loop_relu": OV, "loop_pad": CPU,
+    }  # fmt: skip
+    assert "Unsupported padding mode: [wrap]" in dict(body["loop_pad"].declined)[OV]
+    plain_body = [p for p in plain.get_node_placement() if p.graph == "loop/body"]
+    assert plain_body and all(
+        p.provider == CPU and p.declined == ((OV, BODY_NOT_OFFERED),) for p in plain_body
+    )
     (got,) = session.run(None, feeds)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(plain.run(None, feeds)[0], want, atol=1e-5, rtol=1e-5)

@@ -55,7 +55,11 @@ def inspect_placement(args: argparse.Namespace) -> int:
     print(f"model    {args.model}")
     print(f"EPs      {', '.join(session.get_providers())}")
     print("\n".join(placement_lines(summary)))
+    graph = ""
     for p in placement:
+        if p.graph != graph:
+            graph = p.graph
+            print(f"  in {'the body ' + graph if graph else 'the main graph'}:")
         where = p.provider + (f" [{p.partition}]" if p.partition else "")
         print(f"  {p.index:>5} {p.name or '(unnamed)'} ({p.op_type}) -> {where}")
         for ep, why in p.declined:

@@ -13,15 +13,27 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import onnx_ir as ir
+import onnx_ir as ir
 
+if TYPE_CHECKING:
     from epctx.partition.partitioner import Unit
 
-__all__ = ["NO_REASON", "NodePlacement", "node_placement", "placement_summary"]
+__all__ = [
+    "BODY_NOT_OFFERED",
+    "NO_REASON",
+    "BodyPartitioning",
+    "NodePlacement",
+    "node_placement",
+    "placement_summary",
+]
 
 # What an EP ahead in the list is said to have done when it gave no reason for not taking a node.
 NO_REASON = "not claimed by its get_capability (no reason given)"
+# Why a node inside a control-flow body run by a kernel EP was not offered to the EPs ahead.
+BODY_NOT_OFFERED = (
+    "inside a control-flow body, which is offered to the EPs only with session.partition_control_flow_bodies=1 "
+    "(never in a context model)"
+)
 _QUOTED = re.compile(r" '[^']*'")  # a node / value / operation name quoted in a reason
 
 
@@ -31,16 +43,20 @@ class NodePlacement:
     EP that holds it, or the EPContext node it was loaded as; None for a node a kernel EP runs alone), and for
     each EP ahead of ``provider`` in the session's list, why it did not take the node (``declined``)."""
 
-    index: int  # position of the node in the graph
+    index: int  # position of the node in its graph
     name: str
     op_type: str
     domain: str
     provider: str
     partition: str | None
     declined: tuple[tuple[str, str], ...] = ()
+    # "" for the main graph; for a node inside a control-flow body, the body's path from the main graph:
+    # "<node>/<attribute>" per level (e.g. "If_0/then_branch/decoder_If/else_branch").
+    graph: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "graph": self.graph,
             "index": self.index,
             "name": self.name,
             "op_type": self.op_type,
@@ -51,14 +67,24 @@ class NodePlacement:
         }
 
 
+# A body the session partitioned among its EPs: its units and the reasons EPs gave (the partitioner's).
+BodyPartitioning = tuple[Sequence["Unit"], Mapping[ir.Node, Sequence[tuple[str, str]]]]
+
+
 def node_placement(
     graph: ir.Graph,
     units: Sequence[Unit],
     declined: Mapping[ir.Node, Sequence[tuple[str, str]]],
     providers: Sequence[str],
+    *,
+    bodies: Mapping[ir.Graph, BodyPartitioning] | None = None,
+    kernel_ep: str = "",
+    path: str = "",
 ) -> list[NodePlacement]:
-    """The placement of every node of ``graph``, in graph order. ``declined``: the partitioner's reasons
-    (node -> [(EP name, why)]); ``providers``: the session's EP names in precedence order."""
+    """The placement of every node of ``graph`` in graph order, each followed by the nodes of its control-flow
+    bodies. ``declined``: the partitioner's reasons (node -> [(EP name, why)]); ``providers``: the session's EP
+    names in precedence order; ``bodies``: the bodies the session partitioned (others run where their
+    control-flow node runs: inside its partition, or on ``kernel_ep`` node by node)."""
     where: dict[ir.Node, tuple[str, str | None, bool]] = {}
     for unit in units:
         partition = unit.partition.name if unit.partition is not None else None
@@ -70,17 +96,74 @@ def node_placement(
         provider, partition, from_context = where.get(node, ("", None, False))
         reasons = dict(declined.get(node, ()))
         ahead = [] if from_context else providers[: rank.get(provider, len(providers))]
-        result.append(
-            NodePlacement(
-                index=index,
-                name=node.name or "",
-                op_type=node.op_type,
-                domain=node.domain or "",
-                provider=provider,
-                partition=partition,
-                declined=tuple((ep, reasons.get(ep, NO_REASON)) for ep in ahead),
-            )
+        placed = NodePlacement(
+            index=index,
+            name=node.name or "",
+            op_type=node.op_type,
+            domain=node.domain or "",
+            provider=provider,
+            partition=partition,
+            declined=tuple((ep, reasons.get(ep, NO_REASON)) for ep in ahead),
+            graph=path,
         )
+        result.append(placed)
+        result.extend(_body_placement(node, placed, providers, bodies or {}, kernel_ep))
+    return result
+
+
+def _body_placement(
+    node: ir.Node,
+    parent: NodePlacement,
+    providers: Sequence[str],
+    bodies: Mapping[ir.Graph, BodyPartitioning],
+    kernel_ep: str,
+) -> list[NodePlacement]:
+    result: list[NodePlacement] = []
+    for attr in node.attributes.values():
+        if not isinstance(attr, ir.Attr) or attr.type not in (
+            ir.AttributeType.GRAPH,
+            ir.AttributeType.GRAPHS,
+        ):
+            continue
+        many = attr.type == ir.AttributeType.GRAPHS
+        for k, body in enumerate(attr.value if many else [attr.value]):
+            path = f"{parent.graph}/" if parent.graph else ""
+            path += f"{node.name or node.op_type}/{attr.name}" + (f"[{k}]" if many else "")
+            if body in bodies:
+                units, declined = bodies[body]
+                result += node_placement(
+                    body, units, declined, providers, bodies=bodies, kernel_ep=kernel_ep, path=path
+                )
+            else:
+                result += _inherited(body, parent, providers, bodies, kernel_ep, path)
+    return result
+
+
+def _inherited(
+    body: ir.Graph,
+    parent: NodePlacement,
+    providers: Sequence[str],
+    bodies: Mapping[ir.Graph, BodyPartitioning],
+    kernel_ep: str,
+    path: str,
+) -> list[NodePlacement]:
+    """A body nobody partitioned: inside its control-flow node's partition, or on the kernel EP node by node."""
+    inside = parent.partition is not None
+    ahead = providers[: providers.index(kernel_ep)] if kernel_ep in providers else providers
+    result: list[NodePlacement] = []
+    for index, node in enumerate(body):
+        placed = NodePlacement(
+            index=index,
+            name=node.name or "",
+            op_type=node.op_type,
+            domain=node.domain or "",
+            provider=parent.provider if inside else kernel_ep,
+            partition=parent.partition,
+            declined=() if inside else tuple((ep, BODY_NOT_OFFERED) for ep in ahead),
+            graph=path,
+        )
+        result.append(placed)
+        result.extend(_body_placement(node, placed, providers, bodies, kernel_ep))
     return result
 
 

@@ -70,48 +70,80 @@ def _layers(count: int, edges: Sequence[tuple[int, int]]) -> list[int]:
     return layer
 
 
-def page_data(graph: ir.Graph, placement: Sequence[NodePlacement], *, title: str) -> dict[str, Any]:
-    """What the page draws, as plain data (the page embeds it as JSON)."""
-    edges = _edges(graph)
-    layer = _layers(len(placement), edges)
-    first: dict[str, int] = {}  # a partition's place in a row: that of its first node
+def _bodies(placement: Sequence[NodePlacement]) -> dict[int, dict[str, dict[str, int]]]:
+    """For each main-graph node, the nodes of its control-flow bodies per body and EP (a body's nodes follow
+    their control-flow node in the placement)."""
+    found: dict[int, dict[str, dict[str, int]]] = {}
+    owner = -1
     for p in placement:
+        if not p.graph:
+            owner = p.index
+            continue
+        counts = found.setdefault(owner, {}).setdefault(p.graph, {})
+        counts[p.provider] = counts.get(p.provider, 0) + 1
+    return found
+
+
+def _columns(main: Sequence[NodePlacement], layer: Sequence[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """Each node's column in its row (a partition's nodes side by side), and each row's size."""
+    first: dict[str, int] = {}  # a partition's place in a row: that of its first node
+    for p in main:
         if p.partition is not None:
             first.setdefault(p.partition, p.index)
     rows: dict[int, list[NodePlacement]] = {}
-    for p in placement:
+    for p in main:
         rows.setdefault(layer[p.index], []).append(p)
     column: dict[int, int] = {}
     for members in rows.values():
         members.sort(key=lambda p: (first.get(p.partition or "", p.index), p.index))
         for k, p in enumerate(members):
             column[p.index] = k
+    return column, {row: len(members) for row, members in rows.items()}
+
+
+def page_data(graph: ir.Graph, placement: Sequence[NodePlacement], *, title: str) -> dict[str, Any]:
+    """What the page draws, as plain data (the page embeds it as JSON): the main graph's nodes, each with the
+    placement of its control-flow bodies' nodes in its details."""
+    main = [p for p in placement if not p.graph]
+    edges = _edges(graph)
+    layer = _layers(len(main), edges)
+    column, row_size = _columns(main, layer)
+    bodies = _bodies(placement)
     providers = list(
         dict.fromkeys([*(ep for p in placement for ep, _ in p.declined), *(p.provider for p in placement)])
     )
     colors = provider_colors(providers)
-    counts = placement_summary(placement)["nodes_per_provider"]
+    summary = placement_summary(placement)
+    in_bodies = placement_summary([p for p in placement if p.graph])["nodes_per_provider"]
     partitions: dict[str, dict[str, Any]] = {}
-    for p in placement:
+    for p in main:
         if p.partition is not None:
-            partitions.setdefault(p.partition, {"name": p.partition, "ep": p.provider, "nodes": []})[
-                "nodes"
-            ].append(p.index)
+            entry = partitions.setdefault(p.partition, {"name": p.partition, "ep": p.provider, "nodes": []})
+            entry["nodes"].append(p.index)
     return {
         "title": title,
-        "providers": [{"name": ep, "color": colors[ep], "nodes": counts.get(ep, 0)} for ep in providers],
+        "providers": [
+            {
+                "name": ep,
+                "color": colors[ep],
+                "nodes": summary["nodes_per_provider"].get(ep, 0),
+                "in_bodies": in_bodies.get(ep, 0),
+            }
+            for ep in providers
+        ],
         "nodes": [
             {
                 **p.to_dict(),
                 "layer": layer[p.index],
                 "column": column[p.index],
-                "row_size": len(rows[layer[p.index]]),
+                "row_size": row_size[layer[p.index]],
+                "bodies": bodies.get(p.index, {}),
             }
-            for p in placement
+            for p in main
         ],
         "edges": edges,
         "partitions": list(partitions.values()),
-        "summary": placement_summary(placement),
+        "summary": summary,
     }
 
 
@@ -157,6 +189,10 @@ function describe(n) {
   const lines = [`${n.name || "(unnamed)"}  [${n.op_type}${n.domain ? " " + n.domain : ""}]`,
     `runs on ${n.provider}` + (n.partition ? ` in partition ${n.partition}` : "")];
   for (const ep in n.declined) lines.push(`${ep} declined it: ${n.declined[ep]}`);
+  for (const body in n.bodies) {
+    const counts = n.bodies[body], total = Object.values(counts).reduce((a, b) => a + b, 0);
+    lines.push(`body ${body}: ${total} nodes (` + Object.entries(counts).map(([ep, k]) => `${ep} ${k}`).join(", ") + ")");
+  }
   return lines.join("\\n");
 }
 document.getElementById("heading").textContent = "Placement of " + data.title;
@@ -166,7 +202,8 @@ data.providers.forEach(p => {
   row.className = "provider";
   row.dataset.ep = p.name;
   row.innerHTML = `<span class="swatch" style="background:${p.color}"></span>`;
-  row.appendChild(document.createTextNode(`${p.name}: ${p.nodes} nodes`));
+  const inside = p.in_bodies ? ` (${p.in_bodies} in control-flow bodies)` : "";
+  row.appendChild(document.createTextNode(`${p.name}: ${p.nodes} nodes${inside}`));
   legend.appendChild(row);
 });
 data.summary.top_reasons.forEach(r => {

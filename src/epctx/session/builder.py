@@ -15,6 +15,7 @@ from epctx.epcontext.load import ContextLoader
 from epctx.errors import Fail, InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 from epctx.partition import Unit
+from epctx.partition.placement import BodyPartitioning
 from epctx.session.compile_guard import NO_COMPILE_ENV, check_compile_allowed, no_compile
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
 
@@ -41,6 +42,8 @@ class StepBuilder:
         # The EPs control-flow bodies (If / Loop / Scan) are partitioned among, as the main graph is; empty:
         # every body node runs on ``kernel_ep`` (a context model, whose bodies were not compiled).
         self.body_providers: Sequence[ExecutionProvider] = ()
+        # The bodies partitioned so far: graph -> (units as run, the EPs' reasons), for the placement.
+        self.bodies: dict[ir.Graph, BodyPartitioning] = {}
 
     def compile_units(
         self, units: Sequence[Unit], loader: ContextLoader | None
@@ -121,16 +124,28 @@ class StepBuilder:
         return _SubgraphRunner(plan, len(graph.inputs))
 
     def _partitioned_steps(self, graph: ir.Graph) -> list[PlanStep]:
-        from epctx.partition import GraphPartitioner
+        from epctx.partition import GraphPartitioner, Unit
 
-        units = GraphPartitioner(self.body_providers, cpu_fallback=True).partition(graph, self.opset_imports)
+        partitioner = GraphPartitioner(self.body_providers, cpu_fallback=True)
+        units = partitioner.partition(graph, self.opset_imports)
+        declined = {node: list(reasons) for node, reasons in partitioner.declined.items()}
         steps: list[PlanStep] = []
+        ran: list[Unit] = []
         for unit in units:
             part = unit.partition
-            if part is None or not _worth_compiling(part.nodes):
-                steps.extend(
-                    self.node_step(unit.ep if part is None else self.kernel_ep, n) for n in unit.nodes
+            if part is not None and not _worth_compiling(part.nodes):
+                why = (
+                    f"cost rule: a body partition of {len(part.nodes)} node(s) with no convolution, matmul or "
+                    "recurrent op runs on the kernel EP (a call into a compiled partition costs more)"
                 )
+                for node in part.nodes:
+                    declined.setdefault(node, []).append((unit.ep.name, why))
+                    ran.append(Unit(self.kernel_ep, (node,)))
+                    steps.append(self.node_step(self.kernel_ep, node))
+                continue
+            ran.append(unit)
+            if part is None:
+                steps.append(self.node_step(unit.ep, unit.nodes[0]))
                 continue
             check_compile_allowed(unit.ep, 1)
             started = time.perf_counter()
@@ -141,6 +156,7 @@ class StepBuilder:
                 part.name, len(part.nodes), graph.name, unit.ep.name, time.perf_counter() - started,
             )  # fmt: skip
             steps.append(PlanStep(compiled, part.inputs, part.outputs, label=part.name))
+        self.bodies[graph] = (ran, declined)
         return steps
 
 

@@ -139,12 +139,12 @@ class InferenceSession:
             (unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in pipeline.units
         ]
         self._declined = pipeline.declined
-        self._placement = pipeline.placement()
-        if self._profiler is not None:
-            self._profiler.placement(self._placement)
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
+        self._placement = pipeline.placement()  # after the steps: control-flow bodies are partitioned by then
+        if self._profiler is not None:
+            self._profiler.placement(self._placement)
         steps = [
             dataclasses.replace(step, provider=unit.ep.name, op_type=_op_type(unit))
             for step, unit in zip(steps, pipeline.units)

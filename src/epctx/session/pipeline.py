@@ -102,9 +102,18 @@ class Pipeline:
         return [u for u in self.units if u.partition is not None and not u.from_context]
 
     def placement(self) -> list[NodePlacement]:
-        """Where each node of the main graph runs, and why the EPs ahead of its EP declined it."""
+        """Where each node runs (those of control-flow bodies after their node), and why the EPs ahead of its EP
+        declined it. Bodies are partitioned when the plan is built: ask after ``StepBuilder.steps_for_units``."""
         names = [ep.name for ep in self.providers]
-        return node_placement(self.loaded.model.graph, self.units, self.declined_by_node, names)
+        graph, builder = self.loaded.model.graph, self.builder
+        return node_placement(
+            graph,
+            self.units,
+            self.declined_by_node,
+            names,
+            bodies=builder.bodies,
+            kernel_ep=builder.kernel_ep.name,
+        )
 
     def compile(self) -> None:
         self.compiled, self.from_context = self.builder.compile_units(self.units, self.loader)
