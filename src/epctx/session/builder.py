@@ -39,8 +39,9 @@ class StepBuilder:
         self.fold = fold
         # Wraps each partition's compile / context load: phase(kind, name, EP name) -> context (profiles).
         self.phase: Callable[[str, str, str], contextlib.AbstractContextManager[Any]] = _no_phase
-        # The EPs control-flow bodies (If / Loop / Scan) are partitioned among, as the main graph is; empty:
-        # every body node runs on ``kernel_ep`` (a context model, whose bodies were not compiled).
+        # The EPs control-flow bodies (If / Loop / Scan) are partitioned among, as the main graph is; empty (the
+        # default, and always for a context model, whose bodies were not compiled): body nodes run on
+        # ``kernel_ep``. Set with session.partition_control_flow_bodies=1.
         self.body_providers: Sequence[ExecutionProvider] = ()
         # The bodies partitioned so far: graph -> (units as run, the EPs' reasons), for the placement.
         self.bodies: dict[ir.Graph, BodyPartitioning] = {}

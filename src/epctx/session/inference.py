@@ -124,9 +124,8 @@ class InferenceSession:
         self._binder = FeedBinder(lean.specs)
         self._partitions = lean.partitions
         self._declined: dict[str, dict[str, str]] = {}
-        self._placement: list[NodePlacement] | None = (
-            None  # made on first ask (the lean path imports no onnx-ir)
-        )
+        # Made on first ask: the lean path imports no onnx-ir.
+        self._placement: list[NodePlacement] | None = None
         self._metadata = lean.metadata
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._prepare_run()
@@ -307,11 +306,12 @@ class InferenceSession:
         """Where each node of the model runs, in graph order: one ``NodePlacement`` per node with the EP that
         runs it, the partition holding it (None for a node a kernel EP runs alone) and, for every EP ahead of
         that EP in the provider list, why it declined the node (its own reason, e.g. OpenVINO's conversion
-        report or IREE's compile error; ``NO_REASON`` when it gave none). A session loaded from a context model
-        lists its EPContext nodes, with nothing declined. ``NodePlacement.to_dict()`` gives plain data.
-        epctx extension (onnxruntime has no such call)."""
+        report or IREE's compile error; ``NO_REASON`` when it gave none). The nodes of a control-flow body follow
+        their If / Loop / Scan, ``graph`` naming the body. A session loaded from a context model lists its
+        EPContext nodes, with nothing declined. ``NodePlacement.to_dict()`` gives plain data. epctx extension
+        (onnxruntime has no such call)."""
         if self._placement is None:
-            self._placement = lean_placement(self._partitions)
+            self._placement = _lean_placement(self._partitions)
         return list(self._placement)
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
@@ -358,7 +358,7 @@ def _resolve_providers(
     return resolve_providers(providers, provider_options, options, source=source)
 
 
-def lean_placement(partitions: Sequence[tuple[str, Sequence[str]]]) -> list[NodePlacement]:
+def _lean_placement(partitions: Sequence[tuple[str, Sequence[str]]]) -> list[NodePlacement]:
     """A context model's placement (the lean path): each EPContext node on the EP that loaded it."""
     from epctx.partition.placement import NodePlacement
 
