@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from epctx.epcontext.inspect import inspect_model
+    from epctx.tools.inspect import inspect_model
 
     if args.placement:
         from epctx.cli.placement import inspect_placement

@@ -1,8 +1,9 @@
 """Placement you can see: for every node, the EP that runs it and why each EP ahead of it declined it.
 
-Built once per session from the partitioner's result (its units and the reasons EPs gave through
-``ExecutionProvider.declined_nodes``); read by ``InferenceSession.get_node_placement``, ``epctx compile``'s
-summary, the profile's ``node_placement`` event and ``epctx inspect --placement``'s picture.
+Built once per session from the partition stage's result (its units, and the reasons EPs gave in
+``Capability.declined`` as ``GraphPartitioner.declined`` records them); read by
+``InferenceSession.get_node_placement``, ``epctx compile``'s summary, the profile's ``node_placement`` event and
+``epctx inspect --placement``'s picture.
 """
 
 from __future__ import annotations

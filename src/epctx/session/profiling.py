@@ -69,7 +69,7 @@ class Profiler:
             self.add(cat, name, start, self._now_us() - start, args)
 
     def phase(self, kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[None]:
-        """``StepBuilder.phase``: one event per partition compiled or loaded from a context model."""
+        """``StepBuilder.phase``: one event per partition loaded from a context model."""
         return self.span("Session", f"{name}_{kind}", {"provider": ep, "partition": name})
 
     def placement(self, placement: Sequence[NodePlacement]) -> None:
@@ -77,6 +77,12 @@ class Profiler:
         op type, the EP that runs it, its partition and why each EP ahead of it declined it."""
         nodes = [p.to_dict() for p in placement]
         self.add("Session", "node_placement", self._now_us(), 0, {"nodes": nodes})
+
+    def ended(self, kind: str, name: str, ep: str, seconds: float) -> None:
+        """``StepBuilder.ended``: one event per partition compiled, from its EP's compile call to its end (an EP
+        compiles all its partitions in one call, in parallel where it can)."""
+        dur = int(seconds * 1e6)
+        self.add("Session", f"{name}_{kind}", self._now_us() - dur, dur, {"provider": ep, "partition": name})
 
     def step_hooks(self, info: tuple[tuple[str, str, str], ...]) -> tuple[Callable[[int], None], ...]:
         """(before, after) for ``ExecutionPlan.run_observed``: one ``Node`` event per step."""
