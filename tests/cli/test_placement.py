@@ -89,6 +89,7 @@ def page(cli: Cli, tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_page_in_headless_chromium_dom(page: Path) -> None:
     dom = _chromium(page, "--virtual-time-budget=5000", "--dump-dom").stdout
     assert 'data-rendered="4"' in dom  # the page's script ran to its end
@@ -111,6 +112,7 @@ def test_page_in_headless_chromium_dom(page: Path) -> None:
     assert f"{OV}: 3 nodes" in dom and f"{CPU}: 1 nodes" in dom  # the legend
 
 
+@pytest.mark.slow
 def test_page_in_headless_chromium_pixels(page: Path, tmp_path: Path) -> None:
     """The screenshot shows boxes in both EPs' colours (OpenVINO's three nodes cover more than CPU's one)."""
     image_module = pytest.importorskip("PIL.Image")

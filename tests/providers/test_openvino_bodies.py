@@ -48,6 +48,7 @@ def _silero() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "silero_vad.onnx"
 
 
+@pytest.mark.slow
 def test_silero_vad_bodies_on_openvino_match_onnxruntime(tmp_path: Path) -> None:
     path = str(_silero())
     ours = _session(path, tmp_path, bodies=True)

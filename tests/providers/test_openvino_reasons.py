@@ -13,6 +13,9 @@ import pytest
 from onnx import TensorProto
 
 import epctx
+from epctx.ep import CapabilityContext
+from epctx.model.load import load_model
+from epctx.providers.openvino import OpenVINOExecutionProvider
 from epctx.providers.openvino.reasons import node_reasons
 
 pytest.importorskip("openvino")
@@ -84,6 +87,26 @@ def test_declined_nodes_carry_openvinos_reason() -> None:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_reasons_are_the_capabilitys_declined_nodes() -> None:
+    """EP contract v2: OpenVINO returns its reasons in ``Capability.declined`` with what it claims (nothing to
+    ask after get_capability: the EP keeps no state between the two)."""
+    model = load_model(_declining_model(), infer_types=True).model
+    ep = OpenVINOExecutionProvider()
+    capability = ep.get_capability(model.graph, dict(model.opset_imports), CapabilityContext())
+    assert [n.name for n in capability.claimed] == ["relu"]
+    reasons = {n.name: why for n, why in capability.declined.items()}
+    assert set(reasons) == {"pad_wrap", "resize_crop", "normalizer"}
+    assert "Unsupported padding mode: [wrap]" in reasons["pad_wrap"]
+    disabled = OpenVINOExecutionProvider({"disabled_ops": "Relu"})
+    capability = disabled.get_capability(model.graph, dict(model.opset_imports), CapabilityContext())
+    assert capability.claimed == ()
+    assert {n.name: why for n, why in capability.declined.items()}["relu"] == (
+        "Relu is in the provider option disabled_ops"
+    )
+    assert not hasattr(ep, "declined_nodes")
+
+
+@pytest.mark.slow
 def test_real_model_every_declined_node_has_a_reason() -> None:
     """silero-vad's opset-15 export: OpenVINO's frontend cannot translate nodes of unknown rank and the
     device's query leaves the If nodes out; every node that OpenVINO does not run says why, in its words."""
