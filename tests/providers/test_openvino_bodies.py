@@ -162,3 +162,19 @@ def test_loop_body_on_openvino_matches_onnxruntime(flag: bool, tmp_path: Path) -
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(plain.run(None, feeds)[0], want, atol=1e-5, rtol=1e-5)
     assert (_compiled_on_openvino(plain), _compiled_on_openvino(session)) == (0, 1)
+
+
+def test_body_compiles_pass_the_sessions_guard(tmp_path: Path) -> None:
+    """The bodies' partitions compile through the single compile point: a session that must not compile
+    (``epctx.testing.no_compile``) is refused there, naming OpenVINO, although its main graph compiles nothing;
+    ``session.disable_model_compile=1`` leaves the bodies on the kernel EP (the pipeline offers them to no EP)."""
+    from epctx.testing import no_compile
+
+    data = _loop_and_if_model()
+    with no_compile(), pytest.raises(epctx.ModelRequiresCompilation, match=OV):
+        _session(data, tmp_path, bodies=True)
+    options = epctx.SessionOptions()
+    options.add_session_config_entry(KEY, "1")
+    options.add_session_config_entry("session.disable_model_compile", "1")
+    session = epctx.InferenceSession(data, options, providers=[OV])
+    assert all(p.provider == CPU for p in session.get_node_placement())
