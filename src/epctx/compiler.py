@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from epctx.ep.contract import ExecutionProvider
     from epctx.epcontext.generate import ContextModel
+    from epctx.partition.placement import NodePlacement
     from epctx.session.pipeline import Pipeline
 
 __all__ = ["CompileFlags", "ExternalInitializerInfo", "ModelCompiler"]
@@ -94,6 +95,7 @@ class ModelCompiler:
                 f"the EPContext data write function must be callable, got {type(write_func).__name__}"
             )
         self._data_write = write_func
+        self._nodes: list[NodePlacement] = []
 
     # -- outputs -------------------------------------------------------------------------------------
     def compile_to_file(self, output_model_path: str | os.PathLike[str] | None = None) -> None:
@@ -155,6 +157,11 @@ class ModelCompiler:
         except Exception as exc:
             raise Fail(f"the write function failed: {exc}") from exc
 
+    def get_node_placement(self) -> list[NodePlacement]:
+        """Where each node ran in the last compile: as ``InferenceSession.get_node_placement`` ([] before
+        a compile). epctx extension (onnxruntime's ModelCompiler has no such call)."""
+        return list(self._nodes)
+
     # -- internals -----------------------------------------------------------------------------------
     def _check_output(self, path: Path, overwrite: bool) -> None:
         from epctx.epcontext.files import check_writable
@@ -176,6 +183,7 @@ class ModelCompiler:
             logger.info("ModelCompiler: no provider added to the session options; only the CPU EP takes part")
         eps = resolve_providers(None, None, options, source=self._source)
         pipeline = Pipeline.partition(self._source, eps, options, optimization_level=self._level)
+        self._nodes = pipeline.placement()
         target = output
         if target is None and pipeline.loaded.path is not None:
             target = context_model_path(pipeline.loaded.path, {})

@@ -49,6 +49,10 @@ TRUST_POLICIES = ("off", "warn", "require", "require-native")
 # epctx's own: an EC private key (PEM) that generation signs the context model's folder with as it writes it
 # (ModelCompiler.compile_to_file, sessions with ep.context_enable=1; ``epctx compile --sign``).
 TRUST_SIGN_KEY = "epctx.trust.sign_key"
+# epctx's own: "1" offers the nodes inside control-flow bodies (If / Loop / Scan) to the EPs as well, as the main
+# graph's; off by default (measured: OpenVINO's partitions inside silero-vad's If bodies run no faster than
+# the CPU EP there), never in a context model (its bodies were not compiled when it was made).
+PARTITION_CONTROL_FLOW_BODIES = "session.partition_control_flow_bodies"
 
 _BOOL_KEYS = frozenset(
     {
@@ -59,6 +63,7 @@ _BOOL_KEYS = frozenset(
         DISABLE_MODEL_COMPILE,
         DISABLE_CPU_EP_FALLBACK,
         UNAVAILABLE_EP_IS_ERROR,
+        PARTITION_CONTROL_FLOW_BODIES,
         FAIL_ON_SUBOPTIMAL_COMPILED_MODEL,
         CONTEXT_BINARY_COPY,
     }
