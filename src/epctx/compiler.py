@@ -84,6 +84,7 @@ class ModelCompiler:
         self._level = graph_optimization_level
         self._location_func = get_initializer_location_func
         self._data_write: Callable[[str, bytes], Any] | None = None
+        self._nodes: list[NodePlacement] = []
 
     def set_ep_context_data_write_func(self, write_func: Callable[[str, bytes], Any] | None) -> None:
         """``write_func(name, data)`` receives each context binary instead of epctx writing it to disk (e.g. to
@@ -95,7 +96,6 @@ class ModelCompiler:
                 f"the EPContext data write function must be callable, got {type(write_func).__name__}"
             )
         self._data_write = write_func
-        self._nodes: list[NodePlacement] = []
 
     # -- outputs -------------------------------------------------------------------------------------
     def compile_to_file(self, output_model_path: str | os.PathLike[str] | None = None) -> None:
