@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from epctx.ep.contract import ExecutionProvider
     from epctx.epcontext.generate import ContextModel
+    from epctx.partition.placement import NodePlacement
     from epctx.session.pipeline import Pipeline
 
 __all__ = ["CompileFlags", "ExternalInitializerInfo", "ModelCompiler"]
@@ -85,6 +86,7 @@ class ModelCompiler:
         self._level = graph_optimization_level
         self._location_func = get_initializer_location_func
         self._data_write: Callable[[str, bytes], Any] | None = None
+        self._nodes: list[NodePlacement] = []
 
     def set_ep_context_data_write_func(self, write_func: Callable[[str, bytes], Any] | None) -> None:
         """``write_func(name, data)`` receives each context binary instead of epctx writing it to disk (e.g. to
@@ -155,6 +157,11 @@ class ModelCompiler:
         except Exception as exc:
             raise Fail(f"the write function failed: {exc}") from exc
 
+    def get_node_placement(self) -> list[NodePlacement]:
+        """Where each node ran in the last compile: as ``InferenceSession.get_node_placement`` ([] before
+        a compile). epctx extension (onnxruntime's ModelCompiler has no such call)."""
+        return list(self._nodes)
+
     # -- internals -----------------------------------------------------------------------------------
     def _check_output(self, path: Path, overwrite: bool) -> None:
         from epctx.epcontext.files import check_writable
@@ -177,6 +184,7 @@ class ModelCompiler:
         pipeline = Pipeline.partition(
             self._source, eps, options, config=config, optimization_level=self._level
         )
+        self._nodes = pipeline.placement()
         target = output
         if target is None and pipeline.loaded.path is not None:
             target = context_model_path(pipeline.loaded.path)

@@ -50,6 +50,10 @@ TRUST_POLICIES = ("off", "warn", "require", "require-native")
 # epctx's own: an EC private key (PEM) that generation signs the context model's folder with as it writes it
 # (ModelCompiler.compile_to_file, sessions with ep.context_enable=1; ``epctx compile --sign``).
 TRUST_SIGN_KEY = "epctx.trust.sign_key"
+# epctx's own: "1" offers the nodes inside control-flow bodies (If / Loop / Scan) to the EPs as well, as the main
+# graph's; off by default (measured: OpenVINO's partitions inside silero-vad's If bodies run no faster than
+# the CPU EP there), never in a context model (its bodies were not compiled when it was made).
+PARTITION_CONTROL_FLOW_BODIES = "session.partition_control_flow_bodies"
 
 
 class SessionConfig:
@@ -69,6 +73,8 @@ class SessionConfig:
     - ``disable_cpu_ep_fallback`` (session.disable_cpu_ep_fallback, bool): no CPU EP for unclaimed nodes;
     - ``fail_on_suboptimal_compiled_model`` (session.fail_on_suboptimal_compiled_model, bool);
     - ``unavailable_ep_is_error`` (session.unavailable_ep_is_error, bool, epctx's own);
+    - ``partition_control_flow_bodies`` (session.partition_control_flow_bodies, bool, epctx's own): offer the
+      nodes inside If / Loop / Scan bodies to the EPs too;
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_binary_copy`` (epctx.context_binary_copy, bool): read binaries instead of mapping them;
@@ -97,6 +103,7 @@ class SessionConfig:
         "ep_context_node_name_prefix",
         "external_initializers_folder",
         "fail_on_suboptimal_compiled_model",
+        "partition_control_flow_bodies",
         "share_ep_contexts",
         "stop_share_ep_contexts",
         "trust_keys",
@@ -117,6 +124,7 @@ class SessionConfig:
     disable_cpu_ep_fallback: bool
     fail_on_suboptimal_compiled_model: bool
     unavailable_ep_is_error: bool
+    partition_control_flow_bodies: bool
     context_cache: str
     context_cache_max_mb: float | None
     context_binary_copy: bool
@@ -237,6 +245,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     DISABLE_CPU_EP_FALLBACK: ("disable_cpu_ep_fallback", _flag, False),
     FAIL_ON_SUBOPTIMAL_COMPILED_MODEL: ("fail_on_suboptimal_compiled_model", _flag, False),
     UNAVAILABLE_EP_IS_ERROR: ("unavailable_ep_is_error", _flag, False),
+    PARTITION_CONTROL_FLOW_BODIES: ("partition_control_flow_bodies", _flag, False),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_BINARY_COPY: ("context_binary_copy", _flag, False),

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from epctx.ep.contract import ExecutionProvider
     from epctx.model import LoadedModel
+    from epctx.partition.placement import NodePlacement
     from epctx.session.lean import LeanSession
     from epctx.session.pipeline import Pipeline
 
@@ -161,6 +162,8 @@ class InferenceSession:
         self._binder = FeedBinder(lean.specs)
         self._partitions = lean.partitions
         self._declined: dict[str, dict[str, str]] = {}
+        # Made on first ask: the lean path imports no onnx-ir.
+        self._placement: list[NodePlacement] | None = None
         self._metadata = lean.metadata
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._prepare_run()
@@ -176,6 +179,9 @@ class InferenceSession:
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
+        self._placement = pipeline.placement()  # after the steps: control-flow bodies are partitioned by then
+        if self._profiler is not None:
+            self._profiler.placement(self._placement)
         steps = [
             dataclasses.replace(step, provider=unit.ep.name, op_type=_op_type(unit))
             for step, unit in zip(steps, pipeline.units)
@@ -339,6 +345,18 @@ class InferenceSession:
         claim are not listed. epctx extension (onnxruntime has no such call)."""
         return {node: dict(reasons) for node, reasons in self._declined.items()}
 
+    def get_node_placement(self) -> list[NodePlacement]:
+        """Where each node of the model runs, in graph order: one ``NodePlacement`` per node with the EP that
+        runs it, the partition holding it (None for a node a kernel EP runs alone) and, for every EP ahead of
+        that EP in the provider list, why it declined the node (its own reason, e.g. OpenVINO's conversion
+        report or IREE's compile error; ``NO_REASON`` when it gave none). The nodes of a control-flow body follow
+        their If / Loop / Scan, ``graph`` naming the body. A session loaded from a context model lists its
+        EPContext nodes, with nothing declined. ``NodePlacement.to_dict()`` gives plain data. epctx extension
+        (onnxruntime has no such call)."""
+        if self._placement is None:
+            self._placement = _lean_placement(self._partitions)
+        return list(self._placement)
+
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}
 
@@ -382,6 +400,23 @@ def _resolve_providers(
     from epctx.providers.selection import resolve_providers
 
     return resolve_providers(providers, provider_options, options, source=source, config=config)
+
+
+def _lean_placement(partitions: Sequence[tuple[str, Sequence[str]]]) -> list[NodePlacement]:
+    """A context model's placement (the lean path): each EPContext node on the EP that loaded it."""
+    from epctx.partition.placement import NodePlacement
+
+    return [
+        NodePlacement(
+            index=k,
+            name=nodes[0],
+            op_type="EPContext",
+            domain="com.microsoft",
+            provider=ep,
+            partition=nodes[0],
+        )
+        for k, (ep, nodes) in enumerate(partitions)
+    ]
 
 
 def _metadata(model: ir.Model) -> ModelMetadata:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
 from epctx.ep.compiling import CapabilityContext, CompileGuard
@@ -15,9 +15,13 @@ from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext.load import ContextLoader
 from epctx.model import LoadedModel, load_model
 from epctx.partition import CompiledModel, GraphPartitioner, Unit
+from epctx.partition.placement import NodePlacement, node_placement
 from epctx.providers.registry import create_provider
 from epctx.session.builder import CompileSetup, StepBuilder
 from epctx.session.overrides import apply_dimension_overrides, apply_initializers
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["Pipeline"]
 
@@ -36,6 +40,8 @@ class Pipeline:
     from_context: dict[int, CompiledPartition] = dataclasses.field(default_factory=dict)
     # node name -> {EP name: why that EP declined it} (the node runs on a later EP)
     declined: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    # the same by node (names may repeat or be empty): node -> [(EP name, why)]
+    declined_by_node: dict[ir.Node, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     guard: CompileGuard = dataclasses.field(default_factory=CompileGuard)
     # id(EP) -> its Capability.artefacts, handed to its compile (then dropped: they may hold compiled code)
     artefacts: dict[int, object] = dataclasses.field(default_factory=dict)
@@ -85,8 +91,15 @@ class Pipeline:
         kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
             "CPUExecutionProvider"
         )
-        pipeline = cls(loaded, providers, config, units, StepBuilder(opsets, kernel_ep, fold), loader)
+        builder = StepBuilder(opsets, kernel_ep, fold)
+        builder.guard = guard
+        if config.partition_control_flow_bodies and not routed and not config.disable_model_compile:
+            # Control-flow bodies are offered to the EPs too; never in a context model (its bodies were not
+            # compiled when it was made, and loading one never compiles) nor where compiling is disabled.
+            builder.body_providers = providers
+        pipeline = cls(loaded, providers, config, units, builder, loader)
         pipeline.declined = {node.name or "": dict(reasons) for node, reasons in partitioner.declined.items()}
+        pipeline.declined_by_node = partitioner.declined
         pipeline.guard, pipeline.artefacts = guard, partitioner.artefacts
         pending = pipeline.to_compile
         if pending and config.disable_model_compile:  # before any context is loaded
@@ -96,6 +109,20 @@ class Pipeline:
     @property
     def to_compile(self) -> list[Unit]:
         return [u for u in self.units if u.partition is not None and not u.from_context]
+
+    def placement(self) -> list[NodePlacement]:
+        """Where each node runs (those of control-flow bodies after their node), and why the EPs ahead of its EP
+        declined it. Bodies are partitioned when the plan is built: ask after ``StepBuilder.steps_for_units``."""
+        names = [ep.name for ep in self.providers]
+        graph, builder = self.loaded.model.graph, self.builder
+        return node_placement(
+            graph,
+            self.units,
+            self.declined_by_node,
+            names,
+            bodies=builder.bodies,
+            kernel_ep=builder.kernel_ep.name,
+        )
 
     def compile(self, target: Callable[[ExecutionProvider], BinaryLayout | None] | None = None) -> None:
         """Load the contexts and compile the partitions (``target``: EP -> the sharing group's binary the
