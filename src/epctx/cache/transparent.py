@@ -38,13 +38,15 @@ def through_cache(
     providers: Sequence[ExecutionProvider],
     options: opt.SessionOptions,
     compile_into: Compile,
+    config: opt.SessionConfig | None = None,
 ) -> Path | None:
     """The cached context model to load for this session, or None once ``compile_into(options)`` has
-    compiled (and the session served) a new generation, or found nothing to compile."""
-    config = opt.SessionConfig.of(options)
+    compiled (and the session served) a new generation, or found nothing to compile. ``config``: ``options``'
+    config as the session parsed it (None: parsed here)."""
+    config = opt.SessionConfig.of(options) if config is None else config
     started = time.perf_counter()
     cache = ContextCache(config.context_cache)
-    key, parts = cache_key(source, providers, options, Digests(cache.folder))
+    key, parts = cache_key(source, providers, options, Digests(cache.folder), config)
     entry = cache.entry(key)
     hit = _usable(entry)
     if hit is None:

@@ -70,7 +70,7 @@ class InferenceSession:
             self._providers = _resolve_providers(providers, provider_options, options, source, config)
             loading = "model_loading_array" if isinstance(source, (bytes, bytearray)) else "model_loading_uri"
             if config.context_cache:  # the transparent cache: load what it holds, or compile into it
-                cached = self._through_cache(source, loading)
+                cached = self._through_cache(source, loading, config)
                 if cached is None:
                     return
                 source = str(cached)
@@ -100,14 +100,16 @@ class InferenceSession:
         finally:
             self._options = user
 
-    def _through_cache(self, source: str | os.PathLike[str] | bytes, loading: str) -> Path | None:
+    def _through_cache(
+        self, source: str | os.PathLike[str] | bytes, loading: str, config: opt.SessionConfig
+    ) -> Path | None:
         from epctx.cache.transparent import through_cache
 
         def compile_into(derived: opt.SessionOptions) -> None:
             with self._options_as(derived):
                 self._create_full(source, loading, None, opt.SessionConfig.of(derived))
 
-        return through_cache(source, self._providers, self._options, compile_into)
+        return through_cache(source, self._providers, self._options, compile_into, config)
 
     def _create_full(
         self,
