@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, cast
 
 from epctx import errors
@@ -143,7 +144,7 @@ class SessionConfig:
         for key, (field, parse, default) in _CONFIG_KEYS.items():
             value = given.get(key)
             object.__setattr__(self, field, default if value is None else parse(key, value))
-        object.__setattr__(self, "entries", _ReadOnly(given))
+        object.__setattr__(self, "entries", MappingProxyType(given))
 
     @classmethod
     def of(cls, options: SessionOptions | None) -> SessionConfig:
@@ -174,25 +175,6 @@ class SessionConfig:
             else:
                 entries[key] = value
         return SessionConfig(entries)
-
-
-class _ReadOnly(Mapping[str, str]):
-    __slots__ = ("_data",)
-
-    def __init__(self, data: dict[str, str]) -> None:
-        self._data = data
-
-    def __getitem__(self, key: str) -> str:
-        return self._data[key]
-
-    def __iter__(self) -> Any:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __repr__(self) -> str:
-        return repr(self._data)
 
 
 EPCTX_PREFIX = "epctx."
