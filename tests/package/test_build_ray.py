@@ -1,0 +1,89 @@
+"""The build on a real Ray cluster started here (ray.cluster_utils.Cluster: a head without CPUs and two worker
+nodes of one CPU): the jobs spread over both nodes, the package is byte-identical to the local pool's, and a
+node killed mid-build costs nothing but time (Ray runs its job again elsewhere; the package is complete and the
+same). Skipped without Ray."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("iree.compiler")
+pytest.importorskip("torch")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from epctx.package.build.executors import LocalPool, RayExecutor  # noqa: E402
+from epctx.package.build.run import build  # noqa: E402
+from epctx.package.tools import validate_package  # noqa: E402
+from tests.package.test_build_iree import tree_digest, write_spec  # noqa: E402
+
+pytestmark = pytest.mark.slow
+TARGETS = ("host", "x86-64-v2", "aarch64")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    cluster.workers = nodes  # type: ignore[attr-defined]
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import sys
+
+    from tests.package.test_build_iree import ROOT
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.llm_pair import export_pair
+
+    folder = tmp_path_factory.mktemp("ray")
+    prefill, _ = export_pair(folder, "tiny")
+    return write_spec(folder, prefill, TARGETS)
+
+
+@pytest.fixture(scope="module")
+def local(spec: Path) -> dict[str, str]:
+    build(spec, spec.parent / "local", LocalPool(2))
+    return tree_digest(spec.parent / "local")
+
+
+def test_jobs_spread_over_the_nodes_and_the_package_is_the_local_one(
+    cluster: Cluster, spec: Path, local: dict[str, str]
+) -> None:
+    out = spec.parent / "on-ray"
+    report = build(spec, out, RayExecutor(cluster.address), cache=spec.parent / "ray.jobs")
+    nodes = {row.where.rsplit(":", 1)[-1] for row in report.rows}
+    assert len(nodes) == 2, [row.where for row in report.rows]
+    assert tree_digest(out) == local
+    assert validate_package(out) == []
+
+
+def test_a_node_killed_mid_build_leaves_a_complete_identical_package(
+    cluster: Cluster, spec: Path, local: dict[str, str]
+) -> None:
+    victim = cluster.workers[1]  # type: ignore[attr-defined]
+    killed: list[str] = []
+
+    def progress(line: str) -> None:
+        if line.startswith("[1/") and not killed:  # the first job is back: the others are in flight
+            cluster.remove_node(victim, allow_graceful=False)
+            killed.append(line)
+
+    out = spec.parent / "after-kill"
+    report = build(
+        spec, out, RayExecutor(cluster.address), cache=spec.parent / "kill.jobs", progress=progress
+    )
+    assert killed and len(report.rows) == len(TARGETS) + 1
+    assert tree_digest(out) == local
+    assert validate_package(out) == []
