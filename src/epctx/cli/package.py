@@ -65,7 +65,7 @@ def select(args: argparse.Namespace) -> int:
         for n, r in enumerate(ranked, 1):
             mark = "*" if n == 1 and r.eligible else " "
             status = r.verdict.status.name.removeprefix("EP_")
-            print(f" {mark}{n}. {r.variant.name:<20} {r.variant.ep or '-':<24} {status:<28} {r.device}")
+            print(f" {mark}{n}. {r.variant.name:<20} {r.variant.ep or '-':<24} {status:<30} {r.device}")
             if r.eligible:
                 print(f"      {r.why}" + (f": {'; '.join(r.verdict.reasons)}" if r.verdict.reasons else ""))
             else:

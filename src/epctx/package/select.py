@@ -113,11 +113,8 @@ def rank_variants(
         place = order.index(variant.ep) if eligible and variant.ep in order else len(order)
         policy_miss = int(preferred is not None and variant.device not in (None, preferred))
         key = (int(not eligible), _ORDER.get(verdict.status, 3), place, policy_miss, index)
-        why = (
-            f"{verdict.status.name}, {variant.ep} #{place + 1} of the providers"
-            if eligible
-            else verdict.summary()
-        )
+        order_name = "the session's providers" if providers else "this machine's provider order"
+        why = f"{variant.ep} is #{place + 1} in {order_name}" if eligible else verdict.summary()
         ranked.append(Ranked(variant, verdict, device, why, key))
     return sorted(ranked, key=lambda r: r.key)
 
