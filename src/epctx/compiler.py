@@ -10,13 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from epctx import errors
 from epctx import options as opt
 from epctx.errors import EPCtxError, Fail, InvalidArgument
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from epctx.ep.contract import ExecutionProvider
     from epctx.epcontext.generate import ContextModel
+    from epctx.partition.placement import NodePlacement
     from epctx.session.pipeline import Pipeline
 
 __all__ = ["CompileFlags", "ExternalInitializerInfo", "ModelCompiler"]
@@ -80,6 +83,19 @@ class ModelCompiler:
         self._flags = CompileFlags(flags)
         self._level = graph_optimization_level
         self._location_func = get_initializer_location_func
+        self._data_write: Callable[[str, bytes], Any] | None = None
+
+    def set_ep_context_data_write_func(self, write_func: Callable[[str, bytes], Any] | None) -> None:
+        """``write_func(name, data)`` receives each context binary instead of epctx writing it to disk (e.g. to
+        store it encrypted; ``epctx.trust.hooks``); the model records ``name``, which a session's
+        ``SessionOptions.set_ep_context_data_read_func`` is asked for. None clears it. onnxruntime:
+        ``ModelCompilationOptions_SetEpContextDataWriteFunc``."""
+        if write_func is not None and not callable(write_func):
+            raise InvalidArgument(
+                f"the EPContext data write function must be callable, got {type(write_func).__name__}"
+            )
+        self._data_write = write_func
+        self._nodes: list[NodePlacement] = []
 
     # -- outputs -------------------------------------------------------------------------------------
     def compile_to_file(self, output_model_path: str | os.PathLike[str] | None = None) -> None:
@@ -87,23 +103,39 @@ class ModelCompiler:
         from epctx.epcontext.paths import context_model_path
 
         overwrite = not self._flags & CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
-        if output_model_path:  # checked before compiling: no compile is wasted on an output we cannot write
+        # checked before compiling: no compile is wasted on an output we cannot write
+        if output_model_path:
             self._check_output(Path(output_model_path), overwrite)
+        elif isinstance(self._source, (str, os.PathLike)):
+            self._check_output(context_model_path(Path(self._source), {}), overwrite)
         if self._embed:
             self._check_source_size()
+        self._check_data_write()
+        from epctx.trust.sign import check_sign_key, sign_generated
+
+        check_sign_key(self._options.config)  # a signing key that cannot be used fails before compiling
         try:
             pipeline = self._pipeline(Path(output_model_path) if output_model_path else None)
             path = (
                 Path(output_model_path) if output_model_path else context_model_path(pipeline.loaded.path, {})
             )
             self._check_output(path, overwrite)
-            generate_context_model(
-                pipeline.result(),
-                path,
-                overwrite=overwrite,
-                embed=self._embed,
-                placement=self._placement(pipeline, path),
-            )
+            if self._data_write is not None:
+                from epctx.epcontext.generate import save_context_model
+
+                save_context_model(self._send_binaries(self._build(pipeline, path, embed=False)), path,
+                                   overwrite=overwrite)  # fmt: skip
+                written = True
+            else:
+                written = generate_context_model(
+                    pipeline.result(),
+                    path,
+                    overwrite=overwrite,
+                    embed=self._embed,
+                    placement=self._placement(pipeline, path),
+                )
+            if written:
+                sign_generated(self._options.config, path)
         except BaseException as exc:
             if opt.config_flag(self._options.config, opt.SHARE_EP_CONTEXTS):
                 from epctx.epcontext.workspace import abort_open_group
@@ -125,24 +157,23 @@ class ModelCompiler:
         except Exception as exc:
             raise Fail(f"the write function failed: {exc}") from exc
 
+    def get_node_placement(self) -> list[NodePlacement]:
+        """Where each node ran in the last compile: as ``InferenceSession.get_node_placement`` ([] before
+        a compile). epctx extension (onnxruntime's ModelCompiler has no such call)."""
+        return list(self._nodes)
+
     # -- internals -----------------------------------------------------------------------------------
     def _check_output(self, path: Path, overwrite: bool) -> None:
-        if path.is_dir():
-            raise InvalidArgument(f"output_model_path {str(path)!r} is a folder")
-        if path.exists() and not overwrite:
+        from epctx.epcontext.files import check_writable
+
+        if check_writable(path, what="the output model") and not overwrite:
             raise Fail(f"the output model {str(path)!r} exists already (ERROR_IF_OUTPUT_FILE_EXISTS)")
-        folder = path.parent if str(path.parent) else Path(".")
-        existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-        if existing is not None and not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
-            raise InvalidArgument(
-                f"cannot write the output model {str(path)!r}: {str(existing)!r} is not writable"
-            )
 
     def _pipeline(self, output: Path | None = None) -> Pipeline:
         """Partition and compile. ``output``: the context model's path when writing a file (None there:
         ``<stem>_ctx.onnx``), so a sharing session joins its group before compiling."""
-        from epctx.epcontext.generate import generation_scope
-        from epctx.epcontext.paths import context_model_path
+        from epctx.epcontext.generate import generation_target
+        from epctx.epcontext.paths import check_not_inputs, context_model_path
         from epctx.session.pipeline import Pipeline, resolve_providers
 
         options = self._options
@@ -151,17 +182,14 @@ class ModelCompiler:
         if not options.provider_entries and not chooses:
             logger.info("ModelCompiler: no provider added to the session options; only the CPU EP takes part")
         eps = resolve_providers(None, None, options, source=self._source)
-        level = options.graph_optimization_level
-        options.graph_optimization_level = self._level
-        try:
-            pipeline = Pipeline.partition(self._source, eps, options)
-        finally:
-            options.graph_optimization_level = level
+        pipeline = Pipeline.partition(self._source, eps, options, optimization_level=self._level)
+        self._nodes = pipeline.placement()
         target = output
         if target is None and pipeline.loaded.path is not None:
             target = context_model_path(pipeline.loaded.path, {})
-        with generation_scope(config, target):
-            pipeline.compile()
+        if target is not None and pipeline.loaded.path is not None:
+            check_not_inputs([pipeline.loaded.path], self._planned_files(target, eps))
+        pipeline.compile(generation_target(config, target))
         if not pipeline.compiled and self._flags & CompileFlags.ERROR_IF_NO_NODES_COMPILED:
             raise Fail(
                 "Unable to compile any nodes: no execution provider compiled a partition of this model"
@@ -169,6 +197,20 @@ class ModelCompiler:
         if not pipeline.compiled:
             logger.warning("ModelCompiler: no node was compiled; the output model runs on the CPU EP")
         return pipeline
+
+    def _planned_files(self, target: Path, eps: list[ExecutionProvider]) -> list[Path]:
+        """The files writing ``target`` will make: the model, each compiling EP's binary (unless embedded, and
+        under its preferred name), the external-initializers file."""
+        from epctx.epcontext.paths import binary_file_name, model_name_for
+
+        planned = [target]
+        if not self._embed:
+            name = model_name_for(target)
+            planned += [target.parent / binary_file_name(name, ep.name) for ep in eps if ep.compiles]
+        external = self._ext_path or self._options.config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
+        if external:
+            planned.append(target.parent / external)
+        return planned
 
     def _output_without_file(self) -> ContextModel:
         """For bytes / stream output: binaries are embedded unless ep.context_file_path says where files go."""
@@ -181,21 +223,53 @@ class ModelCompiler:
                 "ep.share_ep_contexts writes a group of models beside one shared binary: use compile_to_file"
             )
         given = config.get(opt.EP_CONTEXT_FILE_PATH, "")
-        embed = self._embed or not given
+        self._check_data_write()
+        embed = (self._embed or not given) and self._data_write is None
         if embed:
             self._check_source_size()
+        elif (
+            given
+        ):  # binaries go beside ep.context_file_path: that folder must take them, checked before compiling
+            from epctx.epcontext.files import check_writable
+
+            check_writable(Path(given), what=f"{opt.EP_CONTEXT_FILE_PATH}")
         pipeline = self._pipeline()
-        if not self._embed and not given:
+        if not self._embed and not given and self._data_write is None:
             logger.info(
                 "ModelCompiler: bytes/stream output without ep.context_file_path: binaries are embedded"
             )
         path = Path(given) if given else Path("model_ctx.onnx")
         ctx = self._build(pipeline, path, embed=embed)
+        if self._data_write is not None:
+            ctx = self._send_binaries(ctx)
         check_model_size(ctx.model, "the compiled model")
         if ctx.binaries or ctx.external_files:
             with Transaction(path.parent) as tx:
                 rename_references(ctx.model, write_files(tx, ctx))
         return ctx
+
+    def _check_data_write(self) -> None:
+        """Before compiling: a write callback takes binaries that are files otherwise (embed mode 0)."""
+        if self._data_write is None:
+            return
+        if self._embed:
+            raise InvalidArgument(
+                "an EPContext data write function takes the binaries that are not embedded: "
+                "embed_compiled_data_into_model=True leaves it nothing (the binaries go inside the model)"
+            )
+        if opt.config_flag(self._options.config, opt.SHARE_EP_CONTEXTS):
+            raise errors.NotImplemented(
+                "an EPContext data write function with ep.share_ep_contexts (a group's shared binary) is not "
+                "supported yet: compile the models of the group without the callback"
+            )
+
+    def _send_binaries(self, ctx: ContextModel) -> ContextModel:
+        """Each binary to the write callback (never to disk); the model keeps their names."""
+        from epctx.trust.hooks import write_named_buffer
+
+        for name, writer in ctx.binaries.items():
+            write_named_buffer(self._data_write, name, writer.to_bytes())  # type: ignore[arg-type]
+        return dataclasses.replace(ctx, binaries={})
 
     def _check_source_size(self) -> None:
         """Refuse in seconds, before compiling, a bytes/stream/embedded output that cannot fit in protobuf's

@@ -18,6 +18,7 @@ __all__ = [
     "NotFound",
     "NotImplemented",
     "RuntimeException",
+    "Untrusted",
 ]
 
 
@@ -34,6 +35,11 @@ class EPCtxError(RuntimeError):
 class Fail(EPCtxError):
     code = 1
     status = "FAIL"
+
+
+class Untrusted(Fail):
+    """The trust policy (``epctx.trust.policy``) refused a file: unsigned, tampered, or signed by a key the
+    session does not trust. onnxruntime has no such status: it is a FAIL."""
 
 
 class InvalidArgument(EPCtxError, ValueError):

@@ -37,6 +37,22 @@ CONTEXT_CACHE_MAX_MB = "epctx.context_cache_max_mb"
 FAIL_ON_SUBOPTIMAL_COMPILED_MODEL = "session.fail_on_suboptimal_compiled_model"
 # epctx's own: "1" turns the warning for an onnxruntime EP that epctx lacks (CUDA, TensorRT...) into an error.
 UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
+# epctx's own: "1" reads context binaries into memory instead of mapping them, for files that may be replaced
+# in place (``cp`` over them) while a session runs: a mapped file changes under the session, or faults.
+CONTEXT_BINARY_COPY = "epctx.context_binary_copy"
+# epctx's own trust policy (``epctx.trust``): PEM keys / certificates (os.pathsep-separated), the policy
+# (off | warn | require | require-native) and the signature's path (default: model.sig beside the model).
+TRUST_KEYS = "epctx.trust.keys"
+TRUST_POLICY = "epctx.trust.policy"
+TRUST_SIGNATURE = "epctx.trust.signature"
+TRUST_POLICIES = ("off", "warn", "require", "require-native")
+# epctx's own: an EC private key (PEM) that generation signs the context model's folder with as it writes it
+# (ModelCompiler.compile_to_file, sessions with ep.context_enable=1; ``epctx compile --sign``).
+TRUST_SIGN_KEY = "epctx.trust.sign_key"
+# epctx's own: "1" offers the nodes inside control-flow bodies (If / Loop / Scan) to the EPs as well, as the main
+# graph's; off by default (measured: OpenVINO's partitions inside silero-vad's If bodies run no faster than
+# the CPU EP there), never in a context model (its bodies were not compiled when it was made).
+PARTITION_CONTROL_FLOW_BODIES = "session.partition_control_flow_bodies"
 
 _BOOL_KEYS = frozenset(
     {
@@ -47,7 +63,9 @@ _BOOL_KEYS = frozenset(
         DISABLE_MODEL_COMPILE,
         DISABLE_CPU_EP_FALLBACK,
         UNAVAILABLE_EP_IS_ERROR,
+        PARTITION_CONTROL_FLOW_BODIES,
         FAIL_ON_SUBOPTIMAL_COMPILED_MODEL,
+        CONTEXT_BINARY_COPY,
     }
 )
 
@@ -123,6 +141,7 @@ class SessionOptions:
         "_enable_mem_pattern",
         "_enable_mem_reuse",
         "_enable_profiling",
+        "_ep_context_data_read_func",
         "_execution_mode",
         "_execution_order",
         "_free_dims_by_denotation",
@@ -186,6 +205,7 @@ class SessionOptions:
         self._providers: list[tuple[str | tuple[Any, ...], dict[str, str]]] = []
         self._selection_policy: int | None = None
         self._selection_delegate: Callable[..., Any] | None = None
+        self._ep_context_data_read_func: Callable[[str], Any] | None = None
 
     # -- graph changes at session creation -----------------------------------------------------------------
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
@@ -242,6 +262,10 @@ class SessionOptions:
             )
         if key in _BOOL_KEYS and value not in ("0", "1"):
             raise InvalidArgument(f"session config {key!r} must be '0' or '1', got {value!r}")
+        if key == TRUST_POLICY and value not in TRUST_POLICIES:
+            raise InvalidArgument(
+                f"session config {key!r} must be one of {', '.join(TRUST_POLICIES)}, got {value!r}"
+            )
         self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
@@ -288,6 +312,20 @@ class SessionOptions:
             )
         self._selection_policy = int(policy)
         self._selection_delegate = None
+
+    def set_ep_context_data_read_func(self, read_func: Callable[[str], Any] | None) -> None:
+        """``read_func(name)`` returns the bytes of the context binary an EPContext node names (e.g. decrypted
+        from the application's store) instead of epctx reading the file (``epctx.trust.hooks``); None clears it.
+        onnxruntime: ``SessionOptionsSetEpContextDataReadFunc``."""
+        if read_func is not None and not callable(read_func):
+            raise InvalidArgument(
+                f"the EPContext data read function must be callable, got {type(read_func).__name__}"
+            )
+        self._ep_context_data_read_func = read_func
+
+    @property
+    def ep_context_data_read_func(self) -> Callable[[str], Any] | None:
+        return self._ep_context_data_read_func
 
     def set_provider_selection_policy_delegate(self, delegate: Callable[..., Any]) -> None:
         """Pick devices with ``delegate(ep_devices, model_metadata, runtime_metadata, max_selections) ->

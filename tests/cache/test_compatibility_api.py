@@ -12,7 +12,6 @@ import onnxruntime.capi.onnxruntime_pybind11_state as ort_capi
 import pytest
 
 import epctx
-from epctx.capi import onnxruntime_pybind11_state as capi
 from epctx.testing import no_compile
 from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 
@@ -37,8 +36,6 @@ def test_enums_have_onnxruntimes_names_and_values() -> None:
     ):
         assert {m.name: int(m) for m in ours} == {n: int(v) for n, v in theirs.__members__.items()}
         assert str(next(iter(ours))) == str(next(iter(theirs.__members__.values())))
-    assert capi.OrtCompiledModelCompatibility is epctx.OrtCompiledModelCompatibility
-    assert capi.get_model_compatibility_for_ep_devices is epctx.get_model_compatibility_for_ep_devices
 
 
 def test_info_from_model_side_by_side_with_onnxruntime(example_ctx: Path, tmp_path: Path) -> None:

@@ -11,11 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
-
-pytest.importorskip("iree.compiler")
-
 import onnxruntime.capi.onnxruntime_pybind11_state as ort_capi
+import pytest
 
 import epctx
 from epctx.cache.compatibility import validate_for_ep_devices
@@ -25,6 +22,10 @@ from epctx.providers.iree.targets import PRESETS, host_features
 from epctx.testing import no_compile
 from epctx.testing.conformance import models
 from tests.oracle import run_ort
+from tests.requires import requires
+
+# Compiles with IREE: `make test-fast` leaves it out.
+pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler")]
 
 EP = "IREEExecutionProvider"
 Compat = epctx.OrtCompiledModelCompatibility

@@ -179,6 +179,7 @@ def big_model(tmp_path: Path) -> tuple[Path, np.ndarray]:
     return src, expected
 
 
+@pytest.mark.slow
 def test_a_kill_during_a_cache_write_never_leaves_a_half_generation_served(
     tmp_path: Path, big_model: tuple[Path, np.ndarray]
 ) -> None:
@@ -213,6 +214,7 @@ def test_a_kill_during_a_cache_write_never_leaves_a_half_generation_served(
     assert len(entry.info().generations) == 1  # the killed writers' folders went with the commit
 
 
+@pytest.mark.slow
 def test_concurrent_first_runs_compile_once(tmp_path: Path, big_model: tuple[Path, np.ndarray]) -> None:
     src, expected = big_model
     cache = tmp_path / "cache"

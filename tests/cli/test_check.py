@@ -71,4 +71,6 @@ def test_an_embedded_binary_is_judged_on_its_header(cli: Cli, model: Path, tmp_p
             attr.s = b"EPCTXBIN" + attr.s[8:20] + bytes(12) + attr.s[32:]  # a broken preamble
     onnx.save(proto, tmp_path / "broken_ctx.onnx")
     result = cli("check", tmp_path / "broken_ctx.onnx")
-    assert result.status == 1 and "its binary cannot be read" in result.out and "embedded context" in result.out
+    assert (
+        result.status == 1 and "its binary cannot be read" in result.out and "embedded context" in result.out
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -18,9 +19,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import epctx
 from epctx.cli import main as cli_main
 from epctx.epcontext import ContextBinaryWriter
-from epctx.epcontext.inspect import (
+from epctx.errors import InvalidGraph, NoSuchFile
+from epctx.tools.inspect import (
     FORMAT_EPCTX,
     FORMAT_OPENVINO,
     FORMAT_OPENVINO_BIN,
@@ -30,7 +33,6 @@ from epctx.epcontext.inspect import (
     detect_payload,
     inspect_model,
 )
-from epctx.errors import InvalidGraph, NoSuchFile
 
 EXAMPLE = "ExampleExecutionProvider"
 OPENVINO = "OpenVINOExecutionProvider"
@@ -72,6 +74,17 @@ def _epctx_binary(graph: str = "g0", *, sdk: str = "1.0", ep_name: str = EXAMPLE
     return writer.to_bytes()
 
 
+def _identity(blob: bytes, graph: str) -> str:
+    """The ``epctx_payload_identity`` epctx records for ``graph`` of the binary ``blob``."""
+    from epctx.epcontext import ContextBinary
+    from epctx.epcontext.identity import graph_identity
+
+    with ContextBinary.from_bytes(blob) as binary:
+        names = [n for n in binary.names() if n.startswith(f"{graph}/")]
+        rows = [(i.name, i.kind, i.size, i.checksum, i.attrs) for i in map(binary.entry, names)]
+        return graph_identity(graph, rows, binary.checksum_algorithm)
+
+
 def _save(tmp_path: Path, model: onnx.ModelProto, name: str = "model_ctx.onnx") -> Path:
     path = tmp_path / name
     onnx.save(model, path)
@@ -88,7 +101,8 @@ def _messages(report: Any, severity: str = "error") -> str:
 def test_epctx_embed_mode_0(tmp_path: Path) -> None:
     (tmp_path / "model_Example.bin").write_bytes(_epctx_binary("g0"))
     attrs = dict(main_context=1, ep_cache_context="model_Example.bin", embed_mode=0, ep_sdk_version="1.0",
-                 source=EXAMPLE, partition_name="g0", hardware_architecture="cpu-x86_64", my_ep_flag=7)  # fmt: skip
+                 source=EXAMPLE, partition_name="g0", hardware_architecture="cpu-x86_64", my_ep_flag=7,
+                 epctx_payload_identity=_identity(_epctx_binary("g0"), "g0"))  # fmt: skip
     path = _save(tmp_path, _ctx_model([attrs], metadata={f"ep_compatibility_info.{EXAMPLE}": "v1"}))
     report = inspect_model(path)
 
@@ -121,14 +135,33 @@ def test_epctx_embed_mode_0(tmp_path: Path) -> None:
     assert json.loads(json.dumps(report.to_dict()))["binary_files"][0]["payload"]["format"] == FORMAT_EPCTX
 
 
+def test_a_node_without_identity_on_an_epctx_binary_is_an_error(tmp_path: Path) -> None:
+    """Deleting ``epctx_payload_identity`` does not switch the binding off: inspect reports it, loading refuses."""
+    (tmp_path / "model_Example.bin").write_bytes(_epctx_binary("g0"))
+    path = _save(tmp_path, _ctx_model([_file_node("model_Example.bin", main_context=1)]))
+    assert "no 'epctx_payload_identity' attribute" in _messages(inspect_model(path))
+    assert cli_main(["inspect", "--verify", str(path)]) != 0
+    with pytest.raises(InvalidGraph, match="has no 'epctx_payload_identity' attribute"):
+        epctx.InferenceSession(str(path), providers=[EXAMPLE])
+
+
 def test_epctx_embed_mode_1_and_main_context_0(tmp_path: Path) -> None:
     writer = ContextBinaryWriter(ep_name=EXAMPLE, sdk_version="1.0")
     writer.add("g0/plan", b"a")
     writer.add("g1/plan", b"b")
     blob = writer.to_bytes()
     nodes = [
-        dict(main_context=1, ep_cache_context=blob, embed_mode=1, source=EXAMPLE, partition_name="g0"),
-        dict(main_context=0, source=EXAMPLE, partition_name="g1"),
+        dict(
+            main_context=1,
+            ep_cache_context=blob,
+            embed_mode=1,
+            source=EXAMPLE,
+            partition_name="g0",
+            epctx_payload_identity=_identity(blob, "g0"),
+        ),
+        dict(
+            main_context=0, source=EXAMPLE, partition_name="g1", epctx_payload_identity=_identity(blob, "g1")
+        ),
     ]
     report = inspect_model(_save(tmp_path, _ctx_model(nodes)))
     assert report.findings == ()
@@ -152,6 +185,7 @@ def test_ep_context_in_a_subgraph(tmp_path: Path) -> None:
                 source=EXAMPLE,
                 ep_cache_context=_epctx_binary("inner_ctx"),
                 embed_mode=1,
+                epctx_payload_identity=_identity(_epctx_binary("inner_ctx"), "inner_ctx"),
             )
         ],
         "then",
@@ -268,11 +302,15 @@ def test_not_an_onnx_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_cli_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "model_Example.bin").write_bytes(_epctx_binary("g0"))
-    nodes = [_file_node("model_Example.bin"), dict(_file_node("gone.bin"), name="ctx_missing")]
+    identity = _identity(_epctx_binary("g0"), "g0")
+    nodes = [
+        _file_node("model_Example.bin", epctx_payload_identity=identity),
+        dict(_file_node("gone.bin", epctx_payload_identity=identity), name="ctx_missing"),
+    ]
     path = _save(tmp_path, _ctx_model(nodes))
     assert cli_main(["inspect", str(path)]) == 0  # findings do not make it fail
     text = capsys.readouterr().out
-    assert "EPContext nodes: 2" in text and "ep_cache_context  model_Example.bin" in text
+    assert "EPContext nodes: 2" in text and re.search(r"ep_cache_context +model_Example.bin", text)
     assert "epctx-container" in text and "g0/plan" in text and "Relu 2" in text
     assert "findings: 1" in text and "[ctx_missing]" in text
     assert cli_main(["inspect", "--json", str(path)]) == 0
@@ -396,6 +434,7 @@ def qnn_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
+@pytest.mark.slow
 def test_qnn_embed_mode_0(qnn_models: dict[str, Path]) -> None:
     path = qnn_models["0"]
     report = inspect_model(path)

@@ -14,16 +14,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
-pytest.importorskip("iree.runtime")
-pytest.importorskip("iree.compiler")
-
 from benchmarks.models import example_inputs, resnet18, transformer
+from onnx import TensorProto, helper
 
 import epctx
 from epctx.testing import no_compile
 from tests.oracle import run_ort
+from tests.requires import requires
+
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler")]
 
 EP = "IREEExecutionProvider"
 ROOT = Path(__file__).resolve().parents[2]

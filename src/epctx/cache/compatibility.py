@@ -77,7 +77,7 @@ def get_compatibility_info_from_model(model_path: str | os.PathLike[str], ep_typ
     ep_type = _check_ep(ep_type)
     from pathlib import Path
 
-    from epctx.cache.verdicts import read_mapped
+    from epctx.cache.scan import read_mapped
 
     metadata = read_mapped(Path(path), lambda view: model_metadata(view, f"model {path!r}"))
     return metadata.get(METADATA_PREFIX + ep_type)

@@ -148,7 +148,7 @@ def _session_parts(options: opt.SessionOptions) -> dict[str, Any]:
 
 
 def _machine_parts() -> dict[str, Any]:
-    from epctx.providers.hardware import cpu_device
+    from epctx.ep.hardware import cpu_device
 
     flags = ""
     try:

@@ -4,12 +4,20 @@ skipped unread (an embedded binary is viewed in place, its header parsed, its pa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+import mmap
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
+from epctx.errors import InvalidArgument, InvalidProtobuf, NoSuchFile
 from epctx.model.wire import fields, signed, text
 
-__all__ = ["ScannedModel", "ScannedNode", "scan_model"]
+__all__ = ["ScannedModel", "ScannedNode", "read_mapped", "scan_model"]
+
+_T = TypeVar("_T")
 
 _EP_CONTEXT = ("com.microsoft", "EPContext")
 _INT, _STRING = 2, 3  # AttributeProto.AttributeType
@@ -104,3 +112,31 @@ def _header(payload: memoryview, node: str) -> tuple[str, str] | str:
             return binary.sdk_version, binary.hardware
     except EPCtxError as exc:  # its message only: the exception's traceback holds views of the payload
         return str(exc.args[0]) if exc.args else type(exc).__name__
+
+
+def read_mapped(path: Path, parse: Callable[[memoryview], _T]) -> _T:
+    """``parse`` over the file at ``path`` mapped read-only (a model's header is read, not the whole file); bytes
+    that are not a protobuf message are InvalidProtobuf naming the file."""
+    from epctx.model.wire import WireError
+
+    where = f"model {str(path)!r}"
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                raise InvalidProtobuf(f"{where} is empty")
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise NoSuchFile(f"{where} not found") from None
+    except IsADirectoryError:
+        raise InvalidArgument(f"{where} is a folder") from None
+    error: str | None = None
+    try:
+        return parse(memoryview(mapped))
+    except (WireError, UnicodeDecodeError) as exc:  # raised again below: its traceback holds views of the map
+        error = f"{where} is not an ONNX model: {exc}"
+    except InvalidProtobuf as exc:
+        error = str(exc.args[0]) if exc.args else where
+    finally:
+        with contextlib.suppress(BufferError):  # views still held: unmapped when the last one goes
+            mapped.close()
+    raise InvalidProtobuf(error)

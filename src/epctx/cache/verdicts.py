@@ -12,63 +12,30 @@ whose message is the verdict's explanation; ``EP_SUPPORTED_PREFER_RECOMPILATION`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import mmap
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from epctx.ep.compatibility import (
     METADATA_PREFIX,
     CompatibilityVerdict,
     OrtCompiledModelCompatibility,
-    parse_info,
+    judge_node,
+    node_info,
 )
-from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from epctx.errors import EPCtxError, InvalidGraph
 
 if TYPE_CHECKING:
     from epctx.ep.context_node import EPContextNode
     from epctx.ep.devices import HardwareDevice
 
-__all__ = [
-    "DeviceVerdict",
-    "ModelVerdict",
-    "NodeVerdict",
-    "Validator",
-    "check_model",
-    "judge_node",
-    "node_info",
-]
+__all__ = ["DeviceVerdict", "ModelVerdict", "NodeVerdict", "check_model", "device_label"]
 
-_T = TypeVar("_T")
-Validator = Callable[[str, Sequence["HardwareDevice"]], CompatibilityVerdict]
 _FINDINGS = (
     OrtCompiledModelCompatibility.EP_SUPPORTED_PREFER_RECOMPILATION,
     OrtCompiledModelCompatibility.EP_UNSUPPORTED,
 )
-
-
-def node_info(ep_name: str, metadata: Mapping[str, str], sdk_version: str, hardware: str) -> tuple[str, bool]:
-    """(the string to judge a node by, whether it comes from the model's metadata)."""
-    recorded = metadata.get(METADATA_PREFIX + ep_name)
-    if recorded is not None:
-        return recorded, True
-    return f"sdk={sdk_version};hardware={hardware}", False
-
-
-def judge_node(
-    info: str, from_metadata: bool, binary_sdk: str, validate: Validator, devices: Sequence[HardwareDevice]
-) -> CompatibilityVerdict:
-    """The verdict of one node's binary (made with ``binary_sdk``, from its header) for ``devices``."""
-    recorded = parse_info(info).get("sdk") if from_metadata else None
-    if recorded is not None and binary_sdk and recorded != binary_sdk:
-        return CompatibilityVerdict.unsupported(
-            f"the binary was made by {binary_sdk}, the model's metadata says {recorded} (was the binary replaced?)",
-            advice="regenerate the context model together with its binary",
-        )
-    return validate(info, devices)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -162,7 +129,7 @@ def device_label(device: HardwareDevice) -> str:
 def check_model(model: str | Path, ep_name: str | None = None) -> ModelVerdict:
     """Judge every EPContext node of the model at ``model`` (only those of EP ``ep_name`` when given) against
     each device its EP offers here."""
-    from epctx.cache.scan import scan_model
+    from epctx.cache.scan import read_mapped, scan_model
     from epctx.ep.context_node import EPContextNode
 
     path = Path(model)
@@ -184,34 +151,6 @@ def check_model(model: str | Path, ep_name: str | None = None) -> ModelVerdict:
         main = mains.get(routed, view)
         nodes.append(_judge_view(view, main, headers.get(main.name), routed, metadata, path.parent))
     return ModelVerdict(str(path), tuple(nodes))
-
-
-def read_mapped(path: Path, parse: Callable[[memoryview], _T]) -> _T:
-    """``parse`` over the file at ``path`` mapped read-only (a model's header is read, not the whole file); bytes
-    that are not a protobuf message are InvalidProtobuf naming the file."""
-    from epctx.model.wire import WireError
-
-    where = f"model {str(path)!r}"
-    try:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
-                raise InvalidProtobuf(f"{where} is empty")
-            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise NoSuchFile(f"{where} not found") from None
-    except IsADirectoryError:
-        raise InvalidArgument(f"{where} is a folder") from None
-    error: str | None = None
-    try:
-        return parse(memoryview(mapped))
-    except (WireError, UnicodeDecodeError) as exc:  # raised again below: its traceback holds views of the map
-        error = f"{where} is not an ONNX model: {exc}"
-    except InvalidProtobuf as exc:
-        error = str(exc.args[0]) if exc.args else where
-    finally:
-        with contextlib.suppress(BufferError):  # views still held: unmapped when the last one goes
-            mapped.close()
-    raise InvalidProtobuf(error)
 
 
 def _ep_for(source: str) -> str | None:
@@ -288,8 +227,8 @@ def _header(view: EPContextNode, embedded: tuple[str, str] | str | None, folder:
 def _devices_for(ep_name: str) -> list[HardwareDevice]:
     """The devices EP ``ep_name`` offers here. Built-in EPs without their own device discovery are offered
     this machine's CPU only (no backend is imported to list devices for them)."""
+    from epctx.ep.hardware import cpu_device
     from epctx.providers.builtin import builtin
-    from epctx.providers.hardware import cpu_device
     from epctx.providers.registry import discover_hardware, factories
 
     factory = next((f for f in factories() if f.ep_name == ep_name), None)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from epctx.cli.outputs import check_outputs, file_sizes, written_files
+from epctx.cli.placement import placement_lines
 from epctx.cli.progress import progress_lines
 from epctx.cli.provider_args import add_provider_arguments, providers_from_args
 
@@ -37,6 +38,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--embed", action="store_true", help="embed binaries in the model (embed mode 1)")
     p.add_argument("--prefix", default="", help="ep.context_node_name_prefix (for merging)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output")
+    p.add_argument(
+        "--sign", metavar="KEY", help="sign the output's folder with this EC private key (epctx sign)"
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--json", action="store_true", help="machine-readable output (implies --quiet)")
     p.set_defaults(func=compile_model)
@@ -67,16 +71,26 @@ def default_compiling_providers() -> list[str]:
     return names
 
 
+def _check_outputs(source: Path, output: Path, providers: list[str], args: argparse.Namespace) -> None:
+    """Before compiling: no output is an input (``--force`` or not), and each can be written."""
+    from epctx.epcontext.paths import binary_file_name, check_not_inputs, model_name_for
+
+    binaries = [] if args.embed else [binary_file_name(model_name_for(output), name) for name in providers]
+    check_not_inputs([source], [output, *(output.parent / name for name in binaries)])
+    check_outputs([output], force=args.force)
+
+
 def compile_model(args: argparse.Namespace) -> int:
     import epctx
     from epctx.epcontext.paths import context_model_path
 
     source = Path(args.model)
     output = Path(args.output) if args.output else context_model_path(source, {})
-    check_outputs([output], force=args.force)
     so = epctx.SessionOptions()
     if args.prefix:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
+    if args.sign:
+        so.add_session_config_entry("epctx.trust.sign_key", args.sign)
     providers = providers_from_args(args)
     talk = not (args.quiet or args.json)
     if not providers:
@@ -87,15 +101,18 @@ def compile_model(args: argparse.Namespace) -> int:
                 f"epctx: compiling EP {picked} (picked by the {_POLICY} policy; -p names another)",
                 file=sys.stderr,
             )
+    _check_outputs(source, output, [name for name, _ in providers], args)
     for name, options in providers:
         so.add_provider(name, options)
     flags = epctx.CompileFlags.NONE if args.force else epctx.CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
     started = time.perf_counter()
+    compiler = epctx.ModelCompiler(so, str(source), embed_compiled_data_into_model=args.embed, flags=flags)
     with progress_lines(talk):
-        epctx.ModelCompiler(
-            so, str(source), embed_compiled_data_into_model=args.embed, flags=flags
-        ).compile_to_file(str(output))
+        compiler.compile_to_file(str(output))
     seconds = time.perf_counter() - started
+    from epctx.partition.placement import placement_summary
+
+    placement = placement_summary(compiler.get_node_placement())
     files = written_files(output)
     if args.json:
         report = {
@@ -103,10 +120,12 @@ def compile_model(args: argparse.Namespace) -> int:
             "providers": [name for name, _ in providers],
             "seconds": seconds,
             "files": file_sizes(files),
+            "placement": placement,
         }
         print(json.dumps(report, indent=2))
         return 0
     print(f"wrote {output} in {seconds:.2f} s")
     for path in files:
         print(f"  {path.name}  {path.stat().st_size} bytes")
+    print("\n".join(placement_lines(placement)))
     return 0

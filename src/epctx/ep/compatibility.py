@@ -17,7 +17,8 @@ import enum
 import functools
 import importlib.util
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "METADATA_PREFIX",
@@ -27,8 +28,13 @@ __all__ = [
     "OrtDeviceEpIncompatibilityReason",
     "format_info",
     "installed_version",
+    "judge_node",
+    "node_info",
     "parse_info",
 ]
+
+# (compatibility string, hardware devices) -> verdict: an EP's validate_compatibility_info
+Validator = Callable[[str, Sequence[Any]], "CompatibilityVerdict"]
 
 METADATA_PREFIX = "ep_compatibility_info."  # onnxruntime's kOrtModelMetadata_EpCompatibilityInfoPrefix
 
@@ -175,3 +181,24 @@ def installed_version(package: str, *distributions: str) -> str | None:
             if len(found) == 1:
                 return found[0][len(prefix) : -len(".dist-info")]
     return None
+
+
+def node_info(ep_name: str, metadata: Mapping[str, str], sdk_version: str, hardware: str) -> tuple[str, bool]:
+    """(the string to judge a node by, whether it comes from the model's metadata)."""
+    recorded = metadata.get(METADATA_PREFIX + ep_name)
+    if recorded is not None:
+        return recorded, True
+    return f"sdk={sdk_version};hardware={hardware}", False
+
+
+def judge_node(
+    info: str, from_metadata: bool, binary_sdk: str, validate: Validator, devices: Sequence[Any]
+) -> CompatibilityVerdict:
+    """The verdict of one node's binary (made with ``binary_sdk``, from its header) for ``devices``."""
+    recorded = parse_info(info).get("sdk") if from_metadata else None
+    if recorded is not None and binary_sdk and recorded != binary_sdk:
+        return CompatibilityVerdict.unsupported(
+            f"the binary was made by {binary_sdk}, the model's metadata says {recorded} (was the binary replaced?)",
+            advice="regenerate the context model together with its binary",
+        )
+    return validate(info, devices)

@@ -23,9 +23,13 @@ __all__ = [
     "ExecutionProviderDevicePolicy",
     "HardwareDevice",
     "HardwareDeviceType",
+    "ALLOW_VIRTUAL_DEVICES",
     "VIRTUAL_METADATA_KEY",
 ]
 
+ALLOW_VIRTUAL_DEVICES = (
+    "allow_virtual_devices"  # env_config key of a plugin library (kOrtEnvAllowVirtualDevices)
+)
 VIRTUAL_METADATA_KEY = "is_virtual"  # metadata of a virtual device (cross-compilation target): "1"
 
 

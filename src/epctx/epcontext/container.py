@@ -104,8 +104,10 @@ class ContextBinary:
         self._sorted: tuple[list[str], list[int]] | None = None  # names sorted, and their places in _names
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> ContextBinary:
-        """Map a context binary file read-only. Entries are verified when first read."""
+    def open(cls, path: str | os.PathLike[str], *, copy: bool = False) -> ContextBinary:
+        """Map a context binary file read-only. Entries are verified when first read. ``copy``: read the
+        file into private memory instead (``epctx.context_binary_copy``): the session then never sees a later
+        change to the file, at the cost of the file's size in memory and one read."""
         target = os.fspath(path)
         where = f"context binary {target!r}"
         try:
@@ -114,6 +116,8 @@ class ContextBinary:
                 size = stat.st_size
                 if size < PREAMBLE.size:
                     raise InvalidGraph(f"{where}: truncated: {size} bytes, a context binary has at least 32")
+                if copy:
+                    return cls._copied(fh, size, where, target)
                 mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except FileNotFoundError:
             raise NoSuchFile(f"{where} not found") from None
@@ -129,6 +133,21 @@ class ContextBinary:
             raise
         binary.path = os.path.abspath(target)
         binary._file_id = (stat.st_dev, stat.st_ino, stat.st_size)
+        return binary
+
+    @classmethod
+    def _copied(cls, fh: Any, size: int, where: str, target: str) -> ContextBinary:
+        data = bytearray(size)
+        view, done = memoryview(data), 0
+        while done < size:
+            got = fh.readinto(view[done:])
+            if not got:
+                break
+            done += got
+        if done != size or fh.read(1):
+            raise Fail(f"{where} changed size while it was read")
+        binary = cls(memoryview(data).toreadonly(), where=where)
+        binary.path = os.path.abspath(target)  # no file id: open_file() gives None, libraries get memory
         return binary
 
     @classmethod

@@ -8,11 +8,19 @@ import os
 import re
 import secrets
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from epctx.errors import Fail, NoSuchFile
+from epctx.errors import EPCtxError, Fail, InvalidArgument, NoSuchFile
 
-__all__ = ["TEMP_PATTERN", "fsync_folder", "is_stale_temp", "temp_writer_pid", "write_file_atomic"]
+__all__ = [
+    "TEMP_PATTERN",
+    "check_writable",
+    "fsync_folder",
+    "is_stale_temp",
+    "temp_writer_pid",
+    "write_file_atomic",
+]
 
 # ``.<binary name>.<writer pid>.<random hex>.tmp``: what ContextBinaryWriter.write writes before renaming.
 TEMP_PATTERN = re.compile(
@@ -48,6 +56,34 @@ def write_file_atomic(
             raise Fail(f"writing {what} {target!r} failed: {exc}") from exc
         raise
     fsync_folder(folder)
+
+
+def check_writable(path: str | os.PathLike[str], *, what: str) -> bool:
+    """Before any compile: ``path`` can be written. Its nearest existing folder must accept a new file, which is
+    probed (a temporary file of ``TEMP_PATTERN``'s form created and removed at once), so what permission bits
+    do not tell counts too: a read-only file system, a folder that refuses even root. A folder at ``path`` is
+    InvalidArgument; anything the file system refuses is Fail naming the path and the reason, as onnxruntime.
+    Returns whether ``path`` exists already (the caller decides whether it may be replaced)."""
+    target = Path(path)
+    shown = os.fspath(path)
+    try:
+        if target.is_dir():
+            raise InvalidArgument(f"{what} {shown!r} is a folder, expected a file path")
+        exists = target.exists()
+        folder = target.parent if str(target.parent) else Path(".")
+        existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+        if not existing.is_dir():
+            raise Fail(f"cannot write {what} {shown!r}: {os.fspath(existing)!r} is not a folder")
+        probe = existing / f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except EPCtxError:
+        raise
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise Fail(f"cannot write {what} {shown!r}: {reason} ({exc.filename or shown!r})") from exc
+    return exists
 
 
 def fsync_folder(folder: str) -> None:

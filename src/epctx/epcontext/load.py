@@ -20,6 +20,8 @@ from epctx.errors import EPCtxError, Fail, InvalidArgument, InvalidGraph
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from epctx.trust.hooks import ReadFunc
+
 __all__ = ["ContextLoader"]
 
 _Node = TypeVar("_Node", bound=Hashable)
@@ -30,8 +32,16 @@ class ContextLoader:
     """One per session. ``route`` assigns EPContext nodes to EPs; ``load`` rebuilds one compiled partition."""
 
     def __init__(
-        self, *, model_path: Path | None, config: Mapping[str, str], metadata: Mapping[str, str] | None = None
+        self,
+        *,
+        model_path: Path | None,
+        config: Mapping[str, str],
+        metadata: Mapping[str, str] | None = None,
+        read_func: ReadFunc | None = None,
     ) -> None:
+        self._model_path = model_path
+        self._read = read_func  # the EPContext data read callback (``epctx.trust.hooks``): binaries by name
+        self._config = config
         if model_path is not None:
             self._base: Path | None = model_path.resolve().parent
         elif config.get(opt.EP_CONTEXT_FILE_PATH):
@@ -46,33 +56,71 @@ class ContextLoader:
         self._metadata = dict(metadata or {})  # the model's: ep_compatibility_info.<EP> (verdicts)
         self._fail_on_suboptimal = opt.config_flag(config, opt.FAIL_ON_SUBOPTIMAL_COMPILED_MODEL)
         self._warned: set[str] = set()  # EPs whose suboptimal contexts were logged
+        self._copy = opt.config_flag(config, opt.CONTEXT_BINARY_COPY)
+        self._verified: dict[str, list[int] | None] = {}  # trust policy: file -> stamp when verified
 
     def route(
         self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
     ) -> dict[ir.Node, ExecutionProvider]:
         """Each EPContext node goes to the first EP that accepts its ``source``; none is InvalidGraph."""
-        views = ((node, EPContextNode.from_ir(node)) for node in graph if is_ep_context(node))
-        return self.route_views(views, providers)
+        views = [(node, EPContextNode.from_ir(node)) for node in graph if is_ep_context(node)]
+        external: list[Path] = []
+        if views and config_policy(self._config) != "off":  # the fallback's external data is covered too
+            external = _external_files(graph)
+        return self.route_views(views, providers, external=external)
 
     def route_views(
-        self, views: Iterable[tuple[_Node, EPContextNode]], providers: Sequence[ExecutionProvider]
+        self,
+        views: Iterable[tuple[_Node, EPContextNode]],
+        providers: Sequence[ExecutionProvider],
+        *,
+        external: Sequence[Path] = (),
     ) -> dict[_Node, ExecutionProvider]:
-        """``route`` for nodes already read (the lean reader's): keyed by the caller's node objects."""
+        """``route`` for nodes already read (the lean reader's): keyed by the caller's node objects. With a
+        trust policy (``epctx.trust``), the files the nodes reference (and ``external`` data) are checked
+        here, before any EP or backend reads a byte of them."""
+        views = list(views)
+        if views and config_policy(self._config) != "off":
+            self._check_trust([view for _, view in views], external)
         routed: dict[_Node, ExecutionProvider] = {}
         for node, view in views:
             source = view.source or ""
             ep = next((p for p in providers if p.compiles and p.accepts_source(source)), None)
             if ep is None:
                 names = ", ".join(p.name for p in providers)
+                hint = (
+                    f"pass the EP that loads it: providers=[{source!r}] (-p {source} on the command line)"
+                    if source
+                    else "the node names no source EP: pass the EP that made it in providers="
+                )
                 raise InvalidGraph(
                     f"EPContext node {view.name!r} was made by {source!r}, which none of this session's "
-                    f"execution providers ({names}) accepts"
+                    f"execution providers ({names}) accepts; {hint}"
                 )
             self._views[node] = view
             routed[node] = ep
             if view.main_context:
                 self._mains.setdefault(ep.name, []).append(view)
         return routed
+
+    def _check_trust(self, views: list[EPContextNode], external: Sequence[Path]) -> None:
+        from epctx.trust.policy import carries_native_code, check_context_files
+
+        files: dict[Path, bool] = dict.fromkeys(external, False)
+        from_callback: dict[str, bool] = {}  # read callback: no file a signature could cover
+        model_native = False
+        for view in views:
+            native = carries_native_code(view.source)
+            if view.embed_mode == 1:
+                model_native = model_native or native
+            elif view.main_context and self._read is not None:
+                from_callback[view.cache_path] = from_callback.get(view.cache_path, False) or native
+            elif view.main_context and self._base is not None and view.cache_path:
+                path = resolve_context_file(self._base, view.cache_path, node=view.name)
+                files[path] = files.get(path, False) or native
+        self._verified = check_context_files(
+            self._model_path, files, model_native, self._config, from_callback=from_callback
+        )
 
     def load(self, ep: ExecutionProvider, node: Hashable, partition: Partition) -> CompiledPartition:
         view = self._views[node]
@@ -109,11 +157,11 @@ class ContextLoader:
             raise InvalidGraph(f"{where}: {ep.name} failed to load graph {graph_name!r}: {exc}") from exc
 
     def _judge(self, ep: ExecutionProvider, binary: ContextBinary, where: str) -> None:
-        """The EP's compatibility verdict on the node (``cache/verdicts.py``), before its EP loads anything:
+        """The EP's compatibility verdict on the node (``ep/compatibility.py``), before its EP loads anything:
         UNSUPPORTED refuses the model, PREFER_RECOMPILATION warns (or refuses, as onnxruntime does, with
         ``session.fail_on_suboptimal_compiled_model=1``). The message is ``epctx check``'s explanation."""
-        from epctx.cache.verdicts import judge_node, node_info
         from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat
+        from epctx.ep.compatibility import judge_node, node_info
 
         info, from_metadata = node_info(ep.name, self._metadata, binary.sdk_version, binary.hardware)
         verdict = judge_node(
@@ -151,6 +199,8 @@ class ContextLoader:
                     view.ep_cache_context or b"", where=f"embedded context of EPContext node {view.name!r}"
                 )
             return self._binaries[key]
+        if self._read is not None:
+            return self._from_callback(view.cache_path)
         if self._base is None:
             raise InvalidArgument(
                 f"EPContext node {view.name!r} refers to the file {view.cache_path!r} and the model comes from "
@@ -165,11 +215,36 @@ class ContextLoader:
                 if self._share:  # weight sharing: the group's sessions open a shared binary once
                     from epctx.epcontext.workspace import workspace
 
-                    self._binaries[key] = workspace(view.source or "").open(path)
+                    self._binaries[key] = workspace(view.source or "").open(path, copy=self._copy)
                 else:
-                    self._binaries[key] = ContextBinary.open(path)
+                    self._binaries[key] = ContextBinary.open(path, copy=self._copy)
+                if self._verified:
+                    self._check_unchanged(path)
             binary = self._binaries[reference] = self._binaries[key]
         return binary
+
+    def _from_callback(self, name: str) -> ContextBinary:
+        key = f"callback:{name}"
+        if key not in self._binaries:
+            from epctx.trust.hooks import read_named_buffer
+
+            data = read_named_buffer(self._read, name)  # type: ignore[arg-type]
+            self._binaries[key] = ContextBinary.from_bytes(
+                data, where=f"context binary {name!r} (from the EPContext data read callback)"
+            )
+        return self._binaries[key]
+
+    def _check_unchanged(self, path: Path) -> None:
+        """Under a trust policy: the binary just opened is the file that was verified (no write since)."""
+        from epctx.errors import Untrusted
+        from epctx.trust.record import stamp
+
+        expected = self._verified.get(str(path))
+        if expected is not None and stamp(path) != expected:
+            raise Untrusted(
+                f"{opt.TRUST_POLICY}: the context binary {str(path)!r} changed between its verification and its "
+                "load (written or replaced meanwhile); expected the verified file"
+            )
 
     def finish(self) -> None:
         """After every node is loaded: the last session of a sharing group releases the workspace."""
@@ -181,15 +256,20 @@ class ContextLoader:
 
 
 def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str, where: str) -> None:
-    """The binary holds the graph the node was made with (``identity.py``): its identity is recorded by
-    epctx; a node without one (made by onnxruntime's EPs) is checked by its EP alone."""
+    """The binary holds the graph the node was made with (``identity.py``). Every binary read here is an epctx
+    container, and epctx records the identity of every node it writes: a node without one is InvalidGraph
+    (deleting the attribute must not switch the binding off)."""
     source = ContextSource(binary, graph_name)
     keys = list(source.keys())
     if not keys:
         raise InvalidGraph(f"{where}: {binary.where} holds no graph named {graph_name!r}")
     recorded = view.extra.get(IDENTITY_ATTRIBUTE)
     if recorded is None:
-        return
+        raise InvalidGraph(
+            f"{where}: {binary.where} is an epctx context binary, and the node has no {IDENTITY_ATTRIBUTE!r} "
+            "attribute binding it to its graph (epctx writes one on every node it makes; expected one, found "
+            "none: regenerate the context model)"
+        )
     if not isinstance(recorded, str):
         raise InvalidGraph(f"{where}: attribute {IDENTITY_ATTRIBUTE!r} must be a STRING")
     rows = [(info.name, info.kind, info.size, info.checksum, info.attrs) for info in map(source.entry, keys)]
@@ -200,3 +280,20 @@ def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str,
             f"has identity {found}, the node records {recorded} (was the binary regenerated or replaced? "
             "regenerate the context model with it)"
         )
+
+
+def config_policy(config: Mapping[str, str]) -> str:
+    return config.get(opt.TRUST_POLICY, "off") or "off"
+
+
+def _external_files(graph: ir.Graph) -> list[Path]:
+    import onnx_ir as ir
+
+    found: dict[str, Path] = {}
+    for g in (graph, *graph.subgraphs()):
+        for value in g.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                path = Path(tensor.base_dir) / str(tensor.location)
+                found.setdefault(str(path), path)
+    return list(found.values())

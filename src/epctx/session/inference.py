@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx._warnings import warn_user
+from epctx._warnings import warn_and_log
 from epctx.errors import Fail, InvalidArgument
 from epctx.session.feeds import FeedBinder, InputSpec
 from epctx.session.iobinding import SessionIOBinding
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from epctx.ep.contract import ExecutionProvider
     from epctx.model import LoadedModel
+    from epctx.partition.placement import NodePlacement
     from epctx.session.lean import LeanSession
     from epctx.session.pipeline import Pipeline
 
@@ -33,6 +34,7 @@ __all__ = ["InferenceSession", "ProviderSpec"]
 logger = logging.getLogger("epctx")
 
 ProviderSpec = str | tuple[str, Mapping[str, Any]]
+_NO_OUTPUT = "At least one output should be requested."  # onnxruntime's words, for a model without outputs
 
 
 class InferenceSession:
@@ -86,7 +88,8 @@ class InferenceSession:
 
                 with _span(profiler, loading):
                     phase = profiler.phase if profiler is not None else None
-                    lean = open_lean(source, self._providers, config, phase=phase)
+                    read = options.ep_context_data_read_func
+                    lean = open_lean(source, self._providers, config, phase=phase, read_func=read)
                 if isinstance(lean, LeanSession):  # a context model: no onnx, no partitioning, no compiling
                     self._use_lean(lean)
                     return
@@ -114,7 +117,8 @@ class InferenceSession:
 
     def _create_full(self, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
-        from epctx.epcontext.generate import generate_context_model, generation_scope
+        from epctx.epcontext.files import check_writable
+        from epctx.epcontext.generate import generate_context_model, generation_target
         from epctx.epcontext.paths import context_model_path
         from epctx.epcontext.workspace import abort_open_group
         from epctx.session.pipeline import Pipeline
@@ -128,21 +132,24 @@ class InferenceSession:
             if options.optimized_model_filepath:
                 _write_optimized_model(pipeline.loaded.model, options.optimized_model_filepath)
             if profiler is not None:
-                pipeline.builder.phase = profiler.phase
+                pipeline.builder.phase, pipeline.builder.ended = profiler.phase, profiler.ended
             loaded = self._loaded = pipeline.loaded
             ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
-            if ctx_path is not None and ctx_path.exists():
+            if ctx_path is not None and check_writable(ctx_path, what="the context model"):
                 raise Fail(
                     f"the context model {str(ctx_path)!r} exists already; remove it or set another "
                     f"{opt.EP_CONTEXT_FILE_PATH}"
                 )
-            with generation_scope(config, ctx_path):
-                pipeline.compile()
+            pipeline.compile(generation_target(config, ctx_path))
             if generate:
                 if ctx_path is None:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
                 elif generate_context_model(pipeline.result(), ctx_path, overwrite=False):
                     logger.info("wrote context model %s", ctx_path)
+                    if config.get(opt.TRUST_SIGN_KEY):
+                        from epctx.trust.sign import sign_generated
+
+                        sign_generated(config, ctx_path)
         except BaseException as exc:
             if generate and opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
                 abort_open_group(exc)  # a failed session of a sharing group rolls the group back
@@ -156,6 +163,8 @@ class InferenceSession:
         self._binder = FeedBinder(lean.specs)
         self._partitions = lean.partitions
         self._declined: dict[str, dict[str, str]] = {}
+        # Made on first ask: the lean path imports no onnx-ir.
+        self._placement: list[NodePlacement] | None = None
         self._metadata = lean.metadata
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._prepare_run()
@@ -171,6 +180,9 @@ class InferenceSession:
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
+        self._placement = pipeline.placement()  # after the steps: control-flow bodies are partitioned by then
+        if self._profiler is not None:
+            self._profiler.placement(self._placement)
         steps = [
             dataclasses.replace(step, provider=unit.ep.name, op_type=_op_type(unit))
             for step, unit in zip(steps, pipeline.units)
@@ -226,6 +238,8 @@ class InferenceSession:
     ) -> list[Any]:
         """The outputs named (None or []: every output, as onnxruntime) for ``input_feed``."""
         inputs = self._binder.bind(input_feed)
+        if not self._outputs:
+            raise InvalidArgument(_NO_OUTPUT)
         if run_options is None and self._plain:  # the common call: the plan's loop and nothing around it
             results = self._plan.run(inputs)
         else:
@@ -253,7 +267,10 @@ class InferenceSession:
         run_options: opt.RunOptions | None = None,
     ) -> list[OrtValue]:
         feed = {name: _array_of(name, value) for name, value in input_dict_ort_values.items()}
-        results = self._execute(self._binder.bind(feed), run_options)
+        inputs = self._binder.bind(feed)
+        if not self._outputs:
+            raise InvalidArgument(_NO_OUTPUT)
+        results = self._execute(inputs, run_options)
         return [OrtValue(owned_array(results[i])) for i in self._pick(output_names)]
 
     def run_async(
@@ -329,6 +346,18 @@ class InferenceSession:
         claim are not listed. epctx extension (onnxruntime has no such call)."""
         return {node: dict(reasons) for node, reasons in self._declined.items()}
 
+    def get_node_placement(self) -> list[NodePlacement]:
+        """Where each node of the model runs, in graph order: one ``NodePlacement`` per node with the EP that
+        runs it, the partition holding it (None for a node a kernel EP runs alone) and, for every EP ahead of
+        that EP in the provider list, why it declined the node (its own reason, e.g. OpenVINO's conversion
+        report or IREE's compile error; ``NO_REASON`` when it gave none). The nodes of a control-flow body follow
+        their If / Loop / Scan, ``graph`` naming the body. A session loaded from a context model lists its
+        EPContext nodes, with nothing declined. ``NodePlacement.to_dict()`` gives plain data. epctx extension
+        (onnxruntime has no such call)."""
+        if self._placement is None:
+            self._placement = _lean_placement(self._partitions)
+        return list(self._placement)
+
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}
 
@@ -371,6 +400,23 @@ def _resolve_providers(
     from epctx.providers.selection import resolve_providers
 
     return resolve_providers(providers, provider_options, options, source=source)
+
+
+def _lean_placement(partitions: Sequence[tuple[str, Sequence[str]]]) -> list[NodePlacement]:
+    """A context model's placement (the lean path): each EPContext node on the EP that loaded it."""
+    from epctx.partition.placement import NodePlacement
+
+    return [
+        NodePlacement(
+            index=k,
+            name=nodes[0],
+            op_type="EPContext",
+            domain="com.microsoft",
+            provider=ep,
+            partition=nodes[0],
+        )
+        for k, (ep, nodes) in enumerate(partitions)
+    ]
 
 
 def _metadata(model: ir.Model) -> ModelMetadata:
@@ -435,8 +481,7 @@ def _warn_sequential(options: opt.SessionOptions) -> None:
             "epctx runs the plan's steps sequentially: execution_mode=ORT_PARALLEL / inter_op_num_threads="
             f"{options.inter_op_num_threads} have no effect (intra_op_num_threads sets each EP's threads)"
         )
-        logger.warning("%s", message)
-        warn_user(message)
+        warn_and_log(logger, message)
 
 
 def _write_optimized_model(model: ir.Model, path: str | os.PathLike[str]) -> None:

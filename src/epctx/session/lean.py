@@ -48,10 +48,11 @@ def open_lean(
     config: Mapping[str, str],
     *,
     phase: Phase | None = None,
+    read_func: Callable[[str], object] | None = None,
 ) -> LeanSession | bytes | None:
     """The session when ``source`` is a context model the lean reader takes; otherwise the file's bytes (read
     once, for the full loader) or None (bytes given, or nothing read). ``phase(kind, name, EP name)`` wraps
-    each context load (profiles, as ``StepBuilder.phase``)."""
+    each context load (profiles, as ``StepBuilder.phase``); ``read_func``: the EPContext data read callback."""
     path: Path | None = None
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
@@ -63,7 +64,7 @@ def open_lean(
     model = read_context_model(data)
     if model is None:
         return data if path is not None else None
-    return _build(model, path, providers, config, phase or _no_phase)
+    return _build(model, path, providers, config, phase or _no_phase, read_func)
 
 
 def _build(
@@ -72,8 +73,9 @@ def _build(
     providers: Sequence[ExecutionProvider],
     config: Mapping[str, str],
     phase: Phase,
+    read_func: Callable[[str], object] | None = None,
 ) -> LeanSession:
-    loader = ContextLoader(model_path=path, config=config, metadata=model.metadata_props)
+    loader = ContextLoader(model_path=path, config=config, metadata=model.metadata_props, read_func=read_func)
     views = [(node, _view(node)) for node in model.nodes]
     routed = loader.route_views(views, providers)
     values: dict[str, LeanValue] = {v.name: v for v in model.inputs}

@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from epctx._version import __version__
 from epctx.ep import (
+    EPCTX_VERSION,
+    Capability,
+    CapabilityContext,
     CompatibilityVerdict,
+    CompileContext,
     CompiledPartition,
     ExecutionProvider,
     Option,
@@ -64,20 +67,26 @@ class ExampleExecutionProvider(ExecutionProvider):
         self.ops = config.ops or frozenset(SUPPORTED_OPS)
 
     # -- capability -----------------------------------------------------------------------------------
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
         from epctx.providers.example.capability import supported_nodes
 
-        return supported_nodes(graph, opset_imports, self.ops)
+        return Capability(tuple(supported_nodes(graph, opset_imports, self.ops)))
 
     # -- compile --------------------------------------------------------------------------------------
-    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+    def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
         from epctx.providers.example.lowering import lower_partition
 
-        return [lower_partition(p) for p in partitions]
+        compiled: list[CompiledPartition] = []
+        for partition in partitions:
+            compiled.append(lower_partition(partition))
+            ctx.progress(partition)
+        return compiled
 
     # -- EP context cache -----------------------------------------------------------------------------
     def sdk_version(self) -> str:
-        return f"{_SDK_PREFIX}{__version__}{_PROGRAM_TAG}{PROGRAM_VERSION}"
+        return f"{_SDK_PREFIX}{EPCTX_VERSION}{_PROGRAM_TAG}{PROGRAM_VERSION}"
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         verdict = _verdict(self.name, sdk_version, hardware)
@@ -129,8 +138,8 @@ def _verdict(ep_name: str, sdk_version: str, hardware: str) -> CompatibilityVerd
             f"hardware {hardware!r}, this {ep_name} makes portable binaries ('')"
         )
     made_by = head.removeprefix(_SDK_PREFIX)
-    if made_by != __version__:
+    if made_by != EPCTX_VERSION:
         return CompatibilityVerdict.optimal(
-            f"made by epctx {made_by}, this is {__version__}: the program format {version} is the same"
+            f"made by epctx {made_by}, this is {EPCTX_VERSION}: the program format {version} is the same"
         )
     return CompatibilityVerdict.optimal()

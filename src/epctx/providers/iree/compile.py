@@ -1,6 +1,7 @@
 """Compiling partitions out of process: each partition is written as an ONNX model into a temporary folder and
 ``python -m epctx.providers.iree.worker`` imports and compiles it there (the compiler never enters this
-process), partitions in parallel up to ``os.cpu_count()``, each logged when it starts and ends."""
+process), partitions in parallel up to ``os.cpu_count()``, each logged when it starts and ends. A worker dies
+with this process (``lifeline``); a folder left by a process that died is removed by the next compile."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from epctx.ep import Partition, partition_model, plan_weights_file
+from epctx.ep import CompileGuard, Partition, partition_model, plan_weights_file
 from epctx.errors import EPFail
+from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
 
 __all__ = ["CompileResult", "compile_partitions"]
 
@@ -67,10 +68,10 @@ def _worker_env() -> dict[str, str]:
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     start = time.perf_counter()
     logger.info("%s: compiling %d node(s) with IREE", label, len(partition.nodes))
-    with tempfile.TemporaryDirectory(prefix="epctx-iree-") as name:
+    with job_folder() as name:  # removed after, or by a later compile when this process dies first
         folder = Path(name)
         _write_job(partition, folder, flags)
-        command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder)]
+        command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder), str(os.getpid())]
         try:
             done = subprocess.run(
                 command, capture_output=True, text=True, env=_worker_env(), timeout=_TIMEOUT_S
@@ -93,16 +94,34 @@ def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileR
 
 
 def compile_partitions(
-    partitions: Sequence[Partition], flags: Sequence[str], *, what: str = "partition"
+    partitions: Sequence[Partition],
+    flags: Sequence[str],
+    guard: CompileGuard,
+    *,
+    ep_name: str = "IREEExecutionProvider",
+    what: str = "partition",
+    on_done: Callable[[Partition], None] | None = None,
 ) -> list[CompileResult]:
-    """Compile each partition in a worker process, up to ``os.cpu_count()`` at a time; results in order."""
+    """Compile each partition in a worker process, up to ``os.cpu_count()`` at a time; results in order. The
+    only place that starts a worker: ``guard`` is checked first. ``on_done(partition)`` as each one ends
+    (from a pool thread)."""
     if not partitions:
         return []
+    guard.check(ep_name, len(partitions), "" if what == "partition" else f"for its {what}")
+    for path in remove_stale_folders():
+        logger.info("removed %s, the IREE compile folder of a process that has ended", path)
     total = len(partitions)
     labels = [f"IREE {what} {p.name!r} [{k + 1}/{total}]" for k, p in enumerate(partitions)]
+
+    def one(partition: Partition, label: str) -> CompileResult:
+        result = _run_one(partition, flags, label)
+        if on_done is not None and result.ok:
+            on_done(partition)
+        return result
+
     workers = max(1, min(total, os.cpu_count() or 1))
     if workers == 1:
-        return [_run_one(p, flags, label) for p, label in zip(partitions, labels)]
+        return [one(p, label) for p, label in zip(partitions, labels)]
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="epctx-iree") as pool:
-        futures = [pool.submit(_run_one, p, flags, label) for p, label in zip(partitions, labels)]
+        futures = [pool.submit(one, p, label) for p, label in zip(partitions, labels)]
         return [f.result() for f in futures]

@@ -68,6 +68,6 @@ class IREEFactory:
 
 
 def create_ep_factories(registration_name: str, env_config: Mapping[str, str]) -> list[IREEFactory]:
-    from epctx.providers.libraries import ALLOW_VIRTUAL_DEVICES
+    from epctx.ep import ALLOW_VIRTUAL_DEVICES
 
     return [IREEFactory(env_config.get(ALLOW_VIRTUAL_DEVICES) == "1")]

@@ -12,12 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from epctx.ep.memory import byte_view, mapped_file
+from epctx.ep import byte_view, mapped_file
+from epctx.providers.iree.runtime_import import iree_runtime
 
 __all__ = ["Parameters"]
 
 SCOPE = "model"
-_HANDLES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+# id(mapping) -> its _Mapping while any session holds one. Keyed by id, not by the mapping: a _Mapping holds a
+# view of its mapping, so a weak key would never expire (every session's file and mapping kept to the end of the
+# process). An id is unambiguous here: a live _Mapping keeps its mapping, hence the id, alive.
+_HANDLES: weakref.WeakValueDictionary[int, _Mapping] = weakref.WeakValueDictionary()
 _HANDLES_LOCK = threading.Lock()
 
 
@@ -26,10 +30,11 @@ def _address(buffer: Any) -> int:
 
 
 class _Mapping:
-    """One ``FileHandle`` over a whole read-only mapping (weakly cached per mapping)."""
+    """One ``FileHandle`` over a whole read-only mapping, shared by the sessions using the mapping while any
+    does."""
 
     def __init__(self, owner: Any) -> None:
-        import iree.runtime as rt
+        rt = iree_runtime()
 
         self.view = memoryview(owner).toreadonly()
         self.base = _address(self.view)
@@ -41,12 +46,9 @@ def _mapping_of(view: memoryview) -> _Mapping | None:
     if owner is None:
         return None
     with _HANDLES_LOCK:
-        found = _HANDLES.get(owner)
+        found = _HANDLES.get(id(owner))
         if found is None:
-            try:
-                found = _HANDLES[owner] = _Mapping(owner)
-            except TypeError:  # an object without weak references: not cached
-                return _Mapping(owner)
+            found = _HANDLES[id(owner)] = _Mapping(owner)
         return found
 
 
@@ -54,7 +56,7 @@ class Parameters:
     """The parameters of one module: IREE parameter key -> bytes (views, never copies)."""
 
     def __init__(self, entries: Iterable[tuple[str, Any]]) -> None:
-        import iree.runtime as rt
+        rt = iree_runtime()
 
         self.index = rt.ParameterIndex()
         self._keep: list[Any] = []

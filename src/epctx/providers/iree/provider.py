@@ -1,9 +1,10 @@
 """IREEExecutionProvider: partitions compiled ahead of time by IREE for ``llvm-cpu``, loaded in milliseconds.
 
-- ``get_capability`` compiles the candidate nodes (``capability``), declining with IREE's reason the nodes it
-  cannot import or compile (``declined_nodes``);
-- ``compile`` reuses those compiles when the partition is the one checked, else compiles out of process
-  (``compile``), in parallel; the weights stay the model's arrays, served to IREE as parameters;
+- ``get_capability`` compiles the candidate nodes (``capability``; the session's compile guard first),
+  declining with IREE's reason the nodes it cannot import or compile; the successful compiles are the
+  capability's artefacts;
+- ``compile`` reuses those artefacts when the partition is one checked, else compiles all the partitions out
+  of process (``compile``), in parallel; the weights stay the model's arrays, served to IREE as parameters;
 - ``save_partition`` stores the ``.vmfb`` (code only) and each weight as a ``weights`` entry
   (``context``); ``load_partition`` maps them back (``params``, ``runtime``), importing ``iree.runtime`` only.
 
@@ -18,7 +19,16 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-from epctx.ep import CompiledPartition, ExecutionProvider, Partition, initializer_array, is_ep_context
+from epctx.ep import (
+    Capability,
+    CapabilityContext,
+    CompileContext,
+    CompiledPartition,
+    ExecutionProvider,
+    Partition,
+    initializer_array,
+    is_ep_context,
+)
 from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree import compatibility
 from epctx.providers.iree.compatibility import iree_version
@@ -39,8 +49,10 @@ if TYPE_CHECKING:
         EPContextNode,
         HardwareDevice,
     )
-    from epctx.providers.iree.capability import Verdict
     from epctx.providers.iree.compile import CompileResult
+
+    # The capability's artefacts: the check's successful compiles, node set -> (partition checked, result).
+    Probes = Mapping[frozenset[ir.Node], tuple[Partition, CompileResult]]
 
 __all__ = ["IREEExecutionProvider", "iree_version"]
 
@@ -54,6 +66,23 @@ CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
 )
 
 
+def _parameter_sources(partition: Partition) -> dict[str, ir.TensorProtocol]:
+    """The tensors IREE's importer may make parameters of, by name: the partition's initializers and the values
+    of its ``Constant`` nodes (``value`` attribute: Paddle exports hold every weight so)."""
+    found: dict[str, ir.TensorProtocol] = {}
+    for node in partition.nodes:
+        value = node.attributes.get("value")
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None:
+            tensor = value.value
+            output = node.outputs[0].name if len(node.outputs) == 1 else None
+            if output and tensor is not None and hasattr(tensor, "numpy"):
+                found[output] = tensor
+    found.update(
+        (v.name, v.const_value) for v in partition.initializers if v.name and v.const_value is not None
+    )
+    return found
+
+
 class IREEExecutionProvider(ExecutionProvider):
     name = "IREEExecutionProvider"
     sources = ("IREEExecutionProvider", "IREE")
@@ -65,8 +94,6 @@ class IREEExecutionProvider(ExecutionProvider):
         super().__init__(options)
         self.config = parse(self.options)
         self.target = self.config.resolved()
-        self._verdict: Verdict | None = None  # the capability check's compiles (capability.py, onnx-ir)
-        self._declined: dict[ir.Node, str] = {}
 
     def flags(self) -> list[str]:
         flags = [*self.target.compile_flags(), f"--iree-opt-level={self.config.opt_level}"]
@@ -75,48 +102,42 @@ class IREEExecutionProvider(ExecutionProvider):
         return flags + shlex.split(self.config.compile_flags)
 
     # -- capability -----------------------------------------------------------------------------------
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
         if any(is_ep_context(n) and self._owns(n) for n in graph):
-            return []  # a context model: its other nodes were offered to IREE when it was generated
+            return Capability()  # a context model: its other nodes were offered to IREE when it was generated
         # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
         from epctx.providers.iree.capability import candidate_nodes, check_nodes
 
         nodes, declined = candidate_nodes(graph, self.config.disabled_ops)
-        self._verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags())
-        declined.update(self._verdict.declined)
+        verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags(), ctx.guard)
+        declined.update(verdict.declined)
         for node, why in declined.items():
             logger.info("%s declines node %r (%s): %s", self.name, node.name, node.op_type, why)
-        self._declined = declined
-        return self._verdict.claimed
-
-    def declined_nodes(self) -> Mapping[ir.Node, str]:
-        return dict(self._declined)
+        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.compiled)
 
     def _owns(self, node: ir.Node) -> bool:
         value = getattr(node.attributes.get("source"), "value", None)
         return isinstance(value, str) and self.accepts_source(value)
 
     # -- compile --------------------------------------------------------------------------------------
-    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+    def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
+        """All partitions at once: those the capability check compiled are reused, the others compile in
+        parallel workers, each reported as its worker ends."""
         from epctx.providers.iree.compile import compile_partitions
 
-        results: list[CompileResult | None] = [self._checked(p) for p in partitions]
+        probes: Probes = ctx.artefacts or {}
+        results: list[CompileResult | None] = [_checked(probes, p) for p in partitions]
         todo = [p for p, r in zip(partitions, results) if r is None]
-        fresh = iter(compile_partitions(todo, self.flags()))
+        for partition, result in zip(partitions, results):
+            if result is not None:
+                ctx.progress(partition)
+        fresh = iter(
+            compile_partitions(todo, self.flags(), ctx.guard, ep_name=self.name, on_done=ctx.progress)
+        )
         done = [r if r is not None else next(fresh) for r in results]
-        self._verdict = None  # the checked compiles are used: let their code go with the compiled
         return [self._build(p, r) for p, r in zip(partitions, done)]
-
-    def _checked(self, partition: Partition) -> CompileResult | None:
-        """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
-        found = self._verdict.compiled.get(frozenset(partition.nodes)) if self._verdict else None
-        if found is None:
-            return None
-        checked, result = found
-        same = [v.name for v in checked.inputs] == [v.name for v in partition.inputs] and [
-            v.name for v in checked.outputs
-        ] == [v.name for v in partition.outputs]
-        return result if same else None
 
     def _build(self, partition: Partition, result: CompileResult) -> CompiledIREE:
         where = f"{self.name} partition {partition.name!r}"
@@ -124,13 +145,16 @@ class IREEExecutionProvider(ExecutionProvider):
             from epctx.providers.iree.capability import short_error
 
             raise EPFail(f"{where}: {short_error(result)}")
-        arrays = {v.name: v.const_value for v in partition.initializers if v.name}
+        tensors = _parameter_sources(partition)
         weights = []
         for name, key in result.params:
-            tensor = arrays.get(name)
+            tensor = tensors.get(name)
             array = initializer_array(tensor) if tensor is not None else None
             if array is None:
-                raise EPFail(f"{where}: IREE made a parameter of {name!r}, which is not a tensor initializer")
+                raise EPFail(
+                    f"{where}: IREE made a parameter of {name!r}, which is neither a tensor initializer nor the "
+                    "value of a Constant node of the partition"
+                )
             weights.append((key, array))
         hardware = self.hardware()
         why = missing_features(hardware, where)
@@ -213,3 +237,15 @@ class IREEExecutionProvider(ExecutionProvider):
             where=where,
             runner=runner,
         )
+
+
+def _checked(probes: Probes, partition: Partition) -> CompileResult | None:
+    """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
+    found = probes.get(frozenset(partition.nodes))
+    if found is None:
+        return None
+    checked, result = found
+    same = [v.name for v in checked.inputs] == [v.name for v in partition.inputs] and [
+        v.name for v in checked.outputs
+    ] == [v.name for v in partition.outputs]
+    return result if same else None

@@ -2,7 +2,8 @@
 module of this EP that imports ``iree.compiler``, never in the process that asked for the compile).
 
 The job folder holds ``model.onnx`` (the partition; large weights as external data next to it) and
-``job.json`` (``flags``: iree-compile flags; ``min_opset``). The worker
+``job.json`` (``flags``: iree-compile flags; ``min_opset``). The worker (``worker <job folder> <caller pid>``)
+ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
    Softmax and friends), infers shapes;
@@ -22,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from epctx.providers.iree.lifeline import die_with_parent, with_parent
 
 __all__ = ["PARAMS_SCOPE", "main"]
 
@@ -86,6 +89,8 @@ def _compile_tool() -> str:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) > 1:  # the pid of the process that asked for the compile: this worker ends with it
+        die_with_parent(int(argv[1]))
     folder = Path(argv[0])
     job = json.loads((folder / "job.json").read_text())
     try:
@@ -98,7 +103,7 @@ def main(argv: list[str]) -> int:
     del asm, model
     # relative names, run in the job folder: the module records its source's path, which must not be the
     # temporary folder's (the same model and options must give the same bytes)
-    command = [_compile_tool(), mlir.name, *job["flags"], "-o", "module.vmfb"]
+    command = with_parent([_compile_tool(), mlir.name, *job["flags"], "-o", "module.vmfb"])
     done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ), cwd=folder)
     if done.returncode != 0:
         return _fail(folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}")

@@ -101,6 +101,7 @@ class CompiledOpenVINO:
             try:
                 request.set_input_tensor(port, tensor(array, shared_memory=True))
             except (ValueError, RuntimeError, TypeError):  # read-only, non-contiguous or a scalar
-                request.set_input_tensor(port, tensor(np.ascontiguousarray(array).copy()))
+                # a C-ordered copy that keeps the rank (np.ascontiguousarray makes a scalar shape (1,))
+                request.set_input_tensor(port, tensor(np.array(array, order="C")))
         request.infer()
         return [request.get_output_tensor(i).data.copy() for i in self._outputs]

@@ -1,0 +1,214 @@
+"""What the trust policy costs at load (issue 20): warm sessions under ``epctx.trust.policy=require`` against the
+same sessions with the policy off, in fresh processes, and the first verification's hashing speed.
+
+    python benchmarks/bench_trust.py [--llm-size bench|tiny|none] [--runs 9]
+
+Two cases, compiled with IREE into a signed folder (``epctx.trust.sign``, an EC P-256 key):
+- ``small``: a two-MatMul MLP (tests' ``whole_model``), one context model and its binary;
+- ``llm pair``: ``benchmarks/llm_pair.py``'s Llama prefill + decode, compiled together with
+  ``ep.share_ep_contexts`` (two context models, one binary with the shared weights).
+
+Each fresh process imports epctx, creates the case's sessions and runs each once; ``warm`` is the median of the
+session creation (both sessions for the pair) over ``--runs`` rounds, the two modes alternating within each
+round (``min`` the fastest of each, less sensitive to a loaded machine); ``check`` is the time the policy
+check itself took inside the ``require`` processes. Under ``require`` the verification record exists (a first process made it), so the warm figure is what a
+deployment pays on every start while nothing changed. ``first`` is the verification alone (signature, SHA-256
+of every covered file, record written), in process, with no record: MB/s over the bytes hashed.
+Target: warm require <= 1.10 x warm off."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.processes import child_env, compile_bytecode
+
+ROOT = Path(__file__).resolve().parents[1]
+IREE = "IREEExecutionProvider"
+
+_CHILD = """
+import json, sys, time
+import numpy as np
+t0 = time.perf_counter()
+import epctx
+import epctx.session.lean, epctx.providers.iree.provider, iree.runtime
+paths, feeds, policy, key = json.loads(sys.argv[1])
+from epctx.epcontext.load import ContextLoader
+checking = [0.0]
+_check = ContextLoader._check_trust
+def _timed(self, *args):
+    t = time.perf_counter()
+    try:
+        return _check(self, *args)
+    finally:
+        checking[0] += time.perf_counter() - t
+ContextLoader._check_trust = _timed
+t = time.perf_counter()
+sessions = []
+for k, path in enumerate(paths):
+    so = epctx.SessionOptions()
+    if len(paths) > 1:
+        so.add_session_config_entry("ep.share_ep_contexts", "1")
+        so.add_session_config_entry("ep.stop_share_ep_contexts", str(k))
+    so.add_session_config_entry("epctx.trust.policy", policy)
+    so.add_session_config_entry("epctx.trust.keys", key)
+    sessions.append(epctx.InferenceSession(path, so, providers=["IREEExecutionProvider"]))
+created = time.perf_counter() - t
+for s, f in zip(sessions, feeds):
+    s.run(None, dict(np.load(f)))
+print(json.dumps({"created": created, "total": time.perf_counter() - t0, "check": checking[0],
+                  "trust_imported": "epctx.trust.policy" in sys.modules}))
+"""
+
+
+def _compile(folder: Path, sources: list[Path]) -> list[Path]:
+    import epctx
+
+    out = []
+    for k, source in enumerate(sources):
+        so = epctx.SessionOptions()
+        so.add_session_config_entry("ep.context_enable", "1")
+        if len(sources) > 1:
+            so.add_session_config_entry("ep.share_ep_contexts", "1")
+            so.add_session_config_entry("ep.stop_share_ep_contexts", str(k))
+        epctx.InferenceSession(str(source), so, providers=[IREE])
+        out.append(source.with_name(f"{source.stem}_ctx.onnx"))
+    for source in sources:
+        source.unlink()  # ship the context models and binaries only
+    return out
+
+
+def _small(folder: Path) -> tuple[list[Path], list[Path]]:
+    import numpy as np
+    import onnx
+    from tests.epcontext.models import feed, whole_model
+
+    folder.mkdir()
+    onnx.save(whole_model(), folder / "mlp.onnx")
+    np.savez(folder.parent / "mlp_feed.npz", **feed())
+    return _compile(folder, [folder / "mlp.onnx"]), [folder.parent / "mlp_feed.npz"]
+
+
+def _llm(folder: Path, size: str) -> tuple[list[Path], list[Path]]:
+    import numpy as np
+    import onnxruntime as ort
+
+    from benchmarks.llm_pair import SIZES, decode_feeds, export_pair, prefill_feeds
+
+    folder.mkdir()
+    prefill_path, decode_path = export_pair(folder, size)
+    config = SIZES[size]
+    prefill = prefill_feeds(config, 32)
+    outs = ort.InferenceSession(str(prefill_path), providers=["CPUExecutionProvider"]).run(None, prefill)
+    decode = decode_feeds(config, outs, int(np.argmax(outs[0][0, -1])))
+    feeds = [folder.parent / "prefill_feed.npz", folder.parent / "decode_feed.npz"]
+    np.savez(feeds[0], **prefill)
+    np.savez(feeds[1], **decode)
+    return _compile(folder, [prefill_path, decode_path]), feeds
+
+
+def _child(paths: list[Path], feeds: list[Path], policy: str, key: Path, records: Path) -> dict[str, float]:
+    env = {**child_env(), "EPCTX_TRUST_RECORDS": str(records)}
+    arg = json.dumps([[str(p) for p in paths], [str(f) for f in feeds], policy, str(key)])
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, arg], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _first_verification(paths: list[Path], key: Path, records: Path) -> tuple[float, int]:
+    """Seconds of the first verification of every context model of a case (no record), and bytes hashed."""
+    from epctx.epcontext.load import ContextLoader
+    from epctx.model.lean import read_context_model
+    from epctx.session.lean import _view
+
+    os.environ["EPCTX_TRUST_RECORDS"] = str(records)
+    config = {"epctx.trust.policy": "require", "epctx.trust.keys": str(key)}
+    seconds, seen = 0.0, {}
+    for path in paths:
+        model = read_context_model(path.read_bytes())
+        assert model is not None
+        views = [_view(node) for node in model.nodes]
+        loader = ContextLoader(model_path=path, config=config)
+        t = time.perf_counter()
+        loader._check_trust(views, ())
+        seconds += time.perf_counter() - t
+        for f in (path, *(path.parent / v.cache_path for v in views if v.cache_path)):
+            st = f.stat()
+            seen[(st.st_dev, st.st_ino)] = st.st_size  # a binary shared by the pair is hashed once
+    return seconds, sum(seen.values())
+
+
+def measure(
+    name: str, paths: list[Path], feeds: list[Path], key: Path, runs: int, tmp: Path
+) -> dict[str, object]:
+    records = tmp / f"records_{name.replace(' ', '_')}"
+    first_s, hashed = _first_verification(paths, key, records)
+    warm: dict[str, list[float]] = {"off": [], "require": []}
+    totals: dict[str, list[float]] = {"off": [], "require": []}
+    checks: list[float] = []
+    for _ in range(runs):
+        for policy in warm:
+            row = _child(paths, feeds, policy, key, records)
+            assert row["trust_imported"] == (policy == "require")
+            warm[policy].append(row["created"])
+            if policy == "require":
+                checks.append(row["check"])
+            totals[policy].append(row["total"])
+    med = {p: statistics.median(v) for p, v in warm.items()}
+    tot = {p: statistics.median(v) for p, v in totals.items()}
+    return {
+        "case": name,
+        "MB hashed": round(hashed / 1e6, 1),
+        "first verification ms": round(first_s * 1e3, 1),
+        "MB/s": round(hashed / 1e6 / first_s),
+        "warm off ms": round(med["off"] * 1e3, 2),
+        "warm require ms": round(med["require"] * 1e3, 2),
+        "ratio": round(med["require"] / med["off"], 3),
+        "min off ms": round(min(warm["off"]) * 1e3, 2),
+        "min require ms": round(min(warm["require"]) * 1e3, 2),
+        "min ratio": round(min(warm["require"]) / min(warm["off"]), 3),
+        "check ms (median, in the require process)": round(statistics.median(checks) * 1e3, 3),
+        "process off ms": round(tot["off"] * 1e3, 1),
+        "process require ms": round(tot["require"] * 1e3, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llm-size", default="bench", choices=["bench", "tiny", "none"])
+    parser.add_argument("--runs", type=int, default=9)
+    args = parser.parse_args()
+    compile_bytecode()
+    from tests.trust.test_signing import write_key
+
+    from epctx.trust.sign import sign_folder
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        private, public = write_key(tmp, "release")
+        rows = []
+        cases = [("small", _small(tmp / "small"))]
+        if args.llm_size != "none":
+            cases.append((f"llm pair ({args.llm_size})", _llm(tmp / "llm", args.llm_size)))
+        for name, (paths, feeds) in cases:
+            sign_folder(paths[0], private)
+            rows.append(measure(name, paths, feeds, public, args.runs, tmp))
+        for row in rows:
+            print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

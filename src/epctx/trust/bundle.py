@@ -1,0 +1,214 @@
+"""A model_signing signature, read and verified without model_signing (its import costs ~245 ms).
+
+The format (model_signing 1.x, "traditional" key and certificate modes): a sigstore bundle
+``application/vnd.dev.sigstore.bundle.v0.3+json`` whose ``dsseEnvelope`` holds an in-toto statement
+(``https://model_signing/signature/v1.0``): one subject (the model's name, and a SHA-256 over the resource
+digests in order), the serialization used (``files``: one SHA-256 per file, posix paths relative to the model
+folder) and the resources. The envelope's signature is ECDSA over DSSE's pre-authentication encoding, with the
+hash the curve calls for; ``verificationMaterial`` names the key (``publicKey.hint``: SHA-256 of its PEM) or
+carries the certificate chain (``x509CertificateChain``)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from epctx.errors import Untrusted
+
+__all__ = ["SignedManifest", "TrustedKey", "load_trusted_keys", "read_and_verify"]
+
+BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+PREDICATE_TYPE = "https://model_signing/signature/v1.0"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+_CURVES = {"secp256r1": "SHA256", "secp384r1": "SHA384", "secp521r1": "SHA512"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrustedKey:
+    """A trusted EC public key (``certificate`` None) or a trusted certificate (a root or the signer's own)."""
+
+    path: Path
+    public_key: Any  # cryptography's EllipticCurvePublicKey
+    hint: str  # SHA-256 of the key's SubjectPublicKeyInfo PEM, as model_signing records it
+    certificate: Any = None  # cryptography's x509.Certificate
+
+    @property
+    def who(self) -> str:
+        if self.certificate is not None:
+            return f"certificate {self.certificate.subject.rfc4514_string()} ({self.path})"
+        return f"key {self.hint[:16]} ({self.path})"
+
+
+@dataclasses.dataclass(frozen=True)
+class SignedManifest:
+    """What a verified signature says: the model's name, each file's SHA-256, the files model_signing ignored,
+    and who signed (the trusted key or the certificate that verified it)."""
+
+    model_name: str
+    digests: Mapping[str, str]  # posix path relative to the model folder -> sha256 hex
+    ignore_paths: tuple[str, ...]
+    signer: str
+
+
+def load_trusted_keys(paths: Sequence[Path]) -> list[TrustedKey]:
+    """PEM public keys and certificates (a file may hold several certificates)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    keys: list[TrustedKey] = []
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise Untrusted(f"cannot read the trusted key {str(path)!r}: {exc.strerror or exc}") from exc
+        if b"-----BEGIN CERTIFICATE-----" in data:
+            for cert in x509.load_pem_x509_certificates(data):
+                cert_key = cert.public_key()
+                if isinstance(cert_key, ec.EllipticCurvePublicKey):
+                    keys.append(TrustedKey(path, cert_key, _hint(cert_key), cert))
+            continue
+        try:
+            key = serialization.load_pem_public_key(data)
+        except ValueError as exc:
+            raise Untrusted(f"{str(path)!r} is not a PEM public key or certificate: {exc}") from exc
+        if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in _CURVES:
+            raise Untrusted(f"{str(path)!r}: only EC keys on P-256, P-384 or P-521 are supported")
+        keys.append(TrustedKey(path, key, _hint(key)))
+    return keys
+
+
+def _hint(key: Any) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(pem).hexdigest()
+
+
+def pae(payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding."""
+    kind = PAYLOAD_TYPE.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def read_and_verify(signature: Path, keys: Sequence[TrustedKey]) -> SignedManifest:
+    """The manifest of ``signature`` once its envelope verifies with one of ``keys``; Untrusted otherwise."""
+    where = f"signature {str(signature)!r}"
+    try:
+        bundle = json.loads(signature.read_bytes())
+        envelope = bundle["dsseEnvelope"]
+        payload = base64.b64decode(envelope["payload"], validate=True)
+        sig = base64.b64decode(envelope["signatures"][0]["sig"], validate=True)
+        material = bundle.get("verificationMaterial") or {}
+    except FileNotFoundError:
+        raise Untrusted(f"{where} does not exist") from None
+    except OSError as exc:
+        raise Untrusted(f"cannot read {where}: {exc.strerror or exc}") from exc
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise Untrusted(f"{where} is not a model_signing signature (sigstore bundle): {exc!r}") from exc
+    if bundle.get("mediaType") != BUNDLE_MEDIA_TYPE or envelope.get("payloadType") != PAYLOAD_TYPE:
+        raise Untrusted(
+            f"{where}: expected a {BUNDLE_MEDIA_TYPE} bundle over a {PAYLOAD_TYPE} payload, found "
+            f"{bundle.get('mediaType')!r} over {envelope.get('payloadType')!r}"
+        )
+    signer = _verify_envelope(payload, sig, material, keys, where)
+    return _manifest(payload, signer, where)
+
+
+def _verify_envelope(
+    payload: bytes, sig: bytes, material: Mapping[str, Any], keys: Sequence[TrustedKey], where: str
+) -> str:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    chain = (material.get("x509CertificateChain") or {}).get("certificates") or []
+    if chain:
+        candidates = _certificate_signer(chain, keys, where)
+    else:
+        hint = (material.get("publicKey") or {}).get("hint")
+        candidates = [
+            (k.public_key, k.who) for k in keys if k.certificate is None and (not hint or k.hint == hint)
+        ]
+        if not candidates:
+            known = ", ".join(k.hint[:16] for k in keys if k.certificate is None) or "none"
+            raise Untrusted(
+                f"{where} was made with the key {str(hint)[:16]}..., which is not among the trusted keys "
+                f"(epctx.trust.keys: {known})"
+            )
+    for public_key, who in candidates:
+        algorithm = getattr(hashes, _CURVES.get(public_key.curve.name, "SHA256"))()
+        try:
+            public_key.verify(sig, pae(payload), ec.ECDSA(algorithm))
+        except InvalidSignature:
+            continue
+        return who
+    raise Untrusted(f"{where}: the envelope's signature does not verify with the trusted key (tampered?)")
+
+
+def _certificate_signer(
+    chain: Sequence[Any], keys: Sequence[TrustedKey], where: str
+) -> list[tuple[Any, str]]:
+    """The signing certificate's key, once the chain the bundle carries leads to a trusted certificate."""
+    from cryptography import x509
+
+    try:
+        certs = [x509.load_der_x509_certificate(base64.b64decode(c["rawBytes"])) for c in chain]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Untrusted(f"{where}: its certificate chain cannot be read: {exc!r}") from exc
+    trusted = [k.certificate for k in keys if k.certificate is not None]
+    leaf = current = certs[0]
+    for _ in range(len(certs) + 1):
+        if any(current == root for root in trusted):
+            return [(leaf.public_key(), f"certificate {leaf.subject.rfc4514_string()}")]
+        issuers = [c for c in (*trusted, *certs[1:]) if c.subject == current.issuer and c != current]
+        issuer = next((c for c in issuers if _issued_by(current, c)), None)
+        if issuer is None:
+            break
+        current = issuer
+    raise Untrusted(
+        f"{where}: its certificate {leaf.subject.rfc4514_string()} does not chain to a trusted certificate "
+        "(epctx.trust.keys)"
+    )
+
+
+def _issued_by(cert: Any, issuer: Any) -> bool:
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except Exception:  # cryptography raises ValueError, TypeError or InvalidSignature
+        return False
+    return True
+
+
+def _manifest(payload: bytes, signer: str, where: str) -> SignedManifest:
+    try:
+        statement = json.loads(payload)
+        if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
+            raise ValueError(f"statement {statement.get('_type')!r} / {statement.get('predicateType')!r}")
+        (subject,) = statement["subject"]
+        predicate = statement["predicate"]
+        serialization = predicate["serialization"]
+        resources = predicate["resources"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Untrusted(f"{where}: the signed statement is not model_signing's v1.0: {exc}") from exc
+    if serialization.get("method") != "files" or serialization.get("hash_type") != "sha256":
+        raise Untrusted(
+            f"{where}: serialization {serialization.get('method')!r} / {serialization.get('hash_type')!r}; "
+            "epctx verifies model_signing's 'files' serialization with sha256"
+        )
+    root = hashlib.sha256()
+    digests: dict[str, str] = {}
+    for resource in resources:
+        digest = bytes.fromhex(resource["digest"])
+        root.update(digest)
+        digests[resource["name"]] = resource["digest"]
+    if root.hexdigest() != subject["digest"]["sha256"]:
+        raise Untrusted(f"{where}: the statement is inconsistent (its root digest does not match its files)")
+    ignored = tuple(str(p) for p in serialization.get("ignore_paths") or ())
+    return SignedManifest(str(subject.get("name", "")), digests, ignored, signer)

@@ -1,0 +1,95 @@
+"""The verification record: what was verified, so that a warm session does not hash again.
+
+One small file per (model, signature, trusted keys, policy) in the user's cache (``EPCTX_TRUST_RECORDS``, else
+``$XDG_CACHE_HOME/epctx/trust`` or ``~/.cache/epctx/trust``), mode 0600. It lists, for every file involved
+(the covered files, the signature, the trusted keys), device, inode, size and ctime in nanoseconds. A write
+to a file changes its ctime (and a replacement its inode), and no user can set a ctime back, so a record that
+still matches means nothing changed since the files were verified; anything else is a full verification.
+Only successes are recorded. Whoever can write the record folder is the user themself: the record is as safe
+as the user's own cache."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["Record", "record_dir", "stamp"]
+
+logger = logging.getLogger("epctx")
+_VERSION = 1
+
+
+def record_dir() -> Path:
+    given = os.environ.get("EPCTX_TRUST_RECORDS")
+    if given:
+        return Path(given)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "epctx" / "trust"
+
+
+def stamp(path: Path | str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns]
+
+
+class Record:
+    """The record of one (model, signature, keys, policy) combination."""
+
+    def __init__(self, model: Path, signature: Path, keys: Sequence[Path], policy: str) -> None:
+        self.signature = signature
+        self.keys = list(keys)
+        # What the record is about, compared whole (a key removed from the trusted set voids it). The file name
+        # only indexes it, by the model file's device and inode: no hash module to import (hashlib's import
+        # alone costs more than a warm session here).
+        self.ident = json.dumps(
+            [os.path.abspath(model), os.path.abspath(signature), sorted(map(str, keys)), policy]
+        )
+        now = stamp(model)
+        where = f"{now[0]:x}-{now[1]:x}" if now is not None else "none"
+        self.path = record_dir() / f"{where}-{policy}.json"
+
+    def covers(self, now: Mapping[str, list[int] | None]) -> bool:
+        """Whether the record says these files (``stamps`` of the required files, the signature and the keys,
+        taken now) were verified as signed, none written since."""
+        if any(v is None for v in now.values()):
+            return False
+        try:
+            data = json.loads(self.path.read_bytes())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(data, dict) or data.get("version") != _VERSION or data.get("ident") != self.ident:
+            return False
+        recorded = data.get("stamps")
+        return isinstance(recorded, dict) and all(recorded.get(k) == v for k, v in now.items())
+
+    def stamps(self, files: Iterable[Path]) -> dict[str, list[int] | None]:
+        """Taken before verifying: a file written while it is hashed then fails the next ``covers``."""
+        return {str(p): stamp(p) for p in (*files, self.signature, *self.keys)}
+
+    def save(self, stamps: dict[str, list[int] | None], signed: Iterable[str], signer: str) -> None:
+        if any(v is None for v in stamps.values()):
+            return
+        body = json.dumps(
+            {
+                "version": _VERSION,
+                "ident": self.ident,
+                "stamps": stamps,
+                "signed": sorted(signed),
+                "signer": signer,
+            }
+        )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "w") as fh:
+                fh.write(body)
+            os.replace(tmp, self.path)
+        except OSError as exc:  # no record: the next session verifies again
+            logger.debug("epctx.trust: cannot keep a verification record in %s: %s", self.path.parent, exc)
