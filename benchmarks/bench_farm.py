@@ -22,8 +22,8 @@ from pathlib import Path
 
 import onnx
 
-from epctx.package.build.executors import LocalPool, RayExecutor
-from epctx.package.build.run import build
+from epctx.farm.executors import LocalPool, RayExecutor
+from epctx.farm.run import build
 from epctx.testing.conformance import models
 
 TARGETS = ("host", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64")

@@ -17,9 +17,9 @@ import pytest
 import epctx
 from epctx.cli import main
 from epctx.epcontext.container import ContextBinary
-from epctx.package.build.executors import LocalPool
-from epctx.package.build.jobs import JobFailed
-from epctx.package.build.run import build
+from epctx.farm.executors import LocalPool
+from epctx.farm.jobs import JobFailed
+from epctx.farm.run import build
 from epctx.package.layout import read_package
 from epctx.package.select import rank_variants
 from epctx.package.tools import validate_package

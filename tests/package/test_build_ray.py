@@ -15,8 +15,8 @@ pytest.importorskip("iree.compiler")
 pytest.importorskip("torch")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from epctx.package.build.executors import LocalPool, RayExecutor  # noqa: E402
-from epctx.package.build.run import build  # noqa: E402
+from epctx.farm.executors import LocalPool, RayExecutor  # noqa: E402
+from epctx.farm.run import build  # noqa: E402
 from epctx.package.tools import validate_package  # noqa: E402
 from tests.package.test_build_iree import tree_digest, write_spec  # noqa: E402
 

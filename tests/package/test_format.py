@@ -14,7 +14,6 @@ from onnx import TensorProto, helper
 
 import epctx
 from epctx.errors import InvalidArgument, InvalidGraph
-from epctx.package.context import ModelPackageContext, ModelPackageOptions
 from epctx.package.layout import directory_hash, read_package
 
 ort = pytest.importorskip("onnxruntime")
@@ -77,12 +76,12 @@ def test_a_package_onnxruntime_writes_opens_and_runs_in_epctx(tmp_path: Path) ->
     expected = ort.InferenceSession(str(tmp_path / "asset" / "model.onnx")).run(None, _feeds())
     got = epctx.InferenceSession(str(root)).run(None, _feeds())
     np.testing.assert_allclose(got[0], expected[0], rtol=0, atol=1e-6)
-    ctx = ModelPackageContext(root)
+    ctx = epctx.ModelPackageContext(root)
     assert (
         ctx.get_component_names() == ["net"]
         and ctx.get_variant_ep_name("net", "cpu") == "CPUExecutionProvider"
     )
-    chosen = ctx.select_component("net", ModelPackageOptions(epctx.SessionOptions()))
+    chosen = ctx.select_component("net", epctx.ModelPackageOptions(epctx.SessionOptions()))
     assert chosen.get_selected_variant_name() == "cpu"
     np.testing.assert_allclose(chosen.create_session().run(None, _feeds())[0], expected[0], atol=1e-6)
 

@@ -74,14 +74,14 @@ def select(args: argparse.Namespace) -> int:
 
 
 def _executor(args: argparse.Namespace) -> Any:
-    from epctx.package.build.executors import LocalPool, RayExecutor
+    from epctx.farm.executors import LocalPool, RayExecutor
 
     address = args.ray or os.environ.get("RAY_ADDRESS")
     return RayExecutor(address) if address else LocalPool(args.workers)
 
 
 def build(args: argparse.Namespace) -> int:
-    from epctx.package.build.run import build as run_build
+    from epctx.farm.run import build as run_build
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -1,5 +1,5 @@
-"""onnxruntime's package API names over epctx (``ModelPackageContext``, ``ModelPackageOptions``,
-``ModelPackageComponentContext``) and what ``InferenceSession(package_folder)`` uses.
+"""What a session over a package uses: the selected variant resolved, and ``InferenceSession(package_folder)``'s
+arguments (onnxruntime's API names, ``ModelPackageContext`` and the rest, are in ``epctx.session.package``).
 
 The selected variant's ``executor_info["ort"]`` is honoured as onnxruntime does: ``model_file`` (relative to the
 variant's folder, or ``sha256:<hex>/<path>`` in a shared asset), ``session_options`` (applied to fresh session
@@ -20,13 +20,7 @@ from epctx.errors import InvalidArgument, InvalidGraph
 from epctx.package.layout import MANIFEST, Component, Package, read_package
 from epctx.package.select import Ranked, select_variant
 
-__all__ = [
-    "ModelPackageComponentContext",
-    "ModelPackageContext",
-    "ModelPackageOptions",
-    "is_package",
-    "open_for_session",
-]
+__all__ = ["Resolved", "is_package", "open_for_session", "provider_names", "resolve", "session_arguments"]
 
 PATH_OPTIONS = (opt.EXTERNAL_INITIALIZERS_FOLDER, opt.EP_CONTEXT_FILE_PATH)
 # output files a package may not set (onnxruntime refuses them too)
@@ -98,74 +92,6 @@ def resolve(package: Package, component: Component, chosen: Ranked) -> Resolved:
         raise InvalidGraph(f"{where}: model_file {model_file!r} is not a file in the package")
     providers = _strings(ort.get("provider_options"), "provider_options", where)
     return Resolved(component.name, chosen, model, options, providers)
-
-
-class ModelPackageOptions:
-    """What variant selection needs from session options: the providers asked for and the device policy."""
-
-    def __init__(self, sess_options: opt.SessionOptions | None = None) -> None:
-        self.providers = provider_names(None, sess_options)
-        self.policy: int | None = getattr(sess_options, "_selection_policy", None)
-
-
-class ModelPackageComponentContext:
-    def __init__(self, package: Package, resolved: Resolved) -> None:
-        self._package = package
-        self.resolved = resolved
-
-    def get_selected_variant_name(self) -> str:
-        return self.resolved.chosen.variant.name
-
-    def get_selected_variant_folder_path(self) -> str:
-        return str(self.resolved.chosen.variant.directory)
-
-    def create_session(
-        self,
-        sess_options: opt.SessionOptions | None = None,
-        providers: Sequence[Any] | None = None,
-        provider_options: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Any:
-        """An InferenceSession of the selected variant (``None``: the package's options, as onnxruntime)."""
-        from epctx.session import InferenceSession
-
-        model, so, provs, popts = session_arguments(self.resolved, sess_options, providers, provider_options)
-        return InferenceSession(model, so, providers=provs, provider_options=popts)
-
-
-class ModelPackageContext:
-    """An opened package (onnxruntime's ``ModelPackageContext``)."""
-
-    def __init__(self, package_root: str | os.PathLike[str]) -> None:
-        self.package = read_package(package_root)
-
-    def get_schema_version(self) -> int:
-        return 1
-
-    def get_component_names(self) -> list[str]:
-        return [c.name for c in self.package.components]
-
-    def get_component_count(self) -> int:
-        return len(self.package.components)
-
-    def get_variant_names(self, component_name: str) -> list[str]:
-        return [v.name for v in self.package.component(component_name).variants]
-
-    def get_variant_count(self, component_name: str) -> int:
-        return len(self.package.component(component_name).variants)
-
-    def get_variant_ep_name(self, component_name: str, variant_name: str) -> str | None:
-        for v in self.package.component(component_name).variants:
-            if v.name == variant_name:
-                return v.ep
-        raise InvalidArgument(f"component {component_name!r} has no variant {variant_name!r}")
-
-    def select_component(
-        self, component_name: str, options: ModelPackageOptions | None = None
-    ) -> ModelPackageComponentContext:
-        options = options or ModelPackageOptions()
-        component = self.package.component(component_name)
-        chosen = select_variant(component, options.providers, options.policy)
-        return ModelPackageComponentContext(self.package, resolve(self.package, component, chosen))
 
 
 def session_arguments(

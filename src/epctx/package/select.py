@@ -92,9 +92,9 @@ def rank_variants(
     component: Component, providers: Sequence[str] | None = None, policy: int | None = None
 ) -> list[Ranked]:
     """Every variant of ``component``, best first; the ineligible ones (UNSUPPORTED) last, with why."""
-    from epctx import get_available_providers, get_ep_devices
+    from epctx.providers.registry import available_providers, get_ep_devices
 
-    available = get_available_providers()
+    available = available_providers()
     order = list(providers) if providers else available
     devices = get_ep_devices()
     preferred = _POLICY_DEVICE.get(int(policy)) if policy is not None else None

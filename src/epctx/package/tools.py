@@ -80,7 +80,7 @@ def _check_assets(package: Package) -> list[str]:
 def validate_package(root: str | os.PathLike[str]) -> list[str]:
     """The findings (empty: the package is whole). A manifest that cannot be read raises."""
     from epctx.ep.compatibility import CompatibilityVerdict
-    from epctx.epcontext.inspect import inspect_model
+    from epctx.tools.inspect import inspect_model
 
     package = read_package(root)
     findings = _check_assets(package)
