@@ -56,7 +56,10 @@ def digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def run(spec: Path, executor: object, label: str, reference: list[str]) -> tuple[str, float, float, float]:
+Row = tuple[str, float, float, float, float, int]
+
+
+def run(spec: Path, executor: object, label: str, reference: list[str]) -> Row:
     out = spec.parent / f"pkg-{label}"
     cache = spec.parent / f"jobs-{label}"
     start = time.perf_counter()
@@ -66,12 +69,13 @@ def run(spec: Path, executor: object, label: str, reference: list[str]) -> tuple
     reference.append(found)
     assert found == reference[0], f"{label}: package differs from the first run's"
     per_job = statistics.median(r.seconds for r in report.rows)
+    shipped = sum(r.size for r in report.rows)
     shutil.rmtree(out)
     shutil.rmtree(cache)
-    return label, wall, per_job, sum(r.seconds for r in report.rows)
+    return label, wall, per_job, sum(r.seconds for r in report.rows), report.assemble_seconds, shipped
 
 
-def ray_rows(spec: Path, workers: list[int], reference: list[str]) -> list[tuple[str, float, float, float]]:
+def ray_rows(spec: Path, workers: list[int], reference: list[str]) -> list[Row]:
     try:
         import ray
         from ray.cluster_utils import Cluster
@@ -112,9 +116,13 @@ def main() -> None:
     jobs = len(names) * len(TARGETS)
     base = rows[0][1]
     print(f"{jobs} jobs ({len(names)} models x {len(TARGETS)} IREE targets); packages byte-identical: yes")
-    print(f"{'executor':<10} {'wall s':>8} {'speedup':>8} {'job median s':>13} {'job sum s':>10}")
-    for label, wall, per_job, total in rows:
-        print(f"{label:<10} {wall:>8.1f} {base / wall:>7.2f}x {per_job:>13.2f} {total:>10.1f}")
+    head = f"{'executor':<10} {'wall s':>8} {'speedup':>8} {'job median s':>13} {'job sum s':>10} {'assemble s':>11}"
+    print(head + f" {'results MB':>11}")
+    for label, wall, per_job, total, assemble, shipped in rows:
+        line = (
+            f"{label:<10} {wall:>8.1f} {base / wall:>7.2f}x {per_job:>13.2f} {total:>10.1f} {assemble:>11.2f}"
+        )
+        print(line + f" {shipped / 1e6:>11.2f}")
 
 
 if __name__ == "__main__":

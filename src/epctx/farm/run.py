@@ -40,6 +40,7 @@ class BuildReport:
     executor: str
     rows: list[Row]
     seconds: float = 0.0
+    assemble_seconds: float = 0.0  # merging binaries, hashing assets, writing and committing the package
 
     def table(self) -> list[str]:
         head = f"{'job':<32} {'where':<24} {'time s':>8} {'size':>12}  verdict here"
@@ -105,6 +106,7 @@ def build(
             rows[job.name] = Row(job.name, "cache", float(job_meta(hit)["seconds"]), _size(hit))
     progress(f"{len(jobs)} jobs: {len(jobs) - len(todo)} cached, {len(todo)} to run on {executor.name}")
     _run_jobs(executor, todo, cache_dir, rows, progress)
+    assembling = time.perf_counter()
     staging = staging_for(dest)
     try:
         results = [(job, keys[job], devices[job.target], cache_dir / keys[job]) for job in jobs]
@@ -113,7 +115,10 @@ def build(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    report = BuildReport(dest, executor.name, [rows[job.name] for job in jobs], time.perf_counter() - start)
+    done = time.perf_counter()
+    report = BuildReport(
+        dest, executor.name, [rows[job.name] for job in jobs], done - start, done - assembling
+    )
     _verdicts(report)
     return report
 
