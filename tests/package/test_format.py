@@ -173,3 +173,27 @@ def test_a_package_of_several_components_names_them(tmp_path: Path) -> None:
     (root / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InvalidArgument, match="2 components \\(net, other\\)"):
         epctx.InferenceSession(str(root))
+
+
+def test_selection_skips_what_cannot_run_here(tmp_path: Path) -> None:
+    """A variant for an EP this machine lacks, or for a device its EP has not here, is refused with the reason;
+    the runnable one is chosen, whatever the manifest's order."""
+    from epctx.package.select import rank_variants
+
+    root = _manifest(tmp_path / "pkg", "m.onnx")
+    onnx.save(_model(), root / "cpu" / "m.onnx")
+    manifest = json.loads((root / "manifest.json").read_text())
+    cpu = manifest["components"]["net"]["variants"].pop("cpu")
+    manifest["components"]["net"]["variants"] = {
+        "cuda": {**cpu, "ep": "CUDAExecutionProvider", "variant_directory": "cpu", "device": "gpu"},
+        "npu": {**cpu, "variant_directory": "cpu", "device": "npu"},
+        "cpu": cpu,
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    ranked = rank_variants(read_package(root).component("net"))
+    assert [(r.variant.name, r.eligible) for r in ranked] == [("cpu", True), ("cuda", False), ("npu", False)]
+    assert "CUDAExecutionProvider is not available here" in ranked[1].why
+    assert "has no npu device here" in ranked[2].why
+    epctx.InferenceSession(str(root)).run(None, _feeds())
+    with pytest.raises(InvalidArgument, match="no variant of component 'net' can run here"):
+        epctx.InferenceSession(str(root), providers=["ExampleExecutionProvider"])
