@@ -79,3 +79,13 @@ def test_spec_mistakes_are_named(
     err = capsys.readouterr().err
     assert message in err and "spec.toml" in err
     assert not (tmp_path / "pkg").exists()
+
+
+def test_an_output_that_is_not_a_package_is_never_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = _spec(tmp_path)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("years of work")
+    assert main(["package", "build", str(spec), "-o", str(precious)]) != 0
+    assert "is not a model package" in capsys.readouterr().err
+    assert (precious / "thesis.txt").read_text() == "years of work"

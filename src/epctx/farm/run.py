@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from epctx.errors import InvalidArgument
 from epctx.farm.jobs import Job, JobFailed, JobResult, cached, job_key, job_meta, store_result
 from epctx.farm.spec import read_spec
+from epctx.package.layout import MANIFEST
 
 __all__ = ["BuildReport", "Row", "build"]
 
@@ -92,6 +94,10 @@ def build(
     start = time.perf_counter()
     spec = read_spec(spec_path)
     dest = Path(output)
+    if dest.exists() and not (dest / MANIFEST).is_file() and (not dest.is_dir() or any(dest.iterdir())):
+        raise InvalidArgument(
+            f"{str(dest)!r} exists and is not a model package: the build replaces its output, choose another"
+        )
     cache_dir = Path(cache) if cache is not None else dest.with_name(dest.name + ".jobs")
     jobs = [Job(c, t.name, str(src), t.ep, t.options) for c, src in spec.components for t in spec.targets]
     devices = {t.name: t.device for t in spec.targets}

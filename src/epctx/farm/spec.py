@@ -73,7 +73,10 @@ def _target(raw: Any, where: str) -> Target:
 
 
 def read_spec(path: str | Path) -> Spec:
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
 
     spec_path = Path(path)
     where = f"spec {str(spec_path)!r}"
