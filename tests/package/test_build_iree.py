@@ -34,8 +34,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("host", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64")
 
 
-def write_spec(folder: Path, model: Path, targets: tuple[str, ...] = TARGETS, cpu: bool = True) -> Path:
-    lines = ['[package]\nname = "llm-prefill"\nversion = "1"\n', f'[components.prefill]\nmodel = "{model}"\n']
+def write_spec(
+    folder: Path,
+    model: Path,
+    targets: tuple[str, ...] = TARGETS,
+    cpu: bool = True,
+    decode: Path | None = None,
+) -> Path:
+    lines = ['[package]\nname = "llm-pair"\nversion = "1"\n', f'[components.prefill]\nmodel = "{model}"\n']
+    if decode is not None:
+        lines.append(f'[components.decode]\nmodel = "{decode}"\n')
     for target in targets:
         lines.append(f'[[targets]]\nname = "iree-{target}"\nep = "IREEExecutionProvider"\ndevice = "cpu"\n'
                      f'options = {{ target = "{target}" }}\n')  # fmt: skip
@@ -55,18 +63,23 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     sys.path.insert(0, str(ROOT))
     from benchmarks.llm_pair import export_pair
 
-    prefill, _ = export_pair(tmp_path_factory.mktemp("pair"), "tiny")
-    return prefill
+    return export_pair(tmp_path_factory.mktemp("pair"), "tiny")
 
 
 @pytest.fixture(scope="module")
-def built(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def source(pair: tuple[Path, Path]) -> Path:
+    return pair[0]
+
+
+@pytest.fixture(scope="module")
+def built(pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pair: prefill and decode for the five targets, and the prefill's plain model."""
     folder = tmp_path_factory.mktemp("build")
-    spec = write_spec(folder, source)
+    spec = write_spec(folder, pair[0], decode=pair[1])
     build(spec, folder / "pkg", LocalPool(2))
     return folder / "pkg"
 
@@ -81,7 +94,8 @@ def test_onnxruntime_opens_the_package_epctx_writes(built: Path) -> None:
     info = package.get_info()
     for asset in info["shared_assets"]:
         assert asset["uri"] == ort.ModelPackage.compute_directory_hash(asset["resolved_path"])
-    variants = {v["name"]: v for v in info["components"][0]["variants"]}
+    prefill = next(c for c in info["components"] if c["name"] == "prefill")
+    variants = {v["name"]: v for v in prefill["variants"]}
     assert set(variants) == {f"iree-{t}" for t in TARGETS} | {"cpu"}
     assert "sha256:" in json.loads(variants["iree-host"]["executor_info"]["ort"])["model_file"]
     ctx = ort.ModelPackageContext(str(built))
@@ -90,23 +104,29 @@ def test_onnxruntime_opens_the_package_epctx_writes(built: Path) -> None:
     chosen = ctx.select_component("prefill", ort.ModelPackageOptions(so))
     assert chosen.get_selected_variant_name() == "cpu"
     expected = chosen.create_session().run(None, feeds())
-    got = epctx.InferenceSession(str(built)).run(None, feeds())  # epctx picks IREE for this CPU
+    mine = epctx.ModelPackageContext(built).select_component("prefill")
+    assert (
+        mine.get_selected_variant_name() == "iree-host"
+    )  # epctx ranks every EP: IREE, compiled for this CPU
+    got = mine.create_session().run(None, feeds())
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
 
 def test_five_targets_store_the_weights_once(built: Path) -> None:
-    """On disk: <= 1.1x (one copy of the weights + every target's code)."""
+    """On disk: <= 1.1x (one copy of the weights + every target's code), for the pair (prefill and decode share
+    their weights too)."""
     (asset,) = read_package(built).assets.values()
     (binary,) = asset.glob("*.bin")
     with ContextBinary.open(binary) as b:
         entries = [b.entry(n) for n in b.names()]
-    weights = sum({(e.offset, e.size) for e in entries if e.kind == "weights"}, ())[1::2]
+    weights = sum(size for _, size in {(e.offset, e.size) for e in entries if e.kind == "weights"})
     code = sum(e.size for e in entries if e.kind == "graph")
-    one_copy = sum(weights) + code
-    iree_files = binary.stat().st_size + sum(p.stat().st_size for p in asset.glob("iree-*_ctx.onnx"))
-    assert len({e.name.split(".", 1)[0] for e in entries}) == len(TARGETS)
-    assert iree_files <= 1.1 * one_copy, (iree_files, one_copy)
+    iree_files = binary.stat().st_size + sum(p.stat().st_size for p in asset.glob("*.iree-*_ctx.onnx"))
+    assert len({tuple(e.name.split(".")[:2]) for e in entries}) == 2 * len(TARGETS)
+    assert iree_files <= 1.1 * (weights + code), (iree_files, weights, code)
+    separate = sum(p.stat().st_size for p in (built.parent / "pkg.jobs").glob("*/*.bin"))
+    assert separate > 2.5 * binary.stat().st_size
 
 
 def test_select_ranks_every_variant_here(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,15 +148,17 @@ def test_select_ranks_every_variant_here(built: Path, capsys: pytest.CaptureFixt
 def test_every_loadable_variant_runs_as_onnxruntime(built: Path) -> None:
     package = read_package(built)
     (asset,) = package.assets.values()
-    expected = ort.InferenceSession(str(asset / "cpu.onnx")).run(None, feeds())
+    expected = ort.InferenceSession(str(asset / "prefill" / "cpu.onnx")).run(None, feeds())
     for target in TARGETS[:-1]:
         session = epctx.InferenceSession(
-            str(asset / f"iree-{target}_ctx.onnx"), providers=["IREEExecutionProvider"]
+            str(asset / f"prefill.iree-{target}_ctx.onnx"), providers=["IREEExecutionProvider"]
         )
         for a, b in zip(session.run(None, feeds()), expected):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
     with pytest.raises(epctx.InvalidGraph, match="aarch64"):
-        epctx.InferenceSession(str(asset / "iree-aarch64_ctx.onnx"), providers=["IREEExecutionProvider"])
+        epctx.InferenceSession(
+            str(asset / "prefill.iree-aarch64_ctx.onnx"), providers=["IREEExecutionProvider"]
+        )
 
 
 def test_rebuild_is_incremental_and_byte_identical(built: Path, tmp_path: Path) -> None:
@@ -182,5 +204,5 @@ def test_validate_rechecks_hashes_and_contexts(built: Path, tmp_path: Path) -> N
     assert any("checksum" in f for f in findings), findings
     assert main(["package", "validate", str(copy)]) == 1
     assert main(["package", "inspect", str(built)]) == 0
-    os.remove(asset / "iree-host_ctx.onnx")
-    assert any("iree-host" in f for f in validate_package(copy))
+    os.remove(asset / "prefill.iree-host_ctx.onnx")
+    assert any("prefill/iree-host" in f for f in validate_package(copy))

@@ -47,7 +47,7 @@ def test_build_select_inspect_validate(tmp_path: Path, capsys: pytest.CaptureFix
     ]
     assert main(["package", "inspect", str(pkg), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert [c["name"] for c in info["components"]] == ["chain", "partial"] and len(info["assets"]) == 2
+    assert [c["name"] for c in info["components"]] == ["chain", "partial"] and len(info["assets"]) == 1
     assert main(["package", "validate", str(pkg)]) == 0
     ctx = epctx.ModelPackageContext(pkg)
     feeds = models.feeds()
@@ -81,7 +81,9 @@ def test_spec_mistakes_are_named(
     assert not (tmp_path / "pkg").exists()
 
 
-def test_an_output_that_is_not_a_package_is_never_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_output_that_is_not_a_package_is_never_replaced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = _spec(tmp_path)
     precious = tmp_path / "precious"
     precious.mkdir()

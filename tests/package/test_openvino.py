@@ -54,7 +54,7 @@ def test_openvino_precisions_share_one_binary(tmp_path: Path) -> None:
     expected = ort.InferenceSession(str(tmp_path / "chain.onnx")).run(None, feeds)[0]
     for precision, tolerance in (("f32", 1e-5), ("bf16", 2e-2)):
         session = epctx.InferenceSession(
-            str(asset / f"ov-{precision}_ctx.onnx"), providers=["OpenVINOExecutionProvider"]
+            str(asset / f"chain.ov-{precision}_ctx.onnx"), providers=["OpenVINOExecutionProvider"]
         )
         np.testing.assert_allclose(session.run(None, feeds)[0], expected, rtol=tolerance, atol=tolerance)
     assert validate_package(tmp_path / "pkg") == []

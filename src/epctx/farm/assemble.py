@@ -1,8 +1,9 @@
 """Job results -> a package folder, and its atomic commit.
 
-Per component, the compiled variants' context models and binaries go into one shared asset
-(``shared_assets/sha256-<hex>``, named by its directory hash): binaries of one EP and SDK are merged
-(``epctx.package.share``), so the weights are there once. Each variant's folder holds ``epctx.json``
+The compiled variants' context models (``<component>.<target>_ctx.onnx``) and binaries go into one shared asset
+(``shared_assets/sha256-<hex>``, named by its directory hash), plain models into its ``<component>/`` folder;
+binaries of one EP and SDK are merged (``epctx.package.share``), so the weights are there once, across targets
+and across components that share weights (an LLM's prefill and decode). Each variant's folder holds ``epctx.json``
 (``executor_info["epctx"]``: the job's content key and options); its ``executor_info["ort"]`` names its model as
 ``sha256:<hex>/<file>``. Everything written depends on the SPEC and the job results only (no time, no host), so
 the same inputs give byte-identical packages.
@@ -36,19 +37,23 @@ def _compatibility(model: Path, ep: str) -> str | None:
     return get_compatibility_info_from_model(model, ep)
 
 
-def _asset(staging: Path, component: str, jobs: Sequence[tuple[Job, Path]]) -> tuple[str, dict[str, str]]:
-    """The component's shared asset; (its URI, variant -> model file inside it)."""
-    folder = staging / "shared_assets" / f".{component}"
+def _asset(staging: Path, jobs: Sequence[tuple[Job, Path]]) -> tuple[str, dict[Job, str]]:
+    """The package's shared asset (every component: the pair's prefill and decode share their weights too);
+    (its URI, job -> its model file inside it)."""
+    folder = staging / "shared_assets" / ".staging"
     folder.mkdir(parents=True)
-    compiled = [Compiled(job.target, result / CONTEXT_MODEL) for job, result in jobs if job.ep != PLAIN_EP]
-    files = share_binaries(compiled, folder, component) if compiled else {}
+    ids = {job: f"{job.component}.{job.target}" for job, _ in jobs}
+    compiled = [Compiled(ids[job], result / CONTEXT_MODEL) for job, result in jobs if job.ep != PLAIN_EP]
+    made = share_binaries(compiled, folder, "shared") if compiled else {}
+    files = {job: made[ids[job]] for job, _ in jobs if job.ep != PLAIN_EP}
     for job, result in jobs:
-        if job.ep == PLAIN_EP:  # the source model (external data beside it keeps its names)
-            files[job.target] = f"{job.target}.onnx"
+        if job.ep == PLAIN_EP:  # the source model, in its component's folder (external data keeps its names)
+            files[job] = f"{job.component}/{job.target}.onnx"
+            (folder / job.component).mkdir(exist_ok=True)
             for item in sorted(result.iterdir()):
                 if item.is_file() and not item.name.startswith("."):
-                    name = files[job.target] if item.name == PLAIN_MODEL else item.name
-                    shutil.copyfile(item, folder / name)
+                    name = f"{job.target}.onnx" if item.name == PLAIN_MODEL else item.name
+                    shutil.copyfile(item, folder / job.component / name)
     uri = directory_hash(folder)
     os.rename(folder, staging / "shared_assets" / asset_folder_name(uri))
     return uri, files
@@ -79,16 +84,13 @@ def assemble(
     results: Sequence[tuple[Job, str, str | None, Path]],  # (job, key, device, result folder) in SPEC order
 ) -> None:
     """Write the package into the empty folder ``staging``."""
+    uri, files = _asset(staging, [(job, folder) for job, _, _, folder in results])
+    asset = staging / "shared_assets" / asset_folder_name(uri)
     components: dict[str, Any] = {}
-    for component in dict.fromkeys(job.component for job, *_ in results):
-        mine = [r for r in results if r[0].component == component]
-        uri, files = _asset(staging, component, [(job, folder) for job, _, _, folder in mine])
-        asset = staging / "shared_assets" / asset_folder_name(uri)
-        variants = {}
-        for job, key, device, _ in mine:
-            compat = None if job.ep == PLAIN_EP else _compatibility(asset / files[job.target], job.ep)
-            variants[job.target] = _variant(staging, job, key, device, uri, files[job.target], compat)
-        components[component] = {"variants": variants}
+    for job, key, device, _ in results:
+        compat = None if job.ep == PLAIN_EP else _compatibility(asset / files[job], job.ep)
+        variants = components.setdefault(job.component, {"variants": {}})["variants"]
+        variants[job.target] = _variant(staging, job, key, device, uri, files[job], compat)
     manifest: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "layout": "portable"}
     for field in ("name", "version", "description"):
         if field in package:
