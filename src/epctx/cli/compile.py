@@ -85,7 +85,7 @@ def compile_model(args: argparse.Namespace) -> int:
     from epctx.epcontext.paths import context_model_path
 
     source = Path(args.model)
-    output = Path(args.output) if args.output else context_model_path(source, {})
+    output = Path(args.output) if args.output else context_model_path(source)
     so = epctx.SessionOptions()
     if args.prefix:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)

@@ -32,7 +32,7 @@ class Pipeline:
 
     loaded: LoadedModel
     providers: list[ExecutionProvider]
-    config: Mapping[str, str]
+    config: opt.SessionConfig
     units: list[Unit]
     builder: StepBuilder
     loader: ContextLoader
@@ -53,17 +53,19 @@ class Pipeline:
         providers: list[ExecutionProvider],
         options: opt.SessionOptions,
         *,
+        config: opt.SessionConfig | None = None,
         data: bytes | None = None,
         optimization_level: int | None = None,
     ) -> Pipeline:
-        """``optimization_level``: instead of ``options.graph_optimization_level`` (ModelCompiler's own; the
+        """``config``: ``options``' config, parsed once by the caller (None: parsed here).
+        ``optimization_level``: instead of ``options.graph_optimization_level`` (ModelCompiler's own; the
         caller's options are never changed)."""
-        config = options.config
+        config = opt.SessionConfig.of(options) if config is None else config
         level = options.graph_optimization_level if optimization_level is None else optimization_level
         loaded = load_model(
             source,
             data=data,
-            external_data_folder=config.get(opt.EXTERNAL_INITIALIZERS_FOLDER),
+            external_data_folder=config.external_initializers_folder or None,
             infer_types=any(ep.compiles for ep in providers),
         )
         graph = loaded.model.graph
@@ -81,11 +83,9 @@ class Pipeline:
             read_func=options.ep_context_data_read_func,
         )
         routed = loader.route(graph, providers)
-        partitioner = GraphPartitioner(
-            providers, cpu_fallback=not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK)
-        )
+        partitioner = GraphPartitioner(providers, cpu_fallback=not config.disable_cpu_ep_fallback)
         # The guard of every compile of this session, capability probes included (given to EPs as a value).
-        guard = CompileGuard.current(disable_model_compile=opt.config_flag(config, opt.DISABLE_MODEL_COMPILE))
+        guard = CompileGuard.current(disable_model_compile=config.disable_model_compile)
         units = partitioner.partition(graph, opsets, preassigned=routed, ctx=CapabilityContext(guard))
         fold = level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
         kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
@@ -93,11 +93,7 @@ class Pipeline:
         )
         builder = StepBuilder(opsets, kernel_ep, fold)
         builder.guard = guard
-        if (
-            opt.config_flag(config, opt.PARTITION_CONTROL_FLOW_BODIES)
-            and not routed
-            and not opt.config_flag(config, opt.DISABLE_MODEL_COMPILE)
-        ):
+        if config.partition_control_flow_bodies and not routed and not config.disable_model_compile:
             # Control-flow bodies are offered to the EPs too; never in a context model (its bodies were not
             # compiled when it was made, and loading one never compiles) nor where compiling is disabled.
             builder.body_providers = providers
@@ -106,7 +102,7 @@ class Pipeline:
         pipeline.declined_by_node = partitioner.declined
         pipeline.guard, pipeline.artefacts = guard, partitioner.artefacts
         pending = pipeline.to_compile
-        if pending and opt.config_flag(config, opt.DISABLE_MODEL_COMPILE):  # before any context is loaded
+        if pending and config.disable_model_compile:  # before any context is loaded
             guard.check(", ".join(sorted({u.ep.name for u in pending})), len(pending))
         return pipeline
 
@@ -138,7 +134,7 @@ class Pipeline:
     def result(self) -> CompiledModel:
         """What generation needs of this pipeline, as an immutable value."""
         return CompiledModel(
-            self.loaded.model, self.loaded.path, tuple(self.units), dict(self.compiled), dict(self.config)
+            self.loaded.model, self.loaded.path, tuple(self.units), dict(self.compiled), self.config
         )
 
 
@@ -148,9 +144,10 @@ def resolve_providers(
     options: opt.SessionOptions | Mapping[str, str] | None,
     *,
     source: str | os.PathLike[str] | bytes | None = None,
+    config: opt.SessionConfig | None = None,
 ) -> list[ExecutionProvider]:
     """Providers in precedence order, the CPU EP last unless CPU fallback is disabled: the one provider
     normaliser (``epctx.providers.selection``), shared with ModelCompiler and the command line."""
     from epctx.providers.selection import resolve_providers as resolve
 
-    return resolve(providers, provider_options, options, source=source)
+    return resolve(providers, provider_options, options, source=source, config=config)
