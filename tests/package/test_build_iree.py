@@ -23,12 +23,12 @@ from epctx.farm.run import build
 from epctx.package.layout import read_package
 from epctx.package.select import rank_variants
 from epctx.package.tools import validate_package
+from tests.requires import requires
 
-pytest.importorskip("iree.compiler")
-pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 if not hasattr(ort, "ModelPackage"):
     pytest.skip("this onnxruntime has no model package API", allow_module_level=True)
+pytestmark = [pytest.mark.slow, requires("iree.compiler", "torch")]  # IREE compiles, torch exports the pair
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("host", "x86-64-v2", "x86-64-v3", "x86-64-v4", "aarch64")

@@ -7,25 +7,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("iree.compiler")
-pytest.importorskip("torch")
-from ray.cluster_utils import Cluster  # noqa: E402
+from epctx.farm.executors import LocalPool, RayExecutor
+from epctx.farm.run import build
+from epctx.package.tools import validate_package
+from tests.package.test_build_iree import tree_digest, write_spec
+from tests.requires import requires
 
-from epctx.farm.executors import LocalPool, RayExecutor  # noqa: E402
-from epctx.farm.run import build  # noqa: E402
-from epctx.package.tools import validate_package  # noqa: E402
-from tests.package.test_build_iree import tree_digest, write_spec  # noqa: E402
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires("ray", "iree.compiler", "torch")]
 TARGETS = ("host", "x86-64-v2", "aarch64")
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def cluster() -> Iterator[Any]:
+    import ray
+    from ray.cluster_utils import Cluster
+
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
     cluster.wait_for_nodes()
@@ -59,7 +59,7 @@ def local(spec: Path) -> dict[str, str]:
 
 
 def test_jobs_spread_over_the_nodes_and_the_package_is_the_local_one(
-    cluster: Cluster, spec: Path, local: dict[str, str]
+    cluster: Any, spec: Path, local: dict[str, str]
 ) -> None:
     out = spec.parent / "on-ray"
     report = build(spec, out, RayExecutor(cluster.address), cache=spec.parent / "ray.jobs")
@@ -70,7 +70,7 @@ def test_jobs_spread_over_the_nodes_and_the_package_is_the_local_one(
 
 
 def test_a_node_killed_mid_build_leaves_a_complete_identical_package(
-    cluster: Cluster, spec: Path, local: dict[str, str]
+    cluster: Any, spec: Path, local: dict[str, str]
 ) -> None:
     """The node that returns the first job (the plain model's, instant) is killed at once: it has taken the next
     job by then, which Ray runs again on the other node."""

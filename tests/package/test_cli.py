@@ -29,6 +29,7 @@ def _spec(folder: Path, extra: str = "") -> Path:
     return spec
 
 
+@pytest.mark.slow  # a process pool and four compiles: seconds
 def test_build_select_inspect_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = _spec(tmp_path)
     pkg = tmp_path / "pkg"

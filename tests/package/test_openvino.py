@@ -19,6 +19,7 @@ from epctx.testing.conformance import models
 
 pytest.importorskip("openvino")
 ort = pytest.importorskip("onnxruntime")
+pytestmark = pytest.mark.slow  # OpenVINO compiles twice (about 10 s)
 
 SPEC = """[components.chain]
 model = "chain.onnx"
