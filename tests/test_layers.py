@@ -26,8 +26,10 @@ LAYERS = [
     # inspect and payload recognition (they ask the providers' registry); compatibility verdicts over every EP and
     # the transparent cache (epcontext's files, providers' EPs)
     {"tools", "cache"},
+    {"package"},  # model packages: the format, shared binaries, selection by verdicts (a session opens them)
     {"session"},
     {"compiler", "backend"},
+    {"farm"},  # the catalogue build: jobs compile (local pool or Ray) and are assembled into a package
     {"__init__"},  # the public face
     {"testing"},  # tools for tests (no_compile, the EP conformance suite)
     {"cli"},  # the command line, built on the public face (``epctx conformance`` on epctx.testing)

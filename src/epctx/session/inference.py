@@ -50,6 +50,12 @@ class InferenceSession:
     ) -> None:
         if kwargs:
             raise InvalidArgument(f"unexpected InferenceSession arguments: {', '.join(sorted(kwargs))}")
+        if not isinstance(path_or_bytes, (bytes, bytearray)) and os.path.isdir(path_or_bytes):
+            from epctx.package.context import open_for_session  # a model package: its best variant here
+
+            path_or_bytes, sess_options, providers, provider_options = open_for_session(
+                path_or_bytes, sess_options, providers, provider_options
+            )
         self._source = path_or_bytes
         self._options = sess_options if sess_options is not None else opt.SessionOptions()
         self._profiler: Profiler | None = None
