@@ -50,7 +50,9 @@ class InferenceSession:
     ) -> None:
         if kwargs:
             raise InvalidArgument(f"unexpected InferenceSession arguments: {', '.join(sorted(kwargs))}")
-        if not isinstance(path_or_bytes, (bytes, bytearray)) and os.path.isdir(path_or_bytes):
+        if not isinstance(path_or_bytes, (bytes, bytearray)) and os.path.isfile(
+            os.path.join(path_or_bytes, "manifest.json")
+        ):
             from epctx.package.context import open_for_session  # a model package: its best variant here
 
             path_or_bytes, sess_options, providers, provider_options = open_for_session(
