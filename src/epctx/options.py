@@ -26,6 +26,10 @@ EP_CONTEXT_NODE_NAME_PREFIX = "ep.context_node_name_prefix"
 EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE = "ep.context_model_external_initializers_file_name"
 EXTERNAL_INITIALIZERS_FOLDER = "session.model_external_initializers_file_folder_path"
 SHARE_EP_CONTEXTS = "ep.share_ep_contexts"
+# Weightless contexts, as onnxruntime: the mode ("0" NONE, "1" EXTERNAL_ONLY, "2" ALL) and where the source
+# model is at load (epctx.ep.weightless).
+EP_ENABLE_WEIGHTLESS_MODE = "ep.enable_weightless_mode"
+EP_CONTEXT_SOURCE_MODEL_PATH = "ep.context_source_model_path"
 STOP_SHARE_EP_CONTEXTS = "ep.stop_share_ep_contexts"
 DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
@@ -260,6 +264,10 @@ class SessionOptions:
         if key == TRUST_POLICY and value not in TRUST_POLICIES:
             raise InvalidArgument(
                 f"session config {key!r} must be one of {', '.join(TRUST_POLICIES)}, got {value!r}"
+            )
+        if key == EP_ENABLE_WEIGHTLESS_MODE and value not in ("0", "1", "2"):
+            raise InvalidArgument(
+                f"session config {key!r} must be '0' (NONE), '1' (EXTERNAL_ONLY) or '2' (ALL), got {value!r}"
             )
         self._config[key] = value
 

@@ -56,6 +56,18 @@ from epctx.ep.documents import dump_document, load_document
 from epctx.ep.hardware import cpu_device
 from epctx.ep.memory import byte_view, mapped_file, release_pages
 from epctx.ep.options import Option, parse_options
+from epctx.ep.weightless import (
+    NO_WEIGHTLESS,
+    SUPPORTED_MODES_KEY,
+    WEIGHTLESS_SUPPORT_KEY,
+    SourceFile,
+    SourcePlanner,
+    WeightlessMode,
+    WeightlessSetting,
+    WeightRef,
+    open_sources,
+    setting_for,
+)
 
 if TYPE_CHECKING:
     from epctx.ep.blas import backend_import
@@ -119,6 +131,17 @@ __all__ = [
     "HardwareDeviceType",
     "ExecutionProviderDevicePolicy",
     "VIRTUAL_METADATA_KEY",
+    # weightless contexts (onnxruntime's modes; weights mapped from the source's files, bound by digest)
+    "WeightlessMode",
+    "WeightlessSetting",
+    "NO_WEIGHTLESS",
+    "SUPPORTED_MODES_KEY",
+    "WEIGHTLESS_SUPPORT_KEY",
+    "SourceFile",
+    "SourcePlanner",
+    "WeightRef",
+    "open_sources",
+    "setting_for",
     # compatibility verdicts (onnxruntime's names)
     "CompatibilityVerdict",
     "DeviceIncompatibility",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from epctx import errors
 from epctx.ep.partition import Partition
+from epctx.ep.weightless import NO_WEIGHTLESS, WeightlessSetting
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,6 +89,11 @@ class ExecutionProvider(abc.ABC):
     # is > 0 and the user did not set that option): the CPU EP's BLAS limit, OpenVINO's ``num_of_threads``
     # (INFERENCE_NUM_THREADS), IREE's task topology. None: the EP takes no thread count.
     intra_op_threads_option: ClassVar[str | None] = None
+    # Weightless modes this EP covers (onnxruntime's ``weightless_supported_modes``: "none", "external_only",
+    # "all", "all_or_external_only"); its devices report the same. The framework refuses a mode not covered
+    # before compiling, and sets ``weightless`` (the mode asked for, and where the source's files are).
+    weightless_supported_modes: ClassVar[str] = "none"
+    weightless: WeightlessSetting = NO_WEIGHTLESS
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}

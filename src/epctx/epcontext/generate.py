@@ -179,6 +179,9 @@ def build_context_model(
     metadata = dict(model.metadata_props)
     for name, ep in sorted(eps.items()):
         metadata[f"ep_compatibility_info.{name}"] = ep.compatibility_info()
+    modes = {int(ep.weightless.mode) for ep in eps.values()} - {0}
+    if modes:  # onnxruntime's "weightless_mode" metadata: the one mode the session asked for
+        metadata["weightless_mode"] = str(max(modes))
     for key, value in sorted(metadata.items()):
         out.metadata_props.add(key=key, value=value)
     g = out.graph
