@@ -30,6 +30,9 @@ SHARE_EP_CONTEXTS = "ep.share_ep_contexts"
 # model is at load (epctx.ep.weightless).
 EP_ENABLE_WEIGHTLESS_MODE = "ep.enable_weightless_mode"
 EP_CONTEXT_SOURCE_MODEL_PATH = "ep.context_source_model_path"
+# epctx's own: refit. A context model whose compiled code this generation reuses for a model with the same
+# graph and shapes and other weights (EPs with ExecutionProvider.refits; nothing is compiled; ``epctx refit``).
+REFIT_CONTEXT = "epctx.refit_context"
 STOP_SHARE_EP_CONTEXTS = "ep.stop_share_ep_contexts"
 DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"

@@ -94,6 +94,9 @@ class ExecutionProvider(abc.ABC):
     # before compiling, and sets ``weightless`` (the mode asked for, and where the source's files are).
     weightless_supported_modes: ClassVar[str] = "none"
     weightless: WeightlessSetting = NO_WEIGHTLESS
+    # True: a compiled partition's code does not depend on its weights, so a context can be refit to a model
+    # with the same graph and other weights (``epctx.refit_context``, ``epctx refit``) without compiling.
+    refits: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}
@@ -136,6 +139,12 @@ class ExecutionProvider(abc.ABC):
         ``GetCompiledModelCompatibilityInfo``): what :meth:`validate_compatibility_info` needs to judge the
         binaries later (SDK version, target, the options that change the code)."""
         return f"sdk={self.sdk_version()};hardware={self.hardware()}"
+
+    @classmethod
+    def options_from_compatibility_info(cls, info: str) -> dict[str, str]:
+        """The provider options a context was compiled with, as far as its compatibility string tells them
+        (a refit compiles nothing, and must record the same string): {} by default."""
+        return {}
 
     @classmethod
     def validate_compatibility_info(cls, info: str, devices: Sequence[Any]) -> CompatibilityVerdict:

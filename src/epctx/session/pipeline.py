@@ -13,6 +13,7 @@ from epctx.ep.compiling import CapabilityContext, CompileGuard
 from epctx.ep.context_io import BinaryLayout
 from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext.load import ContextLoader
+from epctx.errors import InvalidArgument
 from epctx.model import LoadedModel, load_model
 from epctx.partition import CompiledModel, GraphPartitioner, Unit
 from epctx.providers.registry import create_provider
@@ -80,7 +81,13 @@ class Pipeline:
         )
         # The guard of every compile of this session, capability probes included (given to EPs as a value).
         guard = CompileGuard.current(disable_model_compile=opt.config_flag(config, opt.DISABLE_MODEL_COMPILE))
-        units = partitioner.partition(graph, opsets, preassigned=routed, ctx=CapabilityContext(guard))
+        reuse = _reuse(config, providers)
+        if (
+            reuse
+        ):  # a refit compiles nothing: the EPs that refit hand their context's code to the compile point
+            guard = CompileGuard()
+        ctx = CapabilityContext(guard, reuse=reuse)
+        units = partitioner.partition(graph, opsets, preassigned=routed, ctx=ctx)
         fold = level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
         kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
             "CPUExecutionProvider"
@@ -123,3 +130,21 @@ def resolve_providers(
     from epctx.providers.selection import resolve_providers as resolve
 
     return resolve(providers, provider_options, options, source=source)
+
+
+def _reuse(config: Mapping[str, str], providers: Sequence[ExecutionProvider]) -> dict[str, Any]:
+    """Refit (``epctx.refit_context``): that context's graphs by EP; every compiling EP of the session must
+    have some, so that no partition is compiled."""
+    if not config.get(opt.REFIT_CONTEXT):
+        return {}
+    from epctx.epcontext.reuse import reusable_graphs
+
+    rest = {k: v for k, v in config.items() if k != opt.REFIT_CONTEXT}
+    reuse = reusable_graphs(config[opt.REFIT_CONTEXT], providers, rest)
+    idle = [ep.name for ep in providers if ep.compiles and ep.name not in reuse]
+    if idle:
+        raise InvalidArgument(
+            f"{opt.REFIT_CONTEXT}: {', '.join(idle)} would compile, and the context has no code of theirs to "
+            "reuse: list only the EPs of the context"
+        )
+    return reuse

@@ -26,6 +26,7 @@ from typing import Any
 
 from epctx.ep import ContextReader, ContextWriter, SourceFile, WeightRef, dump_document, load_document
 from epctx.errors import InvalidGraph
+from epctx.providers.iree.refit_record import RefitRecord
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Meta", "read_meta", "write_entries"]
 
@@ -42,6 +43,7 @@ class Meta:
     hardware: str
     external: tuple[tuple[str, WeightRef], ...] = ()  # IREE parameter key -> where in the sources
     sources: tuple[SourceFile, ...] = ()
+    refit: RefitRecord | None = None  # what the code depends on (refit checks it)
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -50,6 +52,8 @@ class Meta:
             "params": [list(p) for p in self.params],
             "hardware": self.hardware,
         }
+        if self.refit is not None:
+            doc["refit"] = self.refit.to_json()
         if not self.sources:
             return dump_document(doc, format=FORMAT, version=FORMAT_VERSION)
         doc["external"] = [[key, r.file, r.offset, r.length] for key, r in self.external]
@@ -89,6 +93,7 @@ def read_meta(source: ContextReader, where: str) -> Meta:
         hardware=hardware,
         external=external,
         sources=sources,
+        refit=RefitRecord.from_json(doc["refit"], where) if "refit" in doc else None,
     )
 
 
@@ -124,6 +129,7 @@ def write_entries(
     hardware: str,
     refs: Sequence[WeightRef | None] = (),
     sources: Sequence[SourceFile] = (),
+    refit: RefitRecord | None = None,
 ) -> None:
     """Store a compiled partition: ``weights`` are (IREE parameter key, C-contiguous array); a weight with a
     reference in ``refs`` (weightless mode) is recorded as such instead of stored."""
@@ -139,5 +145,5 @@ def write_entries(
         params.append((entry, key))
     store.add("module", vmfb, kind="graph")
     used = tuple(sources) if external else ()
-    meta = Meta(tuple(inputs), tuple(outputs), tuple(params), hardware, tuple(external), used)
+    meta = Meta(tuple(inputs), tuple(outputs), tuple(params), hardware, tuple(external), used, refit)
     store.add("meta", meta.to_json(), kind="graph")

@@ -96,6 +96,7 @@ class IREEExecutionProvider(ExecutionProvider):
     # An IREE module does not hold its weights (they are parameters): in weightless mode they are mapped from
     # the source's files at load (external data in EXTERNAL_ONLY, the .onnx too in ALL).
     weightless_supported_modes = "all_or_external_only"
+    refits = True  # the same code serves other weights (refit.py)
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -114,6 +115,11 @@ class IREEExecutionProvider(ExecutionProvider):
     ) -> Capability:
         if any(is_ep_context(n) and self._owns(n) for n in graph):
             return Capability()  # a context model: its other nodes were offered to IREE when it was generated
+        if ctx.reuse.get(self.name):  # refit: the nodes the context's graphs were compiled from, checked
+            from epctx.providers.iree.refit import claim
+
+            claimed, refits = claim(graph, ctx.reuse[self.name], self.name)
+            return Capability(tuple(claimed), {}, artefacts=refits)
         # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
         from epctx.providers.iree.capability import candidate_nodes, check_nodes
 
@@ -133,7 +139,13 @@ class IREEExecutionProvider(ExecutionProvider):
         """All partitions at once: those the capability check compiled are reused, the others compile in
         parallel workers, each reported as its worker ends."""
         from epctx.providers.iree.compile import compile_partitions
+        from epctx.providers.iree.refit import Refits
 
+        if isinstance(ctx.artefacts, Refits):  # refit: the context's code, nothing compiled
+            reused = [ctx.artefacts.result_for(p) for p in partitions]
+            for partition in partitions:
+                ctx.progress(partition)
+            return [self._build(p, r) for p, r in zip(partitions, reused)]
         probes: Probes = ctx.artefacts or {}
         results: list[CompileResult | None] = [_checked(probes, p) for p in partitions]
         todo = [p for p, r in zip(partitions, results) if r is None]
@@ -164,6 +176,9 @@ class IREEExecutionProvider(ExecutionProvider):
                 )
             weights.append((key, array, tensor))
         refs, sources = self._weightless_refs(weights, where)
+        from epctx.providers.iree.refit_record import record
+
+        refit = record(partition, result, tensors)
         hardware = self.hardware()
         why = missing_features(hardware, where)
         runner = None
@@ -175,6 +190,7 @@ class IREEExecutionProvider(ExecutionProvider):
             weights=[(k, a) for k, a, _ in weights],
             refs=refs,
             sources=sources,
+            refit=refit,
             inputs=[v.name or "" for v in partition.inputs],
             outputs=[v.name or "" for v in partition.outputs],
             hardware=hardware,
@@ -216,6 +232,10 @@ class IREEExecutionProvider(ExecutionProvider):
         return compatibility.compatibility_info(self.target, c.opt_level, c.channels_last, c.compile_flags)
 
     @classmethod
+    def options_from_compatibility_info(cls, info: str) -> dict[str, str]:
+        return compatibility.options_from_info(info)
+
+    @classmethod
     def validate_compatibility_info(
         cls, info: str, devices: Sequence[HardwareDevice]
     ) -> CompatibilityVerdict:
@@ -241,6 +261,7 @@ class IREEExecutionProvider(ExecutionProvider):
             hardware=compiled.hardware,
             refs=compiled.refs,
             sources=compiled.sources,
+            refit=compiled.refit,
         )
 
     def load_partition(

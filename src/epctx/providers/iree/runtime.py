@@ -151,8 +151,10 @@ class CompiledIREE:
         unavailable: str = "",
         refs: Sequence[WeightRef | None] = (),
         sources: Sequence[SourceFile] = (),
+        refit: Any = None,
     ) -> None:
         self.vmfb = vmfb
+        self.refit = refit  # what the code depends on (refit.RefitRecord), saved with it
         self.refs = tuple(
             refs
         )  # weightless mode: where each weight lies in the source's files (None: stored)
