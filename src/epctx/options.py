@@ -33,6 +33,10 @@ EP_CONTEXT_SOURCE_MODEL_PATH = "ep.context_source_model_path"
 # epctx's own: refit. A context model whose compiled code this generation reuses for a model with the same
 # graph and shapes and other weights (EPs with ExecutionProvider.refits; nothing is compiled; ``epctx refit``).
 REFIT_CONTEXT = "epctx.refit_context"
+# epctx's own: self-healing contexts. off (default) | foreground | background: a context model that is
+# EP_UNSUPPORTED or EP_SUPPORTED_PREFER_RECOMPILATION here is compiled again from its source (epctx.cache.heal).
+SELF_HEAL = "epctx.self_heal"
+SELF_HEAL_POLICIES = ("off", "foreground", "background")
 STOP_SHARE_EP_CONTEXTS = "ep.stop_share_ep_contexts"
 DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
@@ -267,6 +271,10 @@ class SessionOptions:
         if key == TRUST_POLICY and value not in TRUST_POLICIES:
             raise InvalidArgument(
                 f"session config {key!r} must be one of {', '.join(TRUST_POLICIES)}, got {value!r}"
+            )
+        if key == SELF_HEAL and value not in SELF_HEAL_POLICIES:
+            raise InvalidArgument(
+                f"session config {key!r} must be one of {', '.join(SELF_HEAL_POLICIES)}, got {value!r}"
             )
         if key == EP_ENABLE_WEIGHTLESS_MODE and value not in ("0", "1", "2"):
             raise InvalidArgument(

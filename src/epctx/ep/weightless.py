@@ -49,6 +49,7 @@ __all__ = [
     "WeightlessSetting",
     "check_supported",
     "covers",
+    "file_digest",
     "open_sources",
     "parse_mode",
     "setting_for",
@@ -205,6 +206,13 @@ def _map(path: Path, what: str) -> tuple[mmap.mmap, int, str]:
         with _DIGESTS_LOCK:
             _DIGESTS[stamp] = digest
     return mapping, stamp[2], digest
+
+
+def file_digest(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """(size, xxh3-128 hex) of a file, computed once per file version per process."""
+    mapping, size, digest = _map(Path(path), str(path))
+    mapping.close()
+    return size, digest
 
 
 class SourcePlanner:
