@@ -65,6 +65,8 @@ from epctx.ep.weightless import (
     WeightlessMode,
     WeightlessSetting,
     WeightRef,
+    file_digest,
+    open_source_fd,
     open_sources,
     setting_for,
 )
@@ -140,6 +142,8 @@ __all__ = [
     "SourceFile",
     "SourcePlanner",
     "WeightRef",
+    "file_digest",
+    "open_source_fd",
     "open_sources",
     "setting_for",
     # compatibility verdicts (onnxruntime's names)

@@ -50,6 +50,7 @@ __all__ = [
     "check_supported",
     "covers",
     "file_digest",
+    "open_source_fd",
     "open_sources",
     "parse_mode",
     "setting_for",
@@ -188,17 +189,26 @@ def _stamp(fd: int) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _map(path: Path, what: str) -> tuple[mmap.mmap, int, str]:
-    """The file mapped read-only and the digest of the mapped bytes (memoised by the descriptor's stamp)."""
+def _open(path: Path, what: str) -> int:
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise NoSuchFile(f"{what}: cannot open {str(path)!r}: {exc}") from exc
+
+
+def _map(path: Path, what: str) -> tuple[mmap.mmap, int, str]:
+    fd = _open(path, what)
     try:
-        stamp = _stamp(fd)
-        mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if stamp[2] else mmap.mmap(-1, 1)
+        return _map_fd(fd)
     finally:
         os.close(fd)
+
+
+def _map_fd(fd: int) -> tuple[mmap.mmap, int, str]:
+    """The file mapped read-only, its size and the digest of the mapped bytes (memoised by the descriptor's
+    stamp: device, inode, size, mtime, ctime)."""
+    stamp = _stamp(fd)
+    mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if stamp[2] else mmap.mmap(-1, 1)
     with _DIGESTS_LOCK:
         digest = _DIGESTS.get(stamp)
     if digest is None:
@@ -312,6 +322,30 @@ def _resolve(source: SourceFile, setting: WeightlessSetting, where: str) -> Path
     )
 
 
+def _changed(path: Path, source: SourceFile, size: int, digest: str, where: str) -> InvalidGraph:
+    return InvalidGraph(
+        f"{where}: the weights file {str(path)!r} changed since the context was compiled (size {source.size} -> "
+        f"{size}, xxh3-128 {source.digest[:16]}... -> {digest[:16]}...): restore it, or compile the context again "
+        "for the new weights"
+    )
+
+
+def open_source_fd(source: SourceFile, setting: WeightlessSetting, where: str) -> int:
+    """A read-only descriptor of the source file, checked against its size and digest (the caller closes it):
+    for a backend that opens the file itself, by ``/proc/self/fd/<n>``, so it reads the very file checked."""
+    path = _resolve(source, setting, where)
+    fd = _open(path, where)
+    try:
+        mapping, size, digest = _map_fd(fd)
+        mapping.close()
+        if (size, digest) != (source.size, source.digest):
+            raise _changed(path, source, size, digest, where)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_sources(files: Sequence[SourceFile], setting: WeightlessSetting, where: str) -> list[mmap.mmap]:
     """The source files mapped read-only, each checked against its recorded size and digest."""
     if any(f.model for f in files) and not setting.source_model:
@@ -326,10 +360,6 @@ def open_sources(files: Sequence[SourceFile], setting: WeightlessSetting, where:
         mapping, size, digest = _map(path, where)
         if (size, digest) != (source.size, source.digest):
             mapping.close()
-            raise InvalidGraph(
-                f"{where}: the weights file {str(path)!r} changed since the context was compiled (size "
-                f"{source.size} -> {size}, xxh3-128 {source.digest[:16]}... -> {digest[:16]}...): restore it, "
-                "or compile the context again for the new weights"
-            )
+            raise _changed(path, source, size, digest, where)
         maps.append(mapping)
     return maps
