@@ -16,6 +16,7 @@ import epctx
 from epctx.ep import SourcePlanner, WeightlessMode, WeightlessSetting, open_sources
 from epctx.ep.weightless import covers, parse_mode, setting_for, supported_modes
 from epctx.errors import EPFail, InvalidArgument, InvalidGraph, NoSuchFile
+from epctx.options import SessionConfig
 
 
 @pytest.mark.parametrize("value", ["3", "-1", "all", "1.0", " 1"])
@@ -85,11 +86,13 @@ def test_cpu_only_session_ignores_the_mode(tmp_path: Path) -> None:
 
 
 def test_setting_reads_the_session_paths(tmp_path: Path) -> None:
-    config = {
-        "ep.enable_weightless_mode": "2",
-        "ep.context_source_model_path": "/models/m.onnx",
-        "session.model_external_initializers_file_folder_path": "/weights",
-    }
+    config = SessionConfig(
+        {
+            "ep.enable_weightless_mode": "2",
+            "ep.context_source_model_path": "/models/m.onnx",
+            "session.model_external_initializers_file_folder_path": "/weights",
+        }
+    )
     setting = setting_for("X", True, "all", config, str(tmp_path / "m_ctx.onnx"))
     assert setting.mode == WeightlessMode.ALL
     assert (setting.source_model, setting.weights_folder) == ("/models/m.onnx", "/weights")

@@ -24,38 +24,26 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from epctx import options as opt
 from epctx.epcontext.identity import SOURCE_FILES_KEY
-from epctx.errors import InvalidArgument
 
 __all__ = [
     "HealPlan",
     "find_source",
     "heal_lock",
     "plan_heal",
-    "policy",
     "start_background",
     "wait_background",
 ]
 
 logger = logging.getLogger("epctx")
 
-POLICIES = opt.SELF_HEAL_POLICIES
 _JOBS: list[threading.Thread] = []
 _JOBS_LOCK = threading.Lock()
-
-
-def policy(config: Mapping[str, str]) -> str:
-    value = config.get(opt.SELF_HEAL, "off") or "off"
-    if value not in POLICIES:
-        raise InvalidArgument(
-            f"session config {opt.SELF_HEAL!r} must be one of {', '.join(POLICIES)}, got {value!r}"
-        )
-    return value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,12 +79,12 @@ def _scan(ctx: Path) -> tuple[dict[str, str], list[str], bool]:
     return dict(scanned.metadata), names, embed
 
 
-def find_source(ctx: Path, config: Mapping[str, str]) -> tuple[Path | None, str]:
+def find_source(ctx: Path, config: opt.SessionConfig) -> tuple[Path | None, str]:
     """The source model this context can heal from, or None; and why (for logs and ``epctx check``)."""
     from epctx.ep.weightless import file_digest
 
     metadata, names, _ = _scan(ctx)
-    explicit = config.get(opt.EP_CONTEXT_SOURCE_MODEL_PATH)
+    explicit = config.ep_context_source_model_path
     plain = [n for n in dict.fromkeys(names) if n and Path(n).name == n]
     if explicit:
         candidate = Path(explicit)
@@ -119,7 +107,7 @@ def find_source(ctx: Path, config: Mapping[str, str]) -> tuple[Path | None, str]
     return candidate, f"source {str(candidate)!r} (its {len(rows)} file(s) as compiled from)"
 
 
-def plan_heal(ctx: Path, config: Mapping[str, str]) -> HealPlan | None:
+def plan_heal(ctx: Path, config: opt.SessionConfig) -> HealPlan | None:
     """A heal to do when the context is stale here and its source is reachable (logged either way)."""
     from epctx.cache.verdicts import check_model
     from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat

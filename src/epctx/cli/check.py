@@ -55,7 +55,8 @@ def _heal(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from epctx.cache.heal import find_source
+    from epctx.options import EP_CONTEXT_SOURCE_MODEL_PATH, SessionConfig
 
-    config = {"ep.context_source_model_path": args.source} if args.source else {}
+    config = SessionConfig({EP_CONTEXT_SOURCE_MODEL_PATH: args.source} if args.source else {})
     source, why = find_source(Path(args.model), config)
     return {"source": str(source) if source else None, "why": why}

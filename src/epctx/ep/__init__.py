@@ -51,11 +51,12 @@ from epctx.ep.devices import (
     ExecutionProviderDevicePolicy,
     HardwareDevice,
     HardwareDeviceType,
+    device_options,
 )
 from epctx.ep.documents import dump_document, load_document
 from epctx.ep.hardware import cpu_device
 from epctx.ep.memory import byte_view, mapped_file, release_pages
-from epctx.ep.options import Option, parse_options
+from epctx.ep.options import RESERVED_OPTION_PREFIX, Option, parse_options
 from epctx.ep.weightless import (
     NO_WEIGHTLESS,
     SUPPORTED_MODES_KEY,
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from epctx.ep.blas import backend_import
     from epctx.ep.blas import settle as settle_backends
     from epctx.ep.blas import thread_limit as blas_thread_limit
+    from epctx.ep.factory import EP_API_VERSION, PluginEpFactory
     from epctx.ep.onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
     from epctx.model.tensors import to_numpy
@@ -88,6 +90,8 @@ _LAZY = {
         for name in ("ExternalRef", "WeightsFile", "initializer_array", "plan_weights_file")
     },
     "partition_model": "epctx.ep.onnx_export",
+    # the API's version and the base of a plugin library's factory (registration only)
+    **{name: "epctx.ep.factory" for name in ("EP_API_VERSION", "PluginEpFactory")},
     "node_subgraphs": "epctx.model.scopes",
     "outer_scope_values": "epctx.model.scopes",
     "to_numpy": "epctx.model.tensors",
@@ -125,7 +129,11 @@ __all__ = [
     # provider options
     "Option",
     "parse_options",
+    "RESERVED_OPTION_PREFIX",
     # devices and plugin libraries
+    "EP_API_VERSION",
+    "PluginEpFactory",
+    "device_options",
     "EpFactory",
     "EpDevice",
     "HardwareDevice",

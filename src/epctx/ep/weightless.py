@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from epctx import options as opt
 from epctx.errors import EPFail, InvalidArgument, InvalidGraph, NoSuchFile
 
 __all__ = [
@@ -79,15 +80,11 @@ _COVERS: dict[str, frozenset[int]] = {
 
 
 def parse_mode(value: str | None) -> WeightlessMode:
-    """``ep.enable_weightless_mode``: unset / "0" / "1" / "2"; anything else (``3`` included) InvalidArgument."""
-    if value is None or value == "":
+    """``ep.enable_weightless_mode``: unset / "0" / "1" / "2"; anything else (``3``, "") InvalidArgument, as
+    SessionConfig parses it."""
+    if value is None:
         return WeightlessMode.NONE
-    if value not in ("0", "1", "2"):
-        raise InvalidArgument(
-            f"session config 'ep.enable_weightless_mode' must be '0' (NONE), '1' (EXTERNAL_ONLY) or '2' (ALL), "
-            f"got {value!r}"
-        )
-    return WeightlessMode(int(value))
+    return WeightlessMode(opt.weightless_mode(opt.EP_ENABLE_WEIGHTLESS_MODE, value))
 
 
 def supported_modes(metadata: Mapping[str, str]) -> str:
@@ -122,18 +119,18 @@ class WeightlessSetting:
 
 
 def setting_for(
-    ep_name: str, compiles: bool, supported: str, config: Mapping[str, str], model_path: str | None
+    ep_name: str, compiles: bool, supported: str, config: opt.SessionConfig, model_path: str | None
 ) -> WeightlessSetting:
-    """An EP's setting from the session config (``ep.enable_weightless_mode`` checked against ``supported``
-    for an EP that compiles; a kernel EP copies nothing into a binary and is left at NONE)."""
-    mode = parse_mode(config.get("ep.enable_weightless_mode"))
+    """An EP's setting from the parsed session config (``ep_enable_weightless_mode`` checked against
+    ``supported`` for an EP that compiles; a kernel EP copies nothing into a binary and is left at NONE)."""
+    mode = WeightlessMode(config.ep_enable_weightless_mode)
     if mode and compiles:
         check_supported(ep_name, supported, mode)
     return WeightlessSetting(
         mode=mode if compiles else WeightlessMode.NONE,
-        source_model=config.get("ep.context_source_model_path") or None,
+        source_model=config.ep_context_source_model_path or None,
         model_path=model_path,
-        weights_folder=config.get("session.model_external_initializers_file_folder_path") or None,
+        weights_folder=config.external_initializers_folder or None,
         context_folder=os.path.dirname(os.path.abspath(model_path)) if model_path else None,
     )
 

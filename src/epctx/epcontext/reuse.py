@@ -5,7 +5,7 @@ model with the same graph and other weights from the code of an existing one, th
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,12 +16,13 @@ from epctx.model.load import load_model
 
 if TYPE_CHECKING:
     from epctx.ep import ContextReader, ExecutionProvider
+    from epctx.options import SessionConfig
 
 __all__ = ["reusable_graphs"]
 
 
 def reusable_graphs(
-    path: str | os.PathLike[str], providers: Sequence[ExecutionProvider], config: Mapping[str, str]
+    path: str | os.PathLike[str], providers: Sequence[ExecutionProvider], config: SessionConfig
 ) -> dict[str, list[ContextReader]]:
     """EP name -> the graphs of the context model at ``path`` that EP made (each checked as a load checks it).
     An EP of the session that would have to compile, yet cannot refit, is InvalidArgument."""
