@@ -57,6 +57,20 @@ from epctx.ep.documents import dump_document, load_document
 from epctx.ep.hardware import cpu_device
 from epctx.ep.memory import byte_view, mapped_file, release_pages
 from epctx.ep.options import RESERVED_OPTION_PREFIX, Option, parse_options
+from epctx.ep.weightless import (
+    NO_WEIGHTLESS,
+    SUPPORTED_MODES_KEY,
+    WEIGHTLESS_SUPPORT_KEY,
+    SourceFile,
+    SourcePlanner,
+    WeightlessMode,
+    WeightlessSetting,
+    WeightRef,
+    file_digest,
+    open_source_fd,
+    open_sources,
+    setting_for,
+)
 
 if TYPE_CHECKING:
     from epctx.ep.blas import backend_import
@@ -127,6 +141,19 @@ __all__ = [
     "HardwareDeviceType",
     "ExecutionProviderDevicePolicy",
     "VIRTUAL_METADATA_KEY",
+    # weightless contexts (onnxruntime's modes; weights mapped from the source's files, bound by digest)
+    "WeightlessMode",
+    "WeightlessSetting",
+    "NO_WEIGHTLESS",
+    "SUPPORTED_MODES_KEY",
+    "WEIGHTLESS_SUPPORT_KEY",
+    "SourceFile",
+    "SourcePlanner",
+    "WeightRef",
+    "file_digest",
+    "open_source_fd",
+    "open_sources",
+    "setting_for",
     # compatibility verdicts (onnxruntime's names)
     "CompatibilityVerdict",
     "DeviceIncompatibility",

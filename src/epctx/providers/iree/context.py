@@ -8,6 +8,12 @@ Entries of one graph (``<graph name>/<key>``):
 - ``params/<j>`` (kind ``weights``): one weight each, as raw bytes; the container stores identical bytes
   once, which is how the models of a sharing group share them.
 
+Weightless (``ep.enable_weightless_mode`` 1 / 2; format version 2): the weights found unchanged in the source's
+files are not entries: ``meta`` lists them as ``external`` (IREE parameter key, source file number, offset,
+length) with the ``sources`` they lie in, each bound by size and digest (``epctx.ep.weightless``); loading maps
+those files and IREE's parameters point straight into them. The others (internal initializers in mode 1, weights
+a compile transformed) stay ``params/<j>`` entries.
+
 Loading wraps the ``module`` entry's memory (the mapped ``.bin``) as the IREE module and serves the parameters
 from the mapping (:class:`~epctx.providers.iree.params.Parameters`): nothing is copied.
 """
@@ -18,13 +24,15 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from epctx.ep import ContextReader, ContextWriter, dump_document, load_document
+from epctx.ep import ContextReader, ContextWriter, SourceFile, WeightRef, dump_document, load_document
 from epctx.errors import InvalidGraph
+from epctx.providers.iree.refit_record import RefitRecord
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Meta", "read_meta", "write_entries"]
 
 FORMAT = "epctx.iree"
 FORMAT_VERSION = 1
+WEIGHTLESS_VERSION = 2  # meta with 'external' and 'sources' (read by this epctx, refused by older ones)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,15 +41,24 @@ class Meta:
     outputs: tuple[str, ...]
     params: tuple[tuple[str, str], ...]  # (entry key, IREE parameter key)
     hardware: str
+    external: tuple[tuple[str, WeightRef], ...] = ()  # IREE parameter key -> where in the sources
+    sources: tuple[SourceFile, ...] = ()
+    refit: RefitRecord | None = None  # what the code depends on (refit checks it)
 
     def to_json(self) -> bytes:
-        doc = {
+        doc: dict[str, Any] = {
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
             "params": [list(p) for p in self.params],
             "hardware": self.hardware,
         }
-        return dump_document(doc, format=FORMAT, version=FORMAT_VERSION)
+        if self.refit is not None:
+            doc["refit"] = self.refit.to_json()
+        if not self.sources:
+            return dump_document(doc, format=FORMAT, version=FORMAT_VERSION)
+        doc["external"] = [[key, r.file, r.offset, r.length] for key, r in self.external]
+        doc["sources"] = [f.to_json() for f in self.sources]
+        return dump_document(doc, format=FORMAT, version=WEIGHTLESS_VERSION)
 
 
 def _strings(value: Any, what: str, where: str) -> tuple[str, ...]:
@@ -54,7 +71,9 @@ def read_meta(source: ContextReader, where: str) -> Meta:
     for key in ("meta", "module"):
         if key not in source:
             raise InvalidGraph(f"{where}: the binary has no {key!r} entry for this graph")
-    doc = load_document(source.read("meta"), format=FORMAT, version=FORMAT_VERSION, where=f"{where} 'meta'")
+    data = source.read("meta")
+    version = WEIGHTLESS_VERSION if b'"sources"' in bytes(data) else FORMAT_VERSION
+    doc = load_document(data, format=FORMAT, version=version, where=f"{where} 'meta'")
     params = doc.get("params")
     if not isinstance(params, list) or not all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in params
@@ -66,12 +85,38 @@ def read_meta(source: ContextReader, where: str) -> Meta:
     hardware = doc.get("hardware")
     if not isinstance(hardware, str):
         raise InvalidGraph(f"{where}: 'meta' field 'hardware' must be a string, found {hardware!r}")
+    sources, external = _weightless(doc, where)
     return Meta(
         inputs=_strings(doc.get("inputs"), "inputs", where),
         outputs=_strings(doc.get("outputs"), "outputs", where),
         params=tuple((str(a), str(b)) for a, b in params),
         hardware=hardware,
+        external=external,
+        sources=sources,
+        refit=RefitRecord.from_json(doc["refit"], where) if "refit" in doc else None,
     )
+
+
+def _weightless(
+    doc: dict[str, Any], where: str
+) -> tuple[tuple[SourceFile, ...], tuple[tuple[str, WeightRef], ...]]:
+    if "sources" not in doc:
+        return (), ()
+    raw_sources, raw_external = doc.get("sources"), doc.get("external")
+    if not isinstance(raw_sources, list) or not isinstance(raw_external, list):
+        raise InvalidGraph(f"{where}: 'meta' fields 'sources' and 'external' must be lists")
+    sources = tuple(SourceFile.from_json(s, where) for s in raw_sources)
+    external = []
+    for item in raw_external:
+        ok = isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
+        if not ok or not all(isinstance(v, int) and v >= 0 for v in item[1:]) or item[1] >= len(sources):
+            raise InvalidGraph(f"{where}: 'meta' field 'external' holds a malformed reference {item!r}")
+        if item[2] + item[3] > sources[item[1]].size:
+            raise InvalidGraph(
+                f"{where}: weight {item[0]!r} lies past the end of {sources[item[1]].location!r}"
+            )
+        external.append((item[0], WeightRef(item[1], item[2], item[3])))
+    return sources, tuple(external)
 
 
 def write_entries(
@@ -82,13 +127,23 @@ def write_entries(
     inputs: Sequence[str],
     outputs: Sequence[str],
     hardware: str,
+    refs: Sequence[WeightRef | None] = (),
+    sources: Sequence[SourceFile] = (),
+    refit: RefitRecord | None = None,
 ) -> None:
-    """Store a compiled partition: ``weights`` are (IREE parameter key, C-contiguous array)."""
+    """Store a compiled partition: ``weights`` are (IREE parameter key, C-contiguous array); a weight with a
+    reference in ``refs`` (weightless mode) is recorded as such instead of stored."""
     params = []
-    for j, (key, array) in enumerate(weights):
+    external = []
+    found = list(refs) or [None] * len(weights)
+    for j, ((key, array), ref) in enumerate(zip(weights, found, strict=True)):
+        if ref is not None:
+            external.append((key, ref))
+            continue
         entry = f"params/{j}"
         store.add(entry, array, kind="weights", attrs={"parameter": key})
         params.append((entry, key))
     store.add("module", vmfb, kind="graph")
-    meta = Meta(tuple(inputs), tuple(outputs), tuple(params), hardware)
+    used = tuple(sources) if external else ()
+    meta = Meta(tuple(inputs), tuple(outputs), tuple(params), hardware, tuple(external), used, refit)
     store.add("meta", meta.to_json(), kind="graph")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from epctx.ep import (
     Capability,
@@ -26,8 +26,12 @@ from epctx.ep import (
     CompiledPartition,
     ExecutionProvider,
     Partition,
+    SourceFile,
+    SourcePlanner,
+    WeightRef,
     initializer_array,
     is_ep_context,
+    open_sources,
 )
 from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree import compatibility
@@ -89,6 +93,10 @@ class IREEExecutionProvider(ExecutionProvider):
     compiles = True
     compiled_type = CompiledIREE
     intra_op_threads_option = "num_threads"  # the task workers of IREE's CPU device
+    # An IREE module does not hold its weights (they are parameters): in weightless mode they are mapped from
+    # the source's files at load (external data in EXTERNAL_ONLY, the .onnx too in ALL).
+    weightless_supported_modes = "all_or_external_only"
+    refits = True  # the same code serves other weights (refit.py)
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -107,6 +115,11 @@ class IREEExecutionProvider(ExecutionProvider):
     ) -> Capability:
         if any(is_ep_context(n) and self._owns(n) for n in graph):
             return Capability()  # a context model: its other nodes were offered to IREE when it was generated
+        if ctx.reuse.get(self.name):  # refit: the nodes the context's graphs were compiled from, checked
+            from epctx.providers.iree.refit import claim
+
+            claimed, refits = claim(graph, ctx.reuse[self.name], self.name)
+            return Capability(tuple(claimed), {}, artefacts=refits)
         # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
         from epctx.providers.iree.capability import candidate_nodes, check_nodes
 
@@ -126,7 +139,13 @@ class IREEExecutionProvider(ExecutionProvider):
         """All partitions at once: those the capability check compiled are reused, the others compile in
         parallel workers, each reported as its worker ends."""
         from epctx.providers.iree.compile import compile_partitions
+        from epctx.providers.iree.refit import Refits
 
+        if isinstance(ctx.artefacts, Refits):  # refit: the context's code, nothing compiled
+            reused = [ctx.artefacts.result_for(p) for p in partitions]
+            for partition in partitions:
+                ctx.progress(partition)
+            return [self._build(p, r) for p, r in zip(partitions, reused)]
         probes: Probes = ctx.artefacts or {}
         results: list[CompileResult | None] = [_checked(probes, p) for p in partitions]
         todo = [p for p, r in zip(partitions, results) if r is None]
@@ -155,17 +174,23 @@ class IREEExecutionProvider(ExecutionProvider):
                     f"{where}: IREE made a parameter of {name!r}, which is neither a tensor initializer nor the "
                     "value of a Constant node of the partition"
                 )
-            weights.append((key, array))
+            weights.append((key, array, tensor))
+        refs, sources = self._weightless_refs(weights, where)
+        from epctx.providers.iree.refit_record import record
+
+        refit = record(partition, result, tensors)
         hardware = self.hardware()
         why = missing_features(hardware, where)
         runner = None
         if why is None:
-            runner = Runner(
-                load_module(result.vmfb, where), Parameters(weights), where, self.config.num_threads
-            )
+            params = Parameters((k, a) for k, a, _ in weights)
+            runner = Runner(load_module(result.vmfb, where), params, where, self.config.num_threads)
         return CompiledIREE(
             vmfb=result.vmfb,
-            weights=weights,
+            weights=[(k, a) for k, a, _ in weights],
+            refs=refs,
+            sources=sources,
+            refit=refit,
             inputs=[v.name or "" for v in partition.inputs],
             outputs=[v.name or "" for v in partition.outputs],
             hardware=hardware,
@@ -173,6 +198,27 @@ class IREEExecutionProvider(ExecutionProvider):
             runner=runner,
             unavailable=why or "",
         )
+
+    def _weightless_refs(
+        self, weights: Sequence[tuple[str, Any, Any]], where: str
+    ) -> tuple[list[WeightRef | None], tuple[SourceFile, ...]]:
+        """Weightless mode: where each weight lies, unchanged, in the source's files (None: it is stored)."""
+        if not self.weightless.mode:
+            return [], ()
+        planner = SourcePlanner(self.weightless, where)
+        try:
+            refs = [planner.ref(tensor, array) for _, array, tensor in weights]
+        finally:
+            planner.close()
+        kept = sum(r is None for r in refs)
+        logger.info(
+            "%s: weightless mode %d, %d of %d weights mapped from the source",
+            where,
+            self.weightless.mode,
+            len(refs) - kept,
+            len(refs),
+        )
+        return refs, tuple(planner.files)
 
     # -- EP context cache -----------------------------------------------------------------------------
     def sdk_version(self) -> str:
@@ -184,6 +230,10 @@ class IREEExecutionProvider(ExecutionProvider):
     def compatibility_info(self) -> str:
         c = self.config
         return compatibility.compatibility_info(self.target, c.opt_level, c.channels_last, c.compile_flags)
+
+    @classmethod
+    def options_from_compatibility_info(cls, info: str) -> dict[str, str]:
+        return compatibility.options_from_info(info)
 
     @classmethod
     def validate_compatibility_info(
@@ -211,6 +261,9 @@ class IREEExecutionProvider(ExecutionProvider):
             inputs=compiled.input_names,
             outputs=compiled.output_names,
             hardware=compiled.hardware,
+            refs=compiled.refs,
+            sources=compiled.sources,
+            refit=compiled.refit,
         )
 
     def load_partition(
@@ -226,7 +279,11 @@ class IREEExecutionProvider(ExecutionProvider):
         why = missing_features(meta.hardware, where)
         if why is not None:
             raise InvalidGraph(f"{where}: {why}")
-        parameters = Parameters((key, source.read(entry)) for entry, key in meta.params)
+        entries: list[tuple[str, Any]] = [(key, source.read(entry)) for entry, key in meta.params]
+        if meta.sources:  # weightless: the source's files mapped (digests checked) and pointed into
+            maps = [memoryview(m) for m in open_sources(meta.sources, self.weightless, where)]
+            entries += [(key, maps[r.file][r.offset : r.offset + r.length]) for key, r in meta.external]
+        parameters = Parameters(entries)
         runner = Runner(load_module(source.read("module"), where), parameters, where, self.config.num_threads)
         return CompiledIREE(
             vmfb=b"",

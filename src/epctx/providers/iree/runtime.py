@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from epctx.ep import SourceFile, WeightRef
 from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree.runtime_import import iree_runtime
 
@@ -148,8 +149,16 @@ class CompiledIREE:
         where: str,
         runner: Runner | None,
         unavailable: str = "",
+        refs: Sequence[WeightRef | None] = (),
+        sources: Sequence[SourceFile] = (),
+        refit: Any = None,
     ) -> None:
         self.vmfb = vmfb
+        self.refit = refit  # what the code depends on (refit.RefitRecord), saved with it
+        self.refs = tuple(
+            refs
+        )  # weightless mode: where each weight lies in the source's files (None: stored)
+        self.sources = tuple(sources)
         self.weights = tuple(weights)
         self.input_names = tuple(inputs)
         self.output_names = tuple(outputs)
