@@ -1,5 +1,9 @@
-"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [-o OUT] [--embed] [--prefix P] [--force]``:
-write a context model.
+"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [--dim NAME=N]... [-o OUT] [--embed] [--prefix P]
+[--force]``: write a context model.
+
+``--dim NAME=N`` compiles for a stated size of a dynamic dimension (onnxruntime's free dimension override by
+name; ``INPUT:AXIS=N`` for a dimension without a name): a compiler then sees static shapes (IREE takes a model
+with dynamic dimensions whole only where it can; the log names the ``--dim`` that would help).
 
 The output (default ``<stem>_ctx.onnx`` beside MODEL) is checked before compiling: its folder must exist (it is
 not created) and an existing output is replaced only with ``--force``. Without ``-p`` the compiling EP is the one
@@ -34,6 +38,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("model")
     add_provider_arguments(p)
     p.add_argument("-o", "--output", help="output model path (default: <stem>_ctx.onnx beside MODEL)")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="compile for this size of a dynamic dimension (repeatable): NAME=N or INPUT:AXIS=N",
+    )
     p.add_argument("--embed", action="store_true", help="embed binaries in the model (embed mode 1)")
     p.add_argument("--prefix", default="", help="ep.context_node_name_prefix (for merging)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output")
@@ -50,6 +61,21 @@ def parse_provider(spec: str) -> tuple[str, dict[str, str]]:
     from epctx.providers.selection import parse_provider_spec
 
     return parse_provider_spec(spec)
+
+
+def dimension_sizes(items: list[str]) -> dict[str, int]:
+    """``--dim NAME=N`` arguments as sizes; a malformed, repeated or negative one is a usage error."""
+    from epctx.cli.failures import UsageError
+
+    sizes: dict[str, int] = {}
+    for item in items:
+        name, _, text = item.partition("=")
+        if not name or not text.isdigit():
+            raise UsageError(f"--dim expects NAME=N (N an integer >= 0), got {item!r}", "epctx compile")
+        if name in sizes:
+            raise UsageError(f"--dim gives {name!r} twice", "epctx compile")
+        sizes[name] = int(text)
+    return sizes
 
 
 def default_compiling_providers() -> list[str]:
@@ -90,6 +116,8 @@ def compile_model(args: argparse.Namespace) -> int:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
     if args.sign:
         so.add_session_config_entry("epctx.trust.sign_key", args.sign)
+    for name, size in dimension_sizes(args.dim).items():
+        so.add_free_dimension_override_by_name(name, size)
     providers = providers_from_args(args)
     talk = not (args.quiet or args.json)
     if not providers:

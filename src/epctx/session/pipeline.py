@@ -59,6 +59,7 @@ class Pipeline:
             data=data,
             external_data_folder=config.get(opt.EXTERNAL_INITIALIZERS_FOLDER),
             infer_types=any(ep.compiles for ep in providers),
+            free_dims=options.free_dimension_overrides,  # before type inference: sizes reach every value
         )
         graph = loaded.model.graph
         opsets = dict(loaded.model.opset_imports)
