@@ -40,6 +40,9 @@ UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
 # epctx's own: "1" reads context binaries into memory instead of mapping them, for files that may be replaced
 # in place (``cp`` over them) while a session runs: a mapped file changes under the session, or faults.
 CONTEXT_BINARY_COPY = "epctx.context_binary_copy"
+# "0": no cost rule in the partition stage (a compiling EP keeps even the partitions whose boundaries cost more
+# than they save; see epctx.partition.cost). Default "1".
+PARTITION_COST_RULE = "epctx.partition.cost_rule"
 # epctx's own trust policy (``epctx.trust``): PEM keys / certificates (os.pathsep-separated), the policy
 # (off | warn | require | require-native) and the signature's path (default: model.sig beside the model).
 TRUST_KEYS = "epctx.trust.keys"

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from epctx.ep.blas import backend_import
     from epctx.ep.blas import settle as settle_backends
     from epctx.ep.blas import thread_limit as blas_thread_limit
+    from epctx.ep.grouping import fused_groups
     from epctx.ep.onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
     from epctx.model.tensors import to_numpy
@@ -74,6 +75,7 @@ _LAZY = {
         for name in ("ExternalRef", "WeightsFile", "initializer_array", "plan_weights_file")
     },
     "partition_model": "epctx.ep.onnx_export",
+    "fused_groups": "epctx.ep.grouping",
     "node_subgraphs": "epctx.model.scopes",
     "outer_scope_values": "epctx.model.scopes",
     "to_numpy": "epctx.model.tensors",
@@ -105,6 +107,7 @@ __all__ = [
     "NodeContext",
     "SubgraphRunner",
     "make_partition",
+    "fused_groups",
     "opset_of",
     "outer_scope_values",
     "node_subgraphs",

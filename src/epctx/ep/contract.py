@@ -88,6 +88,10 @@ class ExecutionProvider(abc.ABC):
     # is > 0 and the user did not set that option): the CPU EP's BLAS limit, OpenVINO's ``num_of_threads``
     # (INFERENCE_NUM_THREADS), IREE's task topology. None: the EP takes no thread count.
     intra_op_threads_option: ClassVar[str | None] = None
+    # The partition stage's cost rule (``epctx.partition.cost``) for a compiling EP: a partition that is not the
+    # whole graph, holds no heavy op (convolution, matrix product, recurrence, attention) and has fewer nodes
+    # than this is left to the next EP (crossing its boundaries costs more than compiling it saves). 0: no rule.
+    min_partition_nodes: ClassVar[int] = 0
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}

@@ -77,7 +77,9 @@ class Pipeline:
         )
         routed = loader.route(graph, providers)
         partitioner = GraphPartitioner(
-            providers, cpu_fallback=not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK)
+            providers,
+            cpu_fallback=not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK),
+            cost_rule=config.get(opt.PARTITION_COST_RULE, "1") != "0",
         )
         # The guard of every compile of this session, capability probes included (given to EPs as a value).
         guard = CompileGuard.current(disable_model_compile=opt.config_flag(config, opt.DISABLE_MODEL_COMPILE))

@@ -50,9 +50,10 @@ if TYPE_CHECKING:
         HardwareDevice,
     )
     from epctx.providers.iree.compile import CompileResult
+    from epctx.providers.iree.probing import Probes
 
-    # The capability's artefacts: the check's successful compiles, node set -> (partition checked, result).
-    Probes = Mapping[frozenset[ir.Node], tuple[Partition, CompileResult]]
+    # The check's successful compiles, node set -> (partition checked, result).
+    Checked = Mapping[frozenset[ir.Node], tuple[Partition, CompileResult]]
 
 __all__ = ["IREEExecutionProvider", "iree_version"]
 
@@ -89,6 +90,9 @@ class IREEExecutionProvider(ExecutionProvider):
     compiles = True
     compiled_type = CompiledIREE
     intra_op_threads_option = "num_threads"  # the task workers of IREE's CPU device
+    # A call into an IREE module and the copies at its boundary cost tens of microseconds: a partition of a few
+    # light ops (shape arithmetic, element-wise glue between CPU nodes) is left to the next EP.
+    min_partition_nodes = 8
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -108,14 +112,24 @@ class IREEExecutionProvider(ExecutionProvider):
         if any(is_ep_context(n) and self._owns(n) for n in graph):
             return Capability()  # a context model: its other nodes were offered to IREE when it was generated
         # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
-        from epctx.providers.iree.capability import candidate_nodes, check_nodes
+        from epctx.providers.iree.capability import candidate_nodes
+        from epctx.providers.iree.probing import check_nodes
 
         nodes, declined = candidate_nodes(graph, self.config.disabled_ops)
-        verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags(), ctx.guard)
+        verdict = check_nodes(
+            self.name,
+            graph,
+            opset_imports,
+            nodes,
+            self.flags(),
+            ctx.guard,
+            layout_flag=CHANNELS_LAST if self.config.channels_last else None,
+            budget_s=self.config.capability_budget_s,
+        )
         declined.update(verdict.declined)
         for node, why in declined.items():
             logger.info("%s declines node %r (%s): %s", self.name, node.name, node.op_type, why)
-        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.compiled)
+        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.probes)
 
     def _owns(self, node: ir.Node) -> bool:
         value = getattr(node.attributes.get("source"), "value", None)
@@ -127,15 +141,15 @@ class IREEExecutionProvider(ExecutionProvider):
         parallel workers, each reported as its worker ends."""
         from epctx.providers.iree.compile import compile_partitions
 
-        probes: Probes = ctx.artefacts or {}
-        results: list[CompileResult | None] = [_checked(probes, p) for p in partitions]
+        probes = cast("Probes | None", ctx.artefacts)
+        flags = list(probes.flags) if probes is not None else self.flags()
+        checked = probes.compiled if probes is not None else {}
+        results: list[CompileResult | None] = [_checked(checked, p) for p in partitions]
         todo = [p for p, r in zip(partitions, results) if r is None]
         for partition, result in zip(partitions, results):
             if result is not None:
                 ctx.progress(partition)
-        fresh = iter(
-            compile_partitions(todo, self.flags(), ctx.guard, ep_name=self.name, on_done=ctx.progress)
-        )
+        fresh = iter(compile_partitions(todo, flags, ctx.guard, ep_name=self.name, on_done=ctx.progress))
         done = [r if r is not None else next(fresh) for r in results]
         return [self._build(p, r) for p, r in zip(partitions, done)]
 
@@ -237,7 +251,7 @@ class IREEExecutionProvider(ExecutionProvider):
         )
 
 
-def _checked(probes: Probes, partition: Partition) -> CompileResult | None:
+def _checked(probes: Checked, partition: Partition) -> CompileResult | None:
     """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
     found = probes.get(frozenset(partition.nodes))
     if found is None:
