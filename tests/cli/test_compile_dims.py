@@ -77,3 +77,11 @@ def test_compile_dim_usage_errors(cli: Cli, tmp_path: Path) -> None:
     assert_one_error_line(cli("compile", source, "--dim", "batch"), 2, "--dim", "NAME=N")
     assert_one_error_line(cli("compile", source, "--dim", "batch=-1"), 2, "--dim")
     assert_one_error_line(cli("compile", source, "--dim", "b=1", "--dim", "b=2"), 2, "twice")
+
+
+def test_a_graph_output_of_unknown_rank_stays_unranked() -> None:
+    """The checker's copy gives such an output an empty shape; inference must not make it rank 0 (a compiled
+    partition would then return a scalar: IREE's 'tensor.cast' failure on a Conv feeding the output)."""
+    data = _model("batch").SerializeToString()  # y is declared without a shape
+    loaded = load_model(data, infer_types=True).model
+    assert loaded.graph.outputs[0].shape is None or len(loaded.graph.outputs[0].shape) == 3

@@ -186,9 +186,14 @@ def _infer_types(model: ir.Model, checkable: bytes, what: str) -> None:
         logger.debug("shape inference failed on %s: %s", what, exc)
         return
     by_name = {v.name: v for node in model.graph for v in node.outputs if v.name}
+    # The checker's copy gives graph outputs of unknown rank an empty shape (``_checkable``): inference keeps
+    # that rank 0, which is not the model's (a compiler would then take a tensor for a scalar).
+    unranked = {v.name for v in model.graph.outputs if v.shape is None}
     for info in (*inferred.graph.value_info, *inferred.graph.output):
         value = by_name.get(info.name)
         if value is None or not info.type.HasField("tensor_type"):
+            continue
+        if info.name in unranked and not info.type.tensor_type.shape.dim:
             continue
         if value.type is None:
             value.type = ir.serde.deserialize_type_proto_for_type(info.type)
