@@ -30,6 +30,7 @@ logger = logging.getLogger("epctx")
 MIN_OPSET = 17  # IREE's ONNX importer fails on older Softmax / ReduceX semantics: upgrade below this
 _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external data, not in the protobuf
 _TIMEOUT_S = 3600
+CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
 # second session of the same model, or the compile after a capability check, does not compile again.
 _CACHE: dict[str, CompileResult] = {}
@@ -45,6 +46,8 @@ class CompileResult:
     ok: bool
     vmfb: bytes = b""
     params: tuple[tuple[str, str], ...] = ()
+    # ONNX initializer name -> the permutation of its array IREE's parameter holds (filters stored channels-last)
+    transposed: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     stage: str = ""
     error: str = ""
     seconds: float = 0.0
@@ -61,7 +64,11 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
     if plan.arrays:
         plan.write(folder)
     (folder / "model.onnx").write_bytes(model.SerializeToString())
-    (folder / "job.json").write_text(json.dumps({"flags": list(flags), "min_opset": MIN_OPSET}))
+    # Channels-last convolutions: their filters are stored in that layout (``worker.prelayout_filters``), not
+    # transposed by the module at each load.
+    prelayout = any(CHANNELS_LAST_PASS in f for f in flags)
+    job = {"flags": list(flags), "min_opset": MIN_OPSET, "prelayout": prelayout}
+    (folder / "job.json").write_text(json.dumps(job))
 
 
 def _worker_env() -> dict[str, str]:
@@ -121,7 +128,8 @@ def _compile_job(folder: Path, label: str, start: float) -> CompileResult:
     vmfb = (folder / "module.vmfb").read_bytes()
     logger.info("%s: compiled in %.1f s (%d bytes of code)", label, seconds, len(vmfb))
     params = tuple((str(a), str(b)) for a, b in doc["params"])
-    return CompileResult(True, vmfb=vmfb, params=params, seconds=seconds)
+    transposed = {str(k): tuple(int(i) for i in v) for k, v in doc.get("transposed", {}).items()}
+    return CompileResult(True, vmfb=vmfb, params=params, transposed=transposed, seconds=seconds)
 
 
 def compile_partitions(

@@ -6,7 +6,10 @@ Entries of one graph (``<graph name>/<key>``):
   parameter key) and the target's ``hardware_architecture``;
 - ``module`` (kind ``graph``): the ``.vmfb``, code only;
 - ``params/<j>`` (kind ``weights``): one weight each, as raw bytes; the container stores identical bytes
-  once, which is how the models of a sharing group share them.
+  once, which is how the models of a sharing group share them. A weight stored in another layout than the source
+  initializer's (a conv filter stored channels-last at compile, so loading transposes nothing) has the attribute
+  ``transposed`` (the permutation of the source array, e.g. ``2,3,1,0``), and ``meta`` lists it under
+  ``transposed`` (parameter key -> permutation): such a weight cannot be mapped from the source model's data.
 
 Loading wraps the ``module`` entry's memory (the mapped ``.bin``) as the IREE module and serves the parameters
 from the mapping (:class:`~epctx.providers.iree.params.Parameters`): nothing is copied.
@@ -15,7 +18,7 @@ from the mapping (:class:`~epctx.providers.iree.params.Parameters`): nothing is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epctx.ep import ContextReader, ContextWriter, dump_document, load_document
@@ -33,14 +36,18 @@ class Meta:
     outputs: tuple[str, ...]
     params: tuple[tuple[str, str], ...]  # (entry key, IREE parameter key)
     hardware: str
+    # IREE parameter key -> permutation of the source initializer (weights not stored as in the source)
+    transposed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        doc = {
+        doc: dict[str, Any] = {
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
             "params": [list(p) for p in self.params],
             "hardware": self.hardware,
         }
+        if self.transposed:
+            doc["transposed"] = self.transposed
         return dump_document(doc, format=FORMAT, version=FORMAT_VERSION)
 
 
@@ -66,11 +73,17 @@ def read_meta(source: ContextReader, where: str) -> Meta:
     hardware = doc.get("hardware")
     if not isinstance(hardware, str):
         raise InvalidGraph(f"{where}: 'meta' field 'hardware' must be a string, found {hardware!r}")
+    transposed = doc.get("transposed", {})
+    if not isinstance(transposed, dict) or not all(
+        isinstance(v, list) and all(isinstance(i, int) for i in v) for v in transposed.values()
+    ):
+        raise InvalidGraph(f"{where}: 'meta' field 'transposed' must map parameter keys to permutations")
     return Meta(
         inputs=_strings(doc.get("inputs"), "inputs", where),
         outputs=_strings(doc.get("outputs"), "outputs", where),
         params=tuple((str(a), str(b)) for a, b in params),
         hardware=hardware,
+        transposed={str(k): list(v) for k, v in transposed.items()},
     )
 
 
@@ -82,13 +95,19 @@ def write_entries(
     inputs: Sequence[str],
     outputs: Sequence[str],
     hardware: str,
+    transposed: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
-    """Store a compiled partition: ``weights`` are (IREE parameter key, C-contiguous array)."""
+    """Store a compiled partition: ``weights`` are (IREE parameter key, C-contiguous array); ``transposed``: the
+    keys of weights stored in another layout than the source's, with the permutation."""
+    layouts = {k: [int(i) for i in v] for k, v in (transposed or {}).items()}
     params = []
     for j, (key, array) in enumerate(weights):
         entry = f"params/{j}"
-        store.add(entry, array, kind="weights", attrs={"parameter": key})
+        attrs = {"parameter": key}
+        if key in layouts:
+            attrs["transposed"] = ",".join(map(str, layouts[key]))
+        store.add(entry, array, kind="weights", attrs=attrs)
         params.append((entry, key))
     store.add("module", vmfb, kind="graph")
-    meta = Meta(tuple(inputs), tuple(outputs), tuple(params), hardware)
+    meta = Meta(tuple(inputs), tuple(outputs), tuple(params), hardware, layouts)
     store.add("meta", meta.to_json(), kind="graph")

@@ -19,6 +19,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
+
 from epctx.ep import (
     Capability,
     CapabilityContext,
@@ -64,7 +66,7 @@ logger = logging.getLogger("epctx")
 # weights are parameters, unknown when compiling), a copy per session.
 CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
     "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))"
-)
+)  # 2-D ungrouped conv filters are stored in that layout at compile (worker.prelayout_filters): no load copy
 
 
 def _parameter_sources(partition: Partition) -> dict[str, ir.TensorProtocol]:
@@ -161,9 +163,14 @@ class IREEExecutionProvider(ExecutionProvider):
             raise EPFail(f"{where}: {short_error(result)}")
         tensors = _parameter_sources(partition)
         weights = []
+        transposed: dict[str, tuple[int, ...]] = {}
         for name, key in result.params:
             tensor = tensors.get(name)
             array = initializer_array(tensor) if tensor is not None else None
+            perm = result.transposed.get(name)
+            if array is not None and perm is not None:  # stored as IREE reads it, not as in the source model
+                array = np.ascontiguousarray(array.transpose(perm))
+                transposed[key] = perm
             if array is None:
                 raise EPFail(
                     f"{where}: IREE made a parameter of {name!r}, which is neither a tensor initializer nor the "
@@ -186,6 +193,7 @@ class IREEExecutionProvider(ExecutionProvider):
             where=where,
             runner=runner,
             unavailable=why or "",
+            transposed=transposed,
         )
 
     # -- EP context cache -----------------------------------------------------------------------------
@@ -223,6 +231,7 @@ class IREEExecutionProvider(ExecutionProvider):
             inputs=compiled.input_names,
             outputs=compiled.output_names,
             hardware=compiled.hardware,
+            transposed=compiled.transposed,
         )
 
     def load_partition(
@@ -248,6 +257,7 @@ class IREEExecutionProvider(ExecutionProvider):
             hardware=meta.hardware,
             where=where,
             runner=runner,
+            transposed=meta.transposed,
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -148,9 +148,13 @@ class CompiledIREE:
         where: str,
         runner: Runner | None,
         unavailable: str = "",
+        transposed: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         self.vmfb = vmfb
         self.weights = tuple(weights)
+        # IREE parameter key -> the permutation of the source initializer this weight holds (conv filters stored
+        # channels-last at compile); a weight not named here is the source's array as it is
+        self.transposed = {k: tuple(v) for k, v in (transposed or {}).items()}
         self.input_names = tuple(inputs)
         self.output_names = tuple(outputs)
         self.hardware = hardware
