@@ -43,6 +43,7 @@ def _check(
     flags: Sequence[str] = (),
     budget_s: float = 30,
     full_only: Callable[[set[str], Sequence[str]], bool] = lambda names, flags: True,
+    skip: frozenset[str] = frozenset(),
 ) -> tuple[probing.Verdict, list[set[str]]]:
     """``compiles``: whether a node set passes; ``full_only``: what fails only in a full compile (not a probe),
     or with the flags given. ``asked``: the node sets of full compiles."""
@@ -64,7 +65,14 @@ def _check(
 
     monkeypatch.setattr(probing, "compile_partitions", fake)
     verdict = probing.check_nodes(
-        EP, graph, {"": 17}, list(graph), flags, CompileGuard(), layout_flag=LAYOUT, budget_s=budget_s
+        EP,
+        graph,
+        {"": 17},
+        [n for n in graph if n.name not in skip],
+        flags,
+        CompileGuard(),
+        layout_flag=LAYOUT,
+        budget_s=budget_s,
     )
     return verdict, asked
 
@@ -142,3 +150,13 @@ def test_a_set_that_compiles_whole_is_compiled_once(monkeypatch: pytest.MonkeyPa
         len(asked) == 1 and [n.name for n in verdict.claimed] == ["r0", "r1", "r2"] and not verdict.declined
     )
     assert frozenset(verdict.claimed) in verdict.probes.compiled
+
+
+def test_a_set_that_compiles_whole_but_is_split_is_checked_as_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """r1 is no candidate (another EP runs it): the set {r0, r2, r3} compiles as one, but the partitioner forms
+    {r0} and {r2, r3}; those are what is compiled (rapidocr's recognizer failed so: checked as one set, split
+    when compiled)."""
+    verdict, asked = _check(monkeypatch, _relu_chain(4), lambda names: True, skip=frozenset({"r1"}))
+    assert [n.name for n in verdict.claimed] == ["r0", "r2", "r3"] and not verdict.declined
+    assert asked == [{"r0", "r2", "r3"}, {"r0"}, {"r2", "r3"}]
+    assert all(frozenset(g) in verdict.probes.compiled for g in _groups(verdict))

@@ -117,11 +117,11 @@ def check_nodes(
             probes.flags, part, result = plain, part2, result2
         elif _has_dynamic_dims(graph):  # probe in ONNX's layout: channels-last fails on dynamic convolutions
             probes.flags = plain
-    if result.ok:
+    if result.ok:  # the partitions the set forms (one, unless other EPs' nodes lie between its nodes)
         probes.compiled[frozenset(whole)] = (part, result)
-        verdict.claimed = whole
-        return verdict
-    passed = _bisect(search, whole, probes.flags, verdict.declined)
+        passed = [whole]
+    else:
+        passed = _bisect(search, whole, probes.flags, verdict.declined)
     verdict.claimed = [n for group in passed for n in group]
     _check_partitions(search, verdict, passed)
     order = {node: i for i, node in enumerate(graph)}
