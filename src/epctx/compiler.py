@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from epctx.ep.contract import ExecutionProvider
     from epctx.epcontext.generate import ContextModel
+    from epctx.partition.placement import NodePlacement
     from epctx.session.pipeline import Pipeline
 
 __all__ = ["CompileFlags", "ExternalInitializerInfo", "ModelCompiler"]
@@ -73,6 +74,8 @@ class ModelCompiler:
                 "give external_initializers_file_path or get_initializer_location_func, not both"
             )
         self._options = sess_options
+        # parsed once, now (as onnxruntime copies the options at creation): an unknown epctx.* key fails here
+        self._config = opt.SessionConfig.of(sess_options)
         self._source = input_model_path_or_bytes
         self._embed = bool(embed_compiled_data_into_model)
         self._ext_path = (
@@ -83,6 +86,7 @@ class ModelCompiler:
         self._level = graph_optimization_level
         self._location_func = get_initializer_location_func
         self._data_write: Callable[[str, bytes], Any] | None = None
+        self._nodes: list[NodePlacement] = []
 
     def set_ep_context_data_write_func(self, write_func: Callable[[str, bytes], Any] | None) -> None:
         """``write_func(name, data)`` receives each context binary instead of epctx writing it to disk (e.g. to
@@ -105,18 +109,16 @@ class ModelCompiler:
         if output_model_path:
             self._check_output(Path(output_model_path), overwrite)
         elif isinstance(self._source, (str, os.PathLike)):
-            self._check_output(context_model_path(Path(self._source), {}), overwrite)
+            self._check_output(context_model_path(Path(self._source)), overwrite)
         if self._embed:
             self._check_source_size()
         self._check_data_write()
         from epctx.trust.sign import check_sign_key, sign_generated
 
-        check_sign_key(self._options.config)  # a signing key that cannot be used fails before compiling
+        check_sign_key(self._config)  # a signing key that cannot be used fails before compiling
         try:
             pipeline = self._pipeline(Path(output_model_path) if output_model_path else None)
-            path = (
-                Path(output_model_path) if output_model_path else context_model_path(pipeline.loaded.path, {})
-            )
+            path = Path(output_model_path) if output_model_path else context_model_path(pipeline.loaded.path)
             self._check_output(path, overwrite)
             if self._data_write is not None:
                 from epctx.epcontext.generate import save_context_model
@@ -133,9 +135,9 @@ class ModelCompiler:
                     placement=self._placement(pipeline, path),
                 )
             if written:
-                sign_generated(self._options.config, path)
+                sign_generated(self._config, path)
         except BaseException as exc:
-            if opt.config_flag(self._options.config, opt.SHARE_EP_CONTEXTS):
+            if self._config.share_ep_contexts:
                 from epctx.epcontext.workspace import abort_open_group
 
                 abort_open_group(exc)  # a failed compile of a sharing group rolls the group back
@@ -155,6 +157,11 @@ class ModelCompiler:
         except Exception as exc:
             raise Fail(f"the write function failed: {exc}") from exc
 
+    def get_node_placement(self) -> list[NodePlacement]:
+        """Where each node ran in the last compile: as ``InferenceSession.get_node_placement`` ([] before
+        a compile). epctx extension (onnxruntime's ModelCompiler has no such call)."""
+        return list(self._nodes)
+
     # -- internals -----------------------------------------------------------------------------------
     def _check_output(self, path: Path, overwrite: bool) -> None:
         from epctx.epcontext.files import check_writable
@@ -169,16 +176,18 @@ class ModelCompiler:
         from epctx.epcontext.paths import check_not_inputs, context_model_path
         from epctx.session.pipeline import Pipeline, resolve_providers
 
-        options = self._options
-        config = options.config
+        options, config = self._options, self._config
         chooses = options.selection_policy is not None or options.selection_policy_delegate is not None
         if not options.provider_entries and not chooses:
             logger.info("ModelCompiler: no provider added to the session options; only the CPU EP takes part")
-        eps = resolve_providers(None, None, options, source=self._source)
-        pipeline = Pipeline.partition(self._source, eps, options, optimization_level=self._level)
+        eps = resolve_providers(None, None, options, source=self._source, config=config)
+        pipeline = Pipeline.partition(
+            self._source, eps, options, config=config, optimization_level=self._level
+        )
+        self._nodes = pipeline.placement()
         target = output
         if target is None and pipeline.loaded.path is not None:
-            target = context_model_path(pipeline.loaded.path, {})
+            target = context_model_path(pipeline.loaded.path)
         if target is not None and pipeline.loaded.path is not None:
             check_not_inputs([pipeline.loaded.path], self._planned_files(target, eps))
         pipeline.compile(generation_target(config, target))
@@ -199,7 +208,7 @@ class ModelCompiler:
         if not self._embed:
             name = model_name_for(target)
             planned += [target.parent / binary_file_name(name, ep.name) for ep in eps if ep.compiles]
-        external = self._ext_path or self._options.config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
+        external = self._ext_path or self._config.ep_context_external_initializers_file
         if external:
             planned.append(target.parent / external)
         return planned
@@ -209,12 +218,12 @@ class ModelCompiler:
         from epctx.epcontext.generate import check_model_size, write_files
         from epctx.epcontext.transaction import Transaction, rename_references
 
-        config = self._options.config
-        if opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
+        config = self._config
+        if config.share_ep_contexts:
             raise InvalidArgument(
                 "ep.share_ep_contexts writes a group of models beside one shared binary: use compile_to_file"
             )
-        given = config.get(opt.EP_CONTEXT_FILE_PATH, "")
+        given = config.ep_context_file_path
         self._check_data_write()
         embed = (self._embed or not given) and self._data_write is None
         if embed:
@@ -249,7 +258,7 @@ class ModelCompiler:
                 "an EPContext data write function takes the binaries that are not embedded: "
                 "embed_compiled_data_into_model=True leaves it nothing (the binaries go inside the model)"
             )
-        if opt.config_flag(self._options.config, opt.SHARE_EP_CONTEXTS):
+        if self._config.share_ep_contexts:
             raise errors.NotImplemented(
                 "an EPContext data write function with ep.share_ep_contexts (a group's shared binary) is not "
                 "supported yet: compile the models of the group without the callback"

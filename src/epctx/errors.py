@@ -7,6 +7,7 @@ __all__ = [
     "EPFail",
     "EngineError",
     "Fail",
+    "IncompatibleEPApi",
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
@@ -45,6 +46,11 @@ class Untrusted(Fail):
 class InvalidArgument(EPCtxError, ValueError):
     code = 2
     status = "INVALID_ARGUMENT"
+
+
+class IncompatibleEPApi(InvalidArgument):
+    """A plugin EP library's factory was written for an EP API version this epctx does not serve
+    (``epctx.ep.EP_API_VERSION`` and its compatibility rule), or declares none."""
 
 
 class NoSuchFile(EPCtxError, FileNotFoundError):

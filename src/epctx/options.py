@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, cast
 
 from epctx import errors
@@ -14,6 +15,7 @@ __all__ = [
     "ExecutionMode",
     "GraphOptimizationLevel",
     "RunOptions",
+    "SessionConfig",
     "SessionOptions",
     "config_flag",
 ]
@@ -52,20 +54,217 @@ TRUST_POLICIES = ("off", "warn", "require", "require-native")
 # epctx's own: an EC private key (PEM) that generation signs the context model's folder with as it writes it
 # (ModelCompiler.compile_to_file, sessions with ep.context_enable=1; ``epctx compile --sign``).
 TRUST_SIGN_KEY = "epctx.trust.sign_key"
+# epctx's own: "1" offers the nodes inside control-flow bodies (If / Loop / Scan) to the EPs as well, as the main
+# graph's; off by default (measured: OpenVINO's partitions inside silero-vad's If bodies run no faster than
+# the CPU EP there), never in a context model (its bodies were not compiled when it was made).
+PARTITION_CONTROL_FLOW_BODIES = "session.partition_control_flow_bodies"
 
-_BOOL_KEYS = frozenset(
-    {
-        EP_CONTEXT_ENABLE,
-        EP_CONTEXT_EMBED_MODE,
-        SHARE_EP_CONTEXTS,
-        STOP_SHARE_EP_CONTEXTS,
-        DISABLE_MODEL_COMPILE,
-        DISABLE_CPU_EP_FALLBACK,
-        UNAVAILABLE_EP_IS_ERROR,
-        FAIL_ON_SUBOPTIMAL_COMPILED_MODEL,
-        CONTEXT_BINARY_COPY,
-    }
-)
+
+class SessionConfig:
+    """The session config entries, parsed once when a session or a ModelCompiler is created: a frozen value
+    the stages read instead of strings. Its fields (the key each comes from; absent: the default):
+
+    - ``ep_context_enable`` (ep.context_enable, bool): generate a context model while creating the session;
+    - ``ep_context_file_path`` (ep.context_file_path, str, ""): where the context model goes / is read from;
+    - ``ep_context_embed_mode`` (ep.context_embed_mode, bool): binaries inside the model (1) or beside it (0);
+    - ``ep_context_node_name_prefix`` (ep.context_node_name_prefix, str, ""): prefix of EPContext names;
+    - ``ep_context_external_initializers_file`` (ep.context_model_external_initializers_file_name, str, "");
+    - ``external_initializers_folder`` (session.model_external_initializers_file_folder_path, str, ""): where
+      a model given as bytes finds its external data;
+    - ``share_ep_contexts`` / ``stop_share_ep_contexts`` (ep.share_ep_contexts / ep.stop_share_ep_contexts,
+      bool): join a weight-sharing group / write it;
+    - ``disable_model_compile`` (session.disable_model_compile, bool): refuse any compile;
+    - ``disable_cpu_ep_fallback`` (session.disable_cpu_ep_fallback, bool): no CPU EP for unclaimed nodes;
+    - ``fail_on_suboptimal_compiled_model`` (session.fail_on_suboptimal_compiled_model, bool);
+    - ``unavailable_ep_is_error`` (session.unavailable_ep_is_error, bool, epctx's own);
+    - ``partition_control_flow_bodies`` (session.partition_control_flow_bodies, bool, epctx's own): offer the
+      nodes inside If / Loop / Scan bodies to the EPs too;
+    - ``partition_cost_rule`` (epctx.partition.cost_rule, bool, True): the partition stage's cost rule
+      (``epctx.partition.cost``); "0" turns it off;
+    - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
+    - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
+    - ``context_binary_copy`` (epctx.context_binary_copy, bool): read binaries instead of mapping them;
+    - ``trust_keys`` (epctx.trust.keys, tuple of str, os.pathsep-separated), ``trust_policy``
+      (epctx.trust.policy, one of TRUST_POLICIES, "off"), ``trust_signature`` (epctx.trust.signature, str, ""),
+      ``trust_sign_key`` (epctx.trust.sign_key, str, "");
+    - ``entries``: every entry as given (a read-only mapping), those of onnxruntime's namespaces epctx does
+      not read included.
+
+    Unknown keys: onnxruntime accepts any ``session.`` / ``ep.`` key it does not read (measured with 1.32), and
+    so does epctx there; a key in epctx's own namespace (``epctx.``) that epctx does not know is
+    InvalidArgument, as an unknown provider option is. A known key with a bad value is InvalidArgument.
+    A plain slotted class, not a dataclass: ``import epctx`` builds it (a frozen dataclass costs ~1 ms)."""
+
+    __slots__ = (
+        "context_binary_copy",
+        "context_cache",
+        "context_cache_max_mb",
+        "disable_cpu_ep_fallback",
+        "disable_model_compile",
+        "entries",
+        "ep_context_embed_mode",
+        "ep_context_enable",
+        "ep_context_external_initializers_file",
+        "ep_context_file_path",
+        "ep_context_node_name_prefix",
+        "external_initializers_folder",
+        "fail_on_suboptimal_compiled_model",
+        "partition_control_flow_bodies",
+        "partition_cost_rule",
+        "share_ep_contexts",
+        "stop_share_ep_contexts",
+        "trust_keys",
+        "trust_policy",
+        "trust_sign_key",
+        "trust_signature",
+        "unavailable_ep_is_error",
+    )
+    ep_context_enable: bool
+    ep_context_file_path: str
+    ep_context_embed_mode: bool
+    ep_context_node_name_prefix: str
+    ep_context_external_initializers_file: str
+    external_initializers_folder: str
+    share_ep_contexts: bool
+    stop_share_ep_contexts: bool
+    disable_model_compile: bool
+    disable_cpu_ep_fallback: bool
+    fail_on_suboptimal_compiled_model: bool
+    unavailable_ep_is_error: bool
+    partition_control_flow_bodies: bool
+    partition_cost_rule: bool
+    context_cache: str
+    context_cache_max_mb: float | None
+    context_binary_copy: bool
+    trust_keys: tuple[str, ...]
+    trust_policy: str
+    trust_signature: str
+    trust_sign_key: str
+    entries: Mapping[str, str]
+
+    def __init__(self, entries: Mapping[str, str] | None = None) -> None:
+        """Parse ``entries`` (key -> str); see the class docstring."""
+        given = dict(entries or {})
+        for key in given:
+            if key.startswith(EPCTX_PREFIX) and key not in _CONFIG_KEYS:
+                raise InvalidArgument(_unknown_key(key))
+        for key, (field, parse, default) in _CONFIG_KEYS.items():
+            value = given.get(key)
+            object.__setattr__(self, field, default if value is None else parse(key, value))
+        object.__setattr__(self, "entries", MappingProxyType(given))
+
+    @classmethod
+    def of(cls, options: SessionOptions | None) -> SessionConfig:
+        """The config of ``options`` (None: the defaults)."""
+        return cls(options.config if options is not None else None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"SessionConfig is frozen: {name} cannot be set")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"SessionConfig is frozen: {name} cannot be deleted")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SessionConfig) and dict(self.entries) == dict(other.entries)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.entries.items())))
+
+    def __repr__(self) -> str:
+        return f"SessionConfig({dict(self.entries)!r})"
+
+    def replace(self, changes: Mapping[str, str | None]) -> SessionConfig:
+        """A new config with entries set (a value) or removed (None)."""
+        entries = dict(self.entries)
+        for key, value in changes.items():
+            if value is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = value
+        return SessionConfig(entries)
+
+
+EPCTX_PREFIX = "epctx."
+
+
+def _flag(key: str, value: str) -> bool:
+    if value not in ("0", "1"):
+        raise InvalidArgument(f"session config {key!r} must be '0' or '1', got {value!r}")
+    return value == "1"
+
+
+def _text(key: str, value: str) -> str:
+    return value
+
+
+def _megabytes(key: str, value: str) -> float:
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:  # NaN too
+        raise InvalidArgument(f"{key} must be a number of MB >= 0, got {value!r}")
+    return mb
+
+
+def _policy(key: str, value: str) -> str:
+    value = value or "off"
+    if value not in TRUST_POLICIES:
+        raise InvalidArgument(
+            f"session config {key!r} must be one of {', '.join(TRUST_POLICIES)}, got {value!r}"
+        )
+    return value
+
+
+def _paths(key: str, value: str) -> tuple[str, ...]:
+    return tuple(p for p in value.split(os.pathsep) if p)
+
+
+# key -> (SessionConfig field, parser, default when absent)
+_CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
+    EP_CONTEXT_ENABLE: ("ep_context_enable", _flag, False),
+    EP_CONTEXT_FILE_PATH: ("ep_context_file_path", _text, ""),
+    EP_CONTEXT_EMBED_MODE: ("ep_context_embed_mode", _flag, False),
+    EP_CONTEXT_NODE_NAME_PREFIX: ("ep_context_node_name_prefix", _text, ""),
+    EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE: ("ep_context_external_initializers_file", _text, ""),
+    EXTERNAL_INITIALIZERS_FOLDER: ("external_initializers_folder", _text, ""),
+    SHARE_EP_CONTEXTS: ("share_ep_contexts", _flag, False),
+    STOP_SHARE_EP_CONTEXTS: ("stop_share_ep_contexts", _flag, False),
+    DISABLE_MODEL_COMPILE: ("disable_model_compile", _flag, False),
+    DISABLE_CPU_EP_FALLBACK: ("disable_cpu_ep_fallback", _flag, False),
+    FAIL_ON_SUBOPTIMAL_COMPILED_MODEL: ("fail_on_suboptimal_compiled_model", _flag, False),
+    UNAVAILABLE_EP_IS_ERROR: ("unavailable_ep_is_error", _flag, False),
+    PARTITION_CONTROL_FLOW_BODIES: ("partition_control_flow_bodies", _flag, False),
+    PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
+    CONTEXT_CACHE: ("context_cache", _text, ""),
+    CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
+    CONTEXT_BINARY_COPY: ("context_binary_copy", _flag, False),
+    TRUST_KEYS: ("trust_keys", _paths, ()),
+    TRUST_POLICY: ("trust_policy", _policy, "off"),
+    TRUST_SIGNATURE: ("trust_signature", _text, ""),
+    TRUST_SIGN_KEY: ("trust_sign_key", _text, ""),
+}
+
+
+def _unknown_key(key: str) -> str:
+    import difflib
+
+    known = sorted(k for k in _CONFIG_KEYS if k.startswith(EPCTX_PREFIX))
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (
+        f"unknown session config key {key!r}{hint}: the {EPCTX_PREFIX!r} namespace is epctx's own; its keys are "
+        + ", ".join(known)
+    )
+
+
+def check_config_entry(key: str, value: str) -> None:
+    """InvalidArgument for an entry SessionConfig would refuse: an unknown ``epctx.`` key, a bad value."""
+    if key.startswith(EPCTX_PREFIX) and key not in _CONFIG_KEYS:
+        raise InvalidArgument(_unknown_key(key))
+    known = _CONFIG_KEYS.get(key)
+    if known is not None:
+        known[1](key, value)
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -258,12 +457,7 @@ class SessionOptions:
             raise InvalidArgument(
                 f"session config value for {key!r} must be a string, got {type(value).__name__}"
             )
-        if key in _BOOL_KEYS and value not in ("0", "1"):
-            raise InvalidArgument(f"session config {key!r} must be '0' or '1', got {value!r}")
-        if key == TRUST_POLICY and value not in TRUST_POLICIES:
-            raise InvalidArgument(
-                f"session config {key!r} must be one of {', '.join(TRUST_POLICIES)}, got {value!r}"
-            )
+        check_config_entry(key, value)  # what SessionConfig refuses at session creation, refused now
         self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:

@@ -40,7 +40,8 @@ NOT_COMPARED: dict[str, str] = {
     "devices": "OrtValue / IOBinding take device_type 'cpu' only (NotImplemented otherwise): epctx keeps inputs "
     "and outputs in host memory and each EP moves them to its device.",
     "profile contents": "the trace has onnxruntime's event schema (cat, pid, tid, dur, ts, ph, name, args) and "
-    "names; epctx adds one '<partition>_compile' or '<node>_context_load' event per partition and has no "
+    "names; epctx adds one '<partition>_compile' or '<node>_context_load' event per partition and one "
+    "'node_placement' event (every node's EP and why the EPs ahead declined it), and has no "
     "'SequentialExecutor::Execute' event nor memory / thread-pool statistics in args.",
     "logging": "log severities map onto the 'epctx' logger (0 DEBUG .. 4 CRITICAL); epctx prints nothing "
     "itself, a handler (logging.basicConfig) shows INFO / DEBUG. Verbosity levels are checked and kept.",

@@ -172,10 +172,12 @@ def cache_key(
     providers: Sequence[ExecutionProvider],
     options: opt.SessionOptions,
     digests: Digests,
+    config: opt.SessionConfig | None = None,
 ) -> tuple[str, Mapping[str, Any]]:
     """(the key, its parts) of a session over ``source`` (a path: external data beside it; bytes: in
-    ``session.model_external_initializers_file_folder_path``)."""
-    external_folder = options.config.get(opt.EXTERNAL_INITIALIZERS_FOLDER)
+    ``session.model_external_initializers_file_folder_path``); ``config``: ``options``' parsed config."""
+    config = opt.SessionConfig.of(options) if config is None else config
+    external_folder = config.external_initializers_folder
     parts = {
         "epctx": __version__,
         "source": _source_parts(source, Path(external_folder) if external_folder else None, digests),

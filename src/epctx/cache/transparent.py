@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from epctx import options as opt
 from epctx.cache.key import Digests, cache_key
 from epctx.cache.store import CONTEXT_NAME, CacheEntry, ContextCache
-from epctx.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from epctx.ep.contract import ExecutionProvider
@@ -39,13 +38,15 @@ def through_cache(
     providers: Sequence[ExecutionProvider],
     options: opt.SessionOptions,
     compile_into: Compile,
+    config: opt.SessionConfig | None = None,
 ) -> Path | None:
     """The cached context model to load for this session, or None once ``compile_into(options)`` has
-    compiled (and the session served) a new generation, or found nothing to compile."""
-    config = options.config
+    compiled (and the session served) a new generation, or found nothing to compile. ``config``: ``options``'
+    config as the session parsed it (None: parsed here)."""
+    config = opt.SessionConfig.of(options) if config is None else config
     started = time.perf_counter()
-    cache = ContextCache(config[opt.CONTEXT_CACHE])
-    key, parts = cache_key(source, providers, options, Digests(cache.folder))
+    cache = ContextCache(config.context_cache)
+    key, parts = cache_key(source, providers, options, Digests(cache.folder), config)
     entry = cache.entry(key)
     hit = _usable(entry)
     if hit is None:
@@ -118,14 +119,11 @@ def _compile(
     )  # fmt: skip
 
 
-def _bound(cache: ContextCache, config: Mapping[str, str]) -> None:
-    limit = config.get(opt.CONTEXT_CACHE_MAX_MB)
+def _bound(cache: ContextCache, config: opt.SessionConfig) -> None:
+    limit = config.context_cache_max_mb
     if limit is None:
         return
-    try:
-        max_bytes = int(float(limit) * 1e6)
-    except ValueError:
-        raise InvalidArgument(f"{opt.CONTEXT_CACHE_MAX_MB} must be a number of MB, got {limit!r}") from None
+    max_bytes = int(limit * 1e6)
     removed = cache.prune(max_bytes)
     if removed:
         logger.info("epctx.context_cache: pruned %s", ", ".join(removed))

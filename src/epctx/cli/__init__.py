@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for verb in (compile, run, merge, share, inspect, check, cache, devices, conformance, demo, sign, verify):
         verb.add_parser(sub)
+    from epctx.cli import package  # epctx package select|build|inspect|validate
+
+    package.add_parser(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from epctx.cli.outputs import check_outputs, file_sizes, written_files
+from epctx.cli.placement import placement_lines
 from epctx.cli.progress import progress_lines
 from epctx.cli.provider_args import add_provider_arguments, providers_from_args
 
@@ -110,7 +111,7 @@ def compile_model(args: argparse.Namespace) -> int:
     from epctx.epcontext.paths import context_model_path
 
     source = Path(args.model)
-    output = Path(args.output) if args.output else context_model_path(source, {})
+    output = Path(args.output) if args.output else context_model_path(source)
     so = epctx.SessionOptions()
     if args.prefix:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
@@ -133,11 +134,13 @@ def compile_model(args: argparse.Namespace) -> int:
         so.add_provider(name, options)
     flags = epctx.CompileFlags.NONE if args.force else epctx.CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
     started = time.perf_counter()
+    compiler = epctx.ModelCompiler(so, str(source), embed_compiled_data_into_model=args.embed, flags=flags)
     with progress_lines(talk):
-        epctx.ModelCompiler(
-            so, str(source), embed_compiled_data_into_model=args.embed, flags=flags
-        ).compile_to_file(str(output))
+        compiler.compile_to_file(str(output))
     seconds = time.perf_counter() - started
+    from epctx.partition.placement import placement_summary
+
+    placement = placement_summary(compiler.get_node_placement())
     files = written_files(output)
     if args.json:
         report = {
@@ -145,10 +148,12 @@ def compile_model(args: argparse.Namespace) -> int:
             "providers": [name for name, _ in providers],
             "seconds": seconds,
             "files": file_sizes(files),
+            "placement": placement,
         }
         print(json.dumps(report, indent=2))
         return 0
     print(f"wrote {output} in {seconds:.2f} s")
     for path in files:
         print(f"  {path.name}  {path.stat().st_size} bytes")
+    print("\n".join(placement_lines(placement)))
     return 0

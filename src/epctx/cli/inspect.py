@@ -1,4 +1,6 @@
-"""``epctx inspect MODEL [--json] [--verify]``: what a context model holds, the binaries it needs, what it lacks."""
+"""``epctx inspect MODEL [--json] [--verify]``: what a context model holds, the binaries it needs, what it lacks.
+``epctx inspect --placement MODEL -p EP ... [--json] [--html PAGE]``: where each node runs and why the EPs ahead
+declined it (``epctx.cli.placement``)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import argparse
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from epctx.cli.provider_args import add_provider_arguments
 
 __all__ = ["add_parser", "format_report"]
 
@@ -23,11 +27,29 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="also verify every checksum of epctx binaries; exit 1 when it reports a finding (error or warning)",
     )
+    p.add_argument(
+        "--placement",
+        action="store_true",
+        help="where each node runs on the -p providers and why the EPs ahead declined it (creates a session)",
+    )
+    add_provider_arguments(p)
+    p.add_argument(
+        "--html", metavar="PAGE", help="with --placement: write the graph as a self-contained page"
+    )
     p.set_defaults(func=inspect)
 
 
 def inspect(args: argparse.Namespace) -> int:
     from epctx.tools.inspect import inspect_model
+
+    if args.placement:
+        from epctx.cli.placement import inspect_placement
+
+        return inspect_placement(args)
+    if args.html or args.provider:
+        from epctx.cli.failures import UsageError
+
+        raise UsageError("-p and --html go with --placement", "epctx inspect")
 
     report = inspect_model(args.model, verify=args.verify)
     if args.json:

@@ -97,7 +97,7 @@ def share(args: argparse.Namespace) -> int:
     out_dir = Path(args.output_dir) if args.output_dir else None
     if out_dir is not None:
         check_folder(out_dir, flag="-o/--output-dir")
-    outputs = [out_dir / f"{m.stem}_ctx.onnx" if out_dir else context_model_path(m, {}) for m in models]
+    outputs = [out_dir / f"{m.stem}_ctx.onnx" if out_dir else context_model_path(m) for m in models]
     clash = next((p for k, p in enumerate(outputs) if p in outputs[:k]), None)
     if clash is not None:
         raise InvalidArgument(f"two models would both write {str(clash)!r}; give models with different names")

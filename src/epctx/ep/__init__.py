@@ -51,16 +51,18 @@ from epctx.ep.devices import (
     ExecutionProviderDevicePolicy,
     HardwareDevice,
     HardwareDeviceType,
+    device_options,
 )
 from epctx.ep.documents import dump_document, load_document
 from epctx.ep.hardware import cpu_device
 from epctx.ep.memory import byte_view, mapped_file, release_pages
-from epctx.ep.options import Option, parse_options
+from epctx.ep.options import RESERVED_OPTION_PREFIX, Option, parse_options
 
 if TYPE_CHECKING:
     from epctx.ep.blas import backend_import
     from epctx.ep.blas import settle as settle_backends
     from epctx.ep.blas import thread_limit as blas_thread_limit
+    from epctx.ep.factory import EP_API_VERSION, PluginEpFactory
     from epctx.ep.grouping import fused_groups
     from epctx.ep.onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
@@ -76,6 +78,8 @@ _LAZY = {
     },
     "partition_model": "epctx.ep.onnx_export",
     "fused_groups": "epctx.ep.grouping",
+    # the API's version and the base of a plugin library's factory (registration only)
+    **{name: "epctx.ep.factory" for name in ("EP_API_VERSION", "PluginEpFactory")},
     "node_subgraphs": "epctx.model.scopes",
     "outer_scope_values": "epctx.model.scopes",
     "to_numpy": "epctx.model.tensors",
@@ -114,7 +118,11 @@ __all__ = [
     # provider options
     "Option",
     "parse_options",
+    "RESERVED_OPTION_PREFIX",
     # devices and plugin libraries
+    "EP_API_VERSION",
+    "PluginEpFactory",
+    "device_options",
     "EpFactory",
     "EpDevice",
     "HardwareDevice",

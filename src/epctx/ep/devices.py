@@ -12,7 +12,9 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from epctx.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from epctx.ep.contract import ExecutionProvider
@@ -25,6 +27,7 @@ __all__ = [
     "HardwareDeviceType",
     "ALLOW_VIRTUAL_DEVICES",
     "VIRTUAL_METADATA_KEY",
+    "device_options",
 ]
 
 ALLOW_VIRTUAL_DEVICES = (
@@ -100,7 +103,9 @@ class EpDevice:
 
 
 class EpFactory(Protocol):
-    """What ``create_ep_factories`` returns one of per EP the library provides (``OrtEpFactory``).
+    """What ``create_ep_factories`` returns one of per EP the library provides (``OrtEpFactory``). A plugin
+    library's factory also declares ``ep_api_version``, the ``epctx.ep.EP_API_VERSION`` it was written for
+    (checked at registration; ``epctx.ep.PluginEpFactory`` is the base that holds the rest).
 
     Optional, as in onnxruntime: ``validate_compatibility_info(info, hardware_devices) -> CompatibilityVerdict``
     (judge a compatibility string its EP wrote, without loading anything; absent: ``EP_NOT_APPLICABLE``) and
@@ -118,3 +123,21 @@ class EpFactory(Protocol):
     def create_ep(self, ep_devices: Sequence[EpDevice], ep_options: Mapping[str, str]) -> ExecutionProvider:
         """An EP instance for the chosen devices (all of this factory) with the session's options."""
         ...
+
+
+def device_options(
+    ep_name: str, ep_devices: Sequence[EpDevice], ep_options: Mapping[str, Any]
+) -> dict[str, str]:
+    """The options of an EP created for ``ep_devices``: the devices' ``ep_options`` (which must agree: one
+    device per session), then the session's ``ep_options`` over them, as strings."""
+    options: dict[str, str] = {}
+    for device in ep_devices:
+        for key, value in device.ep_options.items():
+            if options.get(key, value) != value:
+                raise InvalidArgument(
+                    f"{ep_name} runs on one device per session: devices with {key}={options[key]!r} "
+                    f"and {key}={value!r} were both selected"
+                )
+            options[key] = value
+    options.update({str(k): str(v) for k, v in ep_options.items()})
+    return options

@@ -32,10 +32,12 @@ from typing import Any, Literal, TypeVar, overload
 
 from epctx.errors import InvalidArgument
 
-__all__ = ["Option", "parse_options"]
+__all__ = ["RESERVED_OPTION_PREFIX", "Option", "parse_options"]
 
 T = TypeVar("T")
 OptionKind = Literal["str", "int", "bool", "choice", "list"]
+# Provider option keys starting with this are the framework's: no EP may declare one.
+RESERVED_OPTION_PREFIX = "epctx."
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -54,6 +56,13 @@ class Option:
     choices: Mapping[str, Any] | Collection[str] | None = None
     doc: str = ""
     field: str = ""  # the attribute it fills with ``parse_options(..., into=...)``; default: ``name``
+
+    def __post_init__(self) -> None:
+        if self.name.startswith(RESERVED_OPTION_PREFIX):
+            raise InvalidArgument(
+                f"provider option {self.name!r}: keys starting with {RESERVED_OPTION_PREFIX!r} are reserved to the framework; "
+                "an EP may not declare one"
+            )
 
     def parse(self, ep_name: str, raw: str) -> Any:
         where = f"{ep_name} option {self.name!r}"

@@ -91,11 +91,11 @@ def build_context_model(
     model_name = paths.model_name_for(ctx_path)
     source_filename = source_path.name if source_path is not None else ""
     if embed is None:
-        embed = opt.config_flag(config, opt.EP_CONTEXT_EMBED_MODE)
+        embed = config.ep_context_embed_mode
     if placement is None:
-        ext_name = config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
+        ext_name = config.ep_context_external_initializers_file
         placement = (lambda value: ext_name) if ext_name else (lambda value: None)
-    prefix = config.get(opt.EP_CONTEXT_NODE_NAME_PREFIX, "")
+    prefix = config.ep_context_node_name_prefix
     if group is not None and embed:
         raise InvalidArgument(
             "ep.share_ep_contexts=1 shares one binary file among models: it needs ep.context_embed_mode=0"
@@ -306,12 +306,12 @@ def save_context_model(ctx: ContextModel, path: Path, *, overwrite: bool = False
 
 
 def generation_target(
-    config: Mapping[str, str], ctx_path: Path | None
+    config: opt.SessionConfig, ctx_path: Path | None
 ) -> Callable[[ExecutionProvider], BinaryLayout] | None:
     """For a generating session's compile: with ``ep.share_ep_contexts`` the session joins the sharing group
     now (its folder is checked before any compile) and EPs are given the writer they will save into
     (``CompileContext.target_binary``); None otherwise."""
-    if ctx_path is None or not opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
+    if ctx_path is None or not config.share_ep_contexts:
         return None
     return group_target(generation_group(ctx_path.parent), paths.model_name_for(ctx_path))
 
@@ -328,7 +328,7 @@ def generate_context_model(
     joins the sharing group, which the session with ``ep.stop_share_ep_contexts`` writes whole. Returns
     whether files were written now."""
     config = result.config
-    if not opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
+    if not config.share_ep_contexts:
         save_context_model(
             build_context_model(result, ctx_path, embed=embed, placement=placement),
             ctx_path,
@@ -340,7 +340,7 @@ def generate_context_model(
         ctx = build_context_model(result, ctx_path, embed=embed, placement=placement, group=group)
         check_model_size(ctx.model, f"the context model {str(ctx_path)!r}")
         group.keep(ctx_path, ctx.model, overwrite=overwrite)
-        if not opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS):
+        if not config.stop_share_ep_contexts:
             logger.info(
                 "ep.share_ep_contexts: %s is written with its sharing group, by the session that sets "
                 "ep.stop_share_ep_contexts=1",

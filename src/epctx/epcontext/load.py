@@ -35,7 +35,7 @@ class ContextLoader:
         self,
         *,
         model_path: Path | None,
-        config: Mapping[str, str],
+        config: opt.SessionConfig,
         metadata: Mapping[str, str] | None = None,
         read_func: ReadFunc | None = None,
     ) -> None:
@@ -44,19 +44,19 @@ class ContextLoader:
         self._config = config
         if model_path is not None:
             self._base: Path | None = model_path.resolve().parent
-        elif config.get(opt.EP_CONTEXT_FILE_PATH):
-            self._base = Path(config[opt.EP_CONTEXT_FILE_PATH]).resolve().parent
+        elif config.ep_context_file_path:
+            self._base = Path(config.ep_context_file_path).resolve().parent
         else:
             self._base = None
         self._views: dict[Hashable, EPContextNode] = {}  # node (onnx-ir's or the lean reader's) -> its view
         self._mains: dict[str, list[EPContextNode]] = {}  # EP name -> its main context nodes
         self._binaries: dict[str, ContextBinary] = {}  # resolved path or node name -> opened binary
-        self._share = opt.config_flag(config, opt.SHARE_EP_CONTEXTS)
-        self._stop_share = opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS)
+        self._share = config.share_ep_contexts
+        self._stop_share = config.stop_share_ep_contexts
         self._metadata = dict(metadata or {})  # the model's: ep_compatibility_info.<EP> (verdicts)
-        self._fail_on_suboptimal = opt.config_flag(config, opt.FAIL_ON_SUBOPTIMAL_COMPILED_MODEL)
+        self._fail_on_suboptimal = config.fail_on_suboptimal_compiled_model
         self._warned: set[str] = set()  # EPs whose suboptimal contexts were logged
-        self._copy = opt.config_flag(config, opt.CONTEXT_BINARY_COPY)
+        self._copy = config.context_binary_copy
         self._verified: dict[str, list[int] | None] = {}  # trust policy: file -> stamp when verified
 
     def route(
@@ -65,7 +65,7 @@ class ContextLoader:
         """Each EPContext node goes to the first EP that accepts its ``source``; none is InvalidGraph."""
         views = [(node, EPContextNode.from_ir(node)) for node in graph if is_ep_context(node)]
         external: list[Path] = []
-        if views and config_policy(self._config) != "off":  # the fallback's external data is covered too
+        if views and self._config.trust_policy != "off":  # the fallback's external data is covered too
             external = _external_files(graph)
         return self.route_views(views, providers, external=external)
 
@@ -80,7 +80,7 @@ class ContextLoader:
         trust policy (``epctx.trust``), the files the nodes reference (and ``external`` data) are checked
         here, before any EP or backend reads a byte of them."""
         views = list(views)
-        if views and config_policy(self._config) != "off":
+        if views and self._config.trust_policy != "off":
             self._check_trust([view for _, view in views], external)
         routed: dict[_Node, ExecutionProvider] = {}
         for node, view in views:
@@ -280,10 +280,6 @@ def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str,
             f"has identity {found}, the node records {recorded} (was the binary regenerated or replaced? "
             "regenerate the context model with it)"
         )
-
-
-def config_policy(config: Mapping[str, str]) -> str:
-    return config.get(opt.TRUST_POLICY, "off") or "off"
 
 
 def _external_files(graph: ir.Graph) -> list[Path]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from epctx import options as opt
@@ -14,9 +14,10 @@ __all__ = ["binary_file_name", "check_not_inputs", "context_model_path", "resolv
 _CTX_SUFFIX = "_ctx"
 
 
-def context_model_path(source_path: Path | None, config: Mapping[str, str]) -> Path:
-    """``ep.context_file_path``, or ``<stem>_ctx.onnx`` beside the source model. A folder is rejected."""
-    given = config.get(opt.EP_CONTEXT_FILE_PATH, "")
+def context_model_path(source_path: Path | None, config: opt.SessionConfig | None = None) -> Path:
+    """``ep.context_file_path`` (of ``config``), or ``<stem>_ctx.onnx`` beside the source model. A folder is
+    rejected."""
+    given = config.ep_context_file_path if config is not None else ""
     if given:
         path = Path(given)
         if path.is_dir() or given.endswith(("/", os.sep)):

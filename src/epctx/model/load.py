@@ -20,6 +20,7 @@ from epctx.errors import InvalidArgument, InvalidGraph
 from epctx.model.dims import override_proto_dims
 from epctx.model.external import allowed_folders, confine_external_file
 from epctx.model.source import read_model_file
+from epctx.model.type_check import check_types
 
 __all__ = ["LoadedModel", "load_model", "parse_model_proto", "read_model_file"]
 
@@ -84,7 +85,7 @@ def load_model(
     proto = parse_model_proto(data, what)
     payloads = _take_payloads(proto)
     overridden = free_dims is not None and override_proto_dims(proto.graph, *free_dims)
-    checkable = _checkable(proto, data, stripped=bool(payloads) or overridden)
+    checkable, inferable = _checkable(proto, data, stripped=bool(payloads) or overridden)
     del data  # parsed: the file's bytes would be a second copy of the weights from here on
     if len(checkable) < _CHECKER_LIMIT:
         try:
@@ -115,8 +116,10 @@ def load_model(
         # Model-local functions are inlined so every node left is a plain operator.
         onnx_ir.passes.common.InlinePass()(model)
     _check_external_data(model, lookup_dir, path, what)
-    if infer_types and len(checkable) < _CHECKER_LIMIT:
-        _infer_types(model, checkable, what)
+    if len(inferable) < _CHECKER_LIMIT:
+        inferred = check_types(inferable, what)  # once per load: the check and the types EPs see
+        if infer_types and inferred is not None:
+            _copy_types(model, inferred)
     return LoadedModel(model=model, path=path, base_dir=base_dir)
 
 
@@ -178,27 +181,33 @@ def _standalone(tensor: ir.serde.TensorProtoTensor) -> ir.serde.TensorProtoTenso
     return ir.serde.TensorProtoTensor(copy)
 
 
-def _infer_types(model: ir.Model, checkable: bytes, what: str) -> None:
-    """Copy types and shapes from ONNX shape inference onto values of the main graph that lack them."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(checkable)
-    except Exception as exc:  # inference is best effort: EPs then see fewer typed values
-        logger.debug("shape inference failed on %s: %s", what, exc)
-        return
-    by_name = {v.name: v for node in model.graph for v in node.outputs if v.name}
-    # The checker's copy gives graph outputs of unknown rank an empty shape (``_checkable``): inference keeps
-    # that rank 0, which is not the model's (a compiler would then take a tensor for a scalar).
-    unranked = {v.name for v in model.graph.outputs if v.shape is None}
-    for info in (*inferred.graph.value_info, *inferred.graph.output):
+def _copy_types(model: ir.Model, inferred: onnx.ModelProto) -> None:
+    """Copy types and shapes from ONNX shape inference onto values that lack them: the main graph's and those
+    of its subgraphs (If / Loop / Scan bodies, which EPs may take a part of)."""
+    _copy_graph_types(model.graph, inferred.graph)
+
+
+def _copy_graph_types(graph: ir.Graph, inferred: onnx.GraphProto) -> None:
+    """One graph at a time (sibling bodies may reuse a name): inference keeps the nodes in their order, so
+    subgraphs pair up by node position and attribute name."""
+    by_name = {v.name: v for node in graph for v in node.outputs if v.name}
+    for info in (*inferred.value_info, *inferred.output):
         value = by_name.get(info.name)
         if value is None or not info.type.HasField("tensor_type"):
-            continue
-        if info.name in unranked and not info.type.tensor_type.shape.dim:
             continue
         if value.type is None:
             value.type = ir.serde.deserialize_type_proto_for_type(info.type)
         if value.shape is None and info.type.tensor_type.HasField("shape"):
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
+    nodes = list(graph)
+    if len(nodes) != len(inferred.node):
+        return  # not the same graph any more (functions inlined): its bodies keep the types they declare
+    for node, proto in zip(nodes, inferred.node):
+        for attr in proto.attribute:
+            if attr.HasField("g"):
+                sub = node.attributes.get(attr.name)
+                if isinstance(sub, ir.Attr) and sub.type == ir.AttributeType.GRAPH:
+                    _copy_graph_types(sub.as_graph(), attr.g)
 
 
 def parse_model_proto(data: bytes, what: str) -> onnx.ModelProto:
@@ -335,8 +344,9 @@ def _restore_payloads(model: ir.Model, payloads: dict[int, bytes]) -> None:
             node.attributes["ep_cache_context"] = ir.AttrString("ep_cache_context", payloads[index])  # type: ignore[arg-type]
 
 
-def _checkable(proto: onnx.ModelProto, data: bytes, *, stripped: bool) -> bytes:
-    """What onnx.checker should see: the model without the payload of its large initializers.
+def _checkable(proto: onnx.ModelProto, data: bytes, *, stripped: bool) -> tuple[bytes, bytes]:
+    """What onnx.checker should see: the model without the payload of its large initializers; and what type
+    inference should see (the same, except that inputs / outputs of unknown rank stay so).
 
     The checker re-parses whatever it is given, so weights would be parsed twice; and it resolves external
     data against the working directory. Large and external initializers are shown to it as graph inputs of
@@ -354,7 +364,8 @@ def _checkable(proto: onnx.ModelProto, data: bytes, *, stripped: bool) -> bytes:
         if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")
     ]
     if not heavy and not unshaped:
-        return proto.SerializeToString() if stripped else data
+        whole = proto.SerializeToString() if stripped else data
+        return whole, whole
     heavy_names = {t.name for t in heavy}
     skeleton = onnx.ModelProto()
     _copy_fields(proto, skeleton, skip="graph")
@@ -365,12 +376,16 @@ def _checkable(proto: onnx.ModelProto, data: bytes, *, stripped: bool) -> bytes:
     for t in heavy:
         if t.name not in declared:
             sk.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    inferable = skeleton.SerializeToString()
+    if not unshaped:
+        return inferable, inferable
     # onnxruntime accepts graph inputs/outputs of unknown rank; onnx.checker insists on a shape field. For the
-    # checker only (it infers nothing without full_check), such values get an empty shape.
+    # checker only (it infers nothing without full_check), such values get an empty shape: type inference
+    # would read it as rank 0, so it sees them without one.
     for v in (*sk.input, *sk.output):
         if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape"):
             v.type.tensor_type.shape.SetInParent()
-    return skeleton.SerializeToString()
+    return skeleton.SerializeToString(), inferable
 
 
 def _copy_fields(src: Any, dst: Any, *, skip: str) -> None:

@@ -18,9 +18,13 @@ def read_model_file(path: Path) -> bytes:
     except FileNotFoundError:
         raise NoSuchFile(f"model file not found: {str(path)!r}") from None
     except IsADirectoryError:
-        raise InvalidArgument(f"model path {str(path)!r} is a folder, expected an ONNX file") from None
+        raise InvalidArgument(
+            f"model path {str(path)!r} is a folder, expected an ONNX file (or a model package: a folder with a manifest.json)"
+        ) from None
     except OSError as exc:
         if path.is_dir():  # Windows reports a folder as PermissionError
-            raise InvalidArgument(f"model path {str(path)!r} is a folder, expected an ONNX file") from None
+            raise InvalidArgument(
+                f"model path {str(path)!r} is a folder, expected an ONNX file (or a model package: a folder with a manifest.json)"
+            ) from None
         reason = exc.strerror or str(exc)
         raise Fail(f"cannot read the model file {str(path)!r}: {reason}") from exc

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
     from epctx.ep.contract import CompiledPartition
+    from epctx.options import SessionConfig
     from epctx.partition.partitioner import Unit
 
 __all__ = ["CompiledModel"]
@@ -24,4 +25,4 @@ class CompiledModel:
     source_path: Path | None  # the file the model was loaded from (None: from bytes)
     units: tuple[Unit, ...]  # in execution order
     compiled: Mapping[int, CompiledPartition]  # partitions compiled by this session, by unit index
-    config: Mapping[str, str]  # the session config entries
+    config: SessionConfig  # the session config, parsed

@@ -54,6 +54,9 @@ class BuiltinDeclaration:
     # module with validate(info, devices) and optionally device_incompatibility(device): the EP's verdicts,
     # reached without importing the EP's class (the class's classmethods are used when absent)
     compatibility: str | None = None
+    # EP_CONFORMANCE: how the conformance suite runs this EP (epctx.testing.conformance.Profile's fields but
+    # ``ep``: options, atol, rtol, case_options); None: the EP is not a compiling EP the suite runs on
+    conformance: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
 
     def missing(self) -> list[str]:
         """Required modules that are not installed."""
@@ -91,6 +94,7 @@ def builtin_declarations() -> tuple[BuiltinDeclaration, ...]:
                 payloads=getattr(module, "EP_PAYLOADS", None),
                 library=getattr(module, "EP_LIBRARY", None),
                 compatibility=getattr(module, "EP_COMPATIBILITY", None),
+                conformance=getattr(module, "EP_CONFORMANCE", None),
             )
         )
     return tuple(found)
@@ -146,17 +150,9 @@ class ClassEpFactory:
         ]
 
     def create_ep(self, ep_devices: Sequence[EpDevice], ep_options: Mapping[str, str]) -> ExecutionProvider:
-        options: dict[str, str] = {}
-        for device in ep_devices:
-            for key, value in device.ep_options.items():
-                if options.get(key, value) != value:
-                    raise InvalidArgument(
-                        f"{self._name} runs on one device per session: devices with {key}={options[key]!r} "
-                        f"and {key}={value!r} were both selected"
-                    )
-                options[key] = value
-        options.update({k: str(v) for k, v in ep_options.items()})
-        return self._load_class()(options)
+        from epctx.ep import device_options
+
+        return self._load_class()(device_options(self._name, ep_devices, ep_options))
 
     def validate_compatibility_info(
         self, info: str, devices: Sequence[HardwareDevice]

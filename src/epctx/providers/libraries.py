@@ -118,6 +118,8 @@ def load_library(
     if not made:
         raise InvalidArgument(f"{where}: create_ep_factories returned no EP factories")
     taken = set(taken)
+    from epctx.ep.factory import check_api_version  # registration only: not on a session's load path
+
     for factory in made:
         for attr in ("ep_name", "ep_vendor", "get_supported_devices", "create_ep"):
             if not hasattr(factory, attr):
@@ -126,6 +128,9 @@ def load_library(
                 )
         if not isinstance(factory.ep_name, str) or not factory.ep_name:
             raise InvalidArgument(f"{where}: factory {factory!r} has no EP name")
+        check_api_version(
+            getattr(factory, "ep_api_version", None), f"{where}: factory of {factory.ep_name!r}"
+        )
         if factory.ep_name in taken:
             raise InvalidArgument(f"{where}: an execution provider named {factory.ep_name!r} exists already")
         taken.add(factory.ep_name)

@@ -274,10 +274,10 @@ def _grouped(devices: Sequence[EpDevice]) -> list[list[EpDevice]]:
 
 
 # -- resolution --------------------------------------------------------------------------------------------
-def _by_name(name: str, options: Mapping[str, str], config: Mapping[str, str]) -> ExecutionProvider | None:
+def _by_name(name: str, options: Mapping[str, str], config: opt.SessionConfig) -> ExecutionProvider | None:
     if name in ORT_ONLY_PROVIDERS and name not in registry.available_providers():
         available = ", ".join(registry.available_providers())
-        if opt.config_flag(config, opt.UNAVAILABLE_EP_IS_ERROR):
+        if config.unavailable_ep_is_error:
             raise InvalidArgument(
                 f"{name} is an onnxruntime execution provider that epctx does not have (available: "
                 f"{available}); {opt.UNAVAILABLE_EP_IS_ERROR}=1 makes this an error"
@@ -347,11 +347,14 @@ def resolve_providers(
     options: opt.SessionOptions | Mapping[str, str] | None,
     *,
     source: str | os.PathLike[str] | bytes | None = None,
+    config: opt.SessionConfig | None = None,
 ) -> list[ExecutionProvider]:
     """The EPs of a session in precedence order (see the module's docstring); ``source`` is the model, read for
-    its metadata only when a selection delegate asks for it."""
+    its metadata only when a selection delegate asks for it. ``config``: the session's parsed config (None:
+    parsed here from ``options``)."""
     so = options if isinstance(options, opt.SessionOptions) else None
-    config: Mapping[str, str] = so.config if so is not None else (options or {})  # type: ignore[assignment]
+    if config is None:
+        config = opt.SessionConfig(so.config if so is not None else options)  # type: ignore[arg-type]
     explicit = normalize_providers(providers, provider_options)
     entries = so.provider_entries if so is not None else []
     if explicit and entries:
@@ -389,6 +392,6 @@ def resolve_providers(
     names = [ep.name for ep in result]
     if len(set(names)) != len(names):
         raise InvalidArgument(f"a provider is listed twice: {names}")
-    if registry.CPU_EP not in names and not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK):
+    if registry.CPU_EP not in names and not config.disable_cpu_ep_fallback:
         result.append(registry.create_provider(registry.CPU_EP, _threads(registry.CPU_EP, {}, threads)))
     return result

@@ -13,13 +13,14 @@ from typing import Any
 import onnx_ir as ir
 
 from epctx.ep.calls import compile_partitions
-from epctx.ep.compiling import CompileContext, CompileGuard
+from epctx.ep.compiling import CapabilityContext, CompileContext, CompileGuard
 from epctx.ep.context_io import BinaryLayout
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 from epctx.partition import Unit
+from epctx.partition.placement import BodyPartitioning
 from epctx.session.compile_guard import NO_COMPILE_ENV, no_compile
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
 
@@ -50,6 +51,14 @@ class StepBuilder:
         self.phase: Callable[[str, str, str], contextlib.AbstractContextManager[Any]] = _no_phase
         # Called as each partition's compile ends: (kind, name, EP name, seconds since its EP's compile began).
         self.ended: Callable[[str, str, str, float], None] = _no_end
+        # The EPs control-flow bodies (If / Loop / Scan) are partitioned among, as the main graph is; empty (the
+        # default, and always for a context model, whose bodies were not compiled): body nodes run on
+        # ``kernel_ep``. Set with session.partition_control_flow_bodies=1.
+        self.body_providers: Sequence[ExecutionProvider] = ()
+        # The bodies partitioned so far: graph -> (units as run, the EPs' reasons), for the placement.
+        self.bodies: dict[ir.Graph, BodyPartitioning] = {}
+        # The session's compile guard, for the bodies' capability probes and compiles.
+        self.guard = CompileGuard()
 
     def compile_units(
         self, units: Sequence[Unit], loader: ContextLoader | None, compiling: CompileSetup | None = None
@@ -132,9 +141,54 @@ class StepBuilder:
         )
 
     def build_subgraph(self, graph: ir.Graph, outer: tuple[ir.Value, ...]) -> _SubgraphRunner:
-        steps = [self.node_step(self.kernel_ep, node) for node in graph]
+        """A body's plan. With ``body_providers`` holding a compiling EP, the body is partitioned like the main
+        graph: the EP compiles what it takes (e.g. OpenVINO the convolutions inside silero-vad's If branches,
+        whose nested Ifs its frontend cannot translate as a whole), the kernel EP runs the rest."""
+        if any(ep.compiles for ep in self.body_providers):
+            steps = self._partitioned_steps(graph)
+        else:
+            steps = [self.node_step(self.kernel_ep, node) for node in graph]
         plan = build_plan((*graph.inputs, *outer), graph.outputs, steps, fold_constants=self.fold)
         return _SubgraphRunner(plan, len(graph.inputs))
+
+    def _partitioned_steps(self, graph: ir.Graph) -> list[PlanStep]:
+        """The body partitioned among ``body_providers`` (capability asked with the session's guard), partitions
+        too small to pay for a call left to the kernel EP, the rest compiled per EP through the single compile
+        point, as the main graph's."""
+        from epctx.partition import GraphPartitioner
+
+        partitioner = GraphPartitioner(self.body_providers, cpu_fallback=True)
+        units = partitioner.partition(graph, self.opset_imports, ctx=CapabilityContext(self.guard))
+        declined = {node: list(reasons) for node, reasons in partitioner.declined.items()}
+        ran: list[Unit] = []
+        for unit in units:
+            part = unit.partition
+            if part is None or _worth_compiling(part.nodes):
+                ran.append(unit)
+                continue
+            why = (
+                f"cost rule: a body partition of {len(part.nodes)} node(s) with no convolution, matmul or "
+                "recurrent op runs on the kernel EP (a call into a compiled partition costs more)"
+            )
+            for node in part.nodes:
+                declined.setdefault(node, []).append((unit.ep.name, why))
+                ran.append(Unit(self.kernel_ep, (node,)))
+        compiled, _ = self.compile_units(ran, None, CompileSetup(self.guard, partitioner.artefacts))
+        self.bodies[graph] = (ran, declined)
+        return self.steps_for_units(ran, compiled)
+
+
+# A body partition is compiled when it holds one of these or at least _MIN_BODY_NODES nodes: a call into a
+# compiled partition costs tens of microseconds, more than the kernel EP spends on a Squeeze or a Gather (the
+# one- and two-node branches exporters emit for "squeeze if the dim is 1").
+_HEAVY_OPS = frozenset(
+    {"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Einsum", "Attention"}
+)
+_MIN_BODY_NODES = 16
+
+
+def _worth_compiling(nodes: Sequence[ir.Node]) -> bool:
+    return len(nodes) >= _MIN_BODY_NODES or any(n.op_type in _HEAVY_OPS for n in nodes)
 
 
 def _no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from epctx.ep.contract import ExecutionProvider
     from epctx.model import LoadedModel
+    from epctx.partition.placement import NodePlacement
     from epctx.session.lean import LeanSession
     from epctx.session.pipeline import Pipeline
 
@@ -49,6 +50,14 @@ class InferenceSession:
     ) -> None:
         if kwargs:
             raise InvalidArgument(f"unexpected InferenceSession arguments: {', '.join(sorted(kwargs))}")
+        if not isinstance(path_or_bytes, (bytes, bytearray)) and os.path.isfile(
+            os.path.join(path_or_bytes, "manifest.json")
+        ):
+            from epctx.package.context import open_for_session  # a model package: its best variant here
+
+            path_or_bytes, sess_options, providers, provider_options = open_for_session(
+                path_or_bytes, sess_options, providers, provider_options
+            )
         self._source = path_or_bytes
         self._options = sess_options if sess_options is not None else opt.SessionOptions()
         self._profiler: Profiler | None = None
@@ -64,19 +73,19 @@ class InferenceSession:
             self._profiler = Profiler(options.profile_file_prefix)
         profiler = self._profiler
         _warn_sequential(options)
-        config = options.config
+        config = opt.SessionConfig.of(options)  # parsed once: an unknown epctx.* key fails here, first
         with _span(profiler, "session_initialization"):
-            self._providers = _resolve_providers(providers, provider_options, options, source)
+            self._providers = _resolve_providers(providers, provider_options, options, source, config)
             loading = "model_loading_array" if isinstance(source, (bytes, bytearray)) else "model_loading_uri"
-            if config.get(opt.CONTEXT_CACHE):  # the transparent cache: load what it holds, or compile into it
-                cached = self._through_cache(source, loading)
+            if config.context_cache:  # the transparent cache: load what it holds, or compile into it
+                cached = self._through_cache(source, loading, config)
                 if cached is None:
                     return
                 source = str(cached)
-                options = opt.with_config(options, {opt.CONTEXT_CACHE: None, opt.EP_CONTEXT_ENABLE: None})
-                config = options.config
+                changes: dict[str, str | None] = {opt.CONTEXT_CACHE: None, opt.EP_CONTEXT_ENABLE: None}
+                options, config = opt.with_config(options, changes), config.replace(changes)
             data: bytes | None = None
-            if _lean_allowed(options):
+            if _lean_allowed(options, config):
                 from epctx.session.lean import LeanSession, open_lean
 
                 with _span(profiler, loading):
@@ -88,7 +97,7 @@ class InferenceSession:
                     return
                 data = lean
             with self._options_as(options):
-                self._create_full(source, loading, data)
+                self._create_full(source, loading, data, config)
 
     @contextlib.contextmanager
     def _options_as(self, options: opt.SessionOptions) -> Iterator[None]:
@@ -99,16 +108,24 @@ class InferenceSession:
         finally:
             self._options = user
 
-    def _through_cache(self, source: str | os.PathLike[str] | bytes, loading: str) -> Path | None:
+    def _through_cache(
+        self, source: str | os.PathLike[str] | bytes, loading: str, config: opt.SessionConfig
+    ) -> Path | None:
         from epctx.cache.transparent import through_cache
 
         def compile_into(derived: opt.SessionOptions) -> None:
             with self._options_as(derived):
-                self._create_full(source, loading, None)
+                self._create_full(source, loading, None, opt.SessionConfig.of(derived))
 
-        return through_cache(source, self._providers, self._options, compile_into)
+        return through_cache(source, self._providers, self._options, compile_into, config)
 
-    def _create_full(self, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None) -> None:
+    def _create_full(
+        self,
+        source: str | os.PathLike[str] | bytes,
+        loading: str,
+        data: bytes | None,
+        config: opt.SessionConfig,
+    ) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
         from epctx.epcontext.files import check_writable
         from epctx.epcontext.generate import generate_context_model, generation_target
@@ -117,11 +134,10 @@ class InferenceSession:
         from epctx.session.pipeline import Pipeline
 
         options, profiler = self._options, self._profiler
-        config = options.config
-        generate = opt.config_flag(config, opt.EP_CONTEXT_ENABLE)
+        generate = config.ep_context_enable
         try:
             with _span(profiler, loading):
-                pipeline = Pipeline.partition(source, self._providers, options, data=data)
+                pipeline = Pipeline.partition(source, self._providers, options, config=config, data=data)
             if options.optimized_model_filepath:
                 _write_optimized_model(pipeline.loaded.model, options.optimized_model_filepath)
             if profiler is not None:
@@ -139,12 +155,12 @@ class InferenceSession:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
                 elif generate_context_model(pipeline.result(), ctx_path, overwrite=False):
                     logger.info("wrote context model %s", ctx_path)
-                    if config.get(opt.TRUST_SIGN_KEY):
+                    if config.trust_sign_key:
                         from epctx.trust.sign import sign_generated
 
                         sign_generated(config, ctx_path)
         except BaseException as exc:
-            if generate and opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
+            if generate and config.share_ep_contexts:
                 abort_open_group(exc)  # a failed session of a sharing group rolls the group back
             raise
         self._build_plan(pipeline)
@@ -156,6 +172,8 @@ class InferenceSession:
         self._binder = FeedBinder(lean.specs)
         self._partitions = lean.partitions
         self._declined: dict[str, dict[str, str]] = {}
+        # Made on first ask: the lean path imports no onnx-ir.
+        self._placement: list[NodePlacement] | None = None
         self._metadata = lean.metadata
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._prepare_run()
@@ -171,6 +189,9 @@ class InferenceSession:
         steps = pipeline.builder.steps_for_units(
             pipeline.units, {**pipeline.compiled, **pipeline.from_context}
         )
+        self._placement = pipeline.placement()  # after the steps: control-flow bodies are partitioned by then
+        if self._profiler is not None:
+            self._profiler.placement(self._placement)
         steps = [
             dataclasses.replace(step, provider=unit.ep.name, op_type=_op_type(unit))
             for step, unit in zip(steps, pipeline.units)
@@ -334,6 +355,18 @@ class InferenceSession:
         claim are not listed. epctx extension (onnxruntime has no such call)."""
         return {node: dict(reasons) for node, reasons in self._declined.items()}
 
+    def get_node_placement(self) -> list[NodePlacement]:
+        """Where each node of the model runs, in graph order: one ``NodePlacement`` per node with the EP that
+        runs it, the partition holding it (None for a node a kernel EP runs alone) and, for every EP ahead of
+        that EP in the provider list, why it declined the node (its own reason, e.g. OpenVINO's conversion
+        report or IREE's compile error; ``NO_REASON`` when it gave none). The nodes of a control-flow body follow
+        their If / Loop / Scan, ``graph`` naming the body. A session loaded from a context model lists its
+        EPContext nodes, with nothing declined. ``NodePlacement.to_dict()`` gives plain data. epctx extension
+        (onnxruntime has no such call)."""
+        if self._placement is None:
+            self._placement = _lean_placement(self._partitions)
+        return list(self._placement)
+
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}
 
@@ -354,12 +387,12 @@ class InferenceSession:
         return self._loaded.model
 
 
-def _lean_allowed(options: opt.SessionOptions) -> bool:
+def _lean_allowed(options: opt.SessionOptions, config: opt.SessionConfig) -> bool:
     """Whether a context model may take the lean path: nothing asked of the session needs the model's graph
     (generating a context model, writing the optimized model, overriding dimensions or initializers)."""
     by_name, by_denotation = options.free_dimension_overrides
     return not (
-        opt.config_flag(options.config, opt.EP_CONTEXT_ENABLE)
+        config.ep_context_enable
         or options.optimized_model_filepath
         or by_name
         or by_denotation
@@ -372,10 +405,28 @@ def _resolve_providers(
     provider_options: Sequence[Mapping[str, Any]] | None,
     options: opt.SessionOptions,
     source: str | os.PathLike[str] | bytes,
+    config: opt.SessionConfig,
 ) -> list[ExecutionProvider]:
     from epctx.providers.selection import resolve_providers
 
-    return resolve_providers(providers, provider_options, options, source=source)
+    return resolve_providers(providers, provider_options, options, source=source, config=config)
+
+
+def _lean_placement(partitions: Sequence[tuple[str, Sequence[str]]]) -> list[NodePlacement]:
+    """A context model's placement (the lean path): each EPContext node on the EP that loaded it."""
+    from epctx.partition.placement import NodePlacement
+
+    return [
+        NodePlacement(
+            index=k,
+            name=nodes[0],
+            op_type="EPContext",
+            domain="com.microsoft",
+            provider=ep,
+            partition=nodes[0],
+        )
+        for k, (ep, nodes) in enumerate(partitions)
+    ]
 
 
 def _metadata(model: ir.Model) -> ModelMetadata:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from epctx import options as opt
 from epctx.ep.context_node import EPContextNode
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
 from epctx.epcontext.load import ContextLoader
@@ -45,7 +46,7 @@ class LeanSession(NamedTuple):
 def open_lean(
     source: str | os.PathLike[str] | bytes,
     providers: Sequence[ExecutionProvider],
-    config: Mapping[str, str],
+    config: opt.SessionConfig,
     *,
     phase: Phase | None = None,
     read_func: Callable[[str], object] | None = None,
@@ -71,7 +72,7 @@ def _build(
     model: LeanModel,
     path: Path | None,
     providers: Sequence[ExecutionProvider],
-    config: Mapping[str, str],
+    config: opt.SessionConfig,
     phase: Phase,
     read_func: Callable[[str], object] | None = None,
 ) -> LeanSession:

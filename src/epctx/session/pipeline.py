@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
 from epctx.ep.compiling import CapabilityContext, CompileGuard
@@ -15,9 +15,13 @@ from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext.load import ContextLoader
 from epctx.model import LoadedModel, load_model
 from epctx.partition import CompiledModel, GraphPartitioner, Unit
+from epctx.partition.placement import NodePlacement, node_placement
 from epctx.providers.registry import create_provider
 from epctx.session.builder import CompileSetup, StepBuilder
 from epctx.session.overrides import apply_dimension_overrides, apply_initializers
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["Pipeline"]
 
@@ -28,7 +32,7 @@ class Pipeline:
 
     loaded: LoadedModel
     providers: list[ExecutionProvider]
-    config: Mapping[str, str]
+    config: opt.SessionConfig
     units: list[Unit]
     builder: StepBuilder
     loader: ContextLoader
@@ -36,6 +40,8 @@ class Pipeline:
     from_context: dict[int, CompiledPartition] = dataclasses.field(default_factory=dict)
     # node name -> {EP name: why that EP declined it} (the node runs on a later EP)
     declined: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    # the same by node (names may repeat or be empty): node -> [(EP name, why)]
+    declined_by_node: dict[ir.Node, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     guard: CompileGuard = dataclasses.field(default_factory=CompileGuard)
     # id(EP) -> its Capability.artefacts, handed to its compile (then dropped: they may hold compiled code)
     artefacts: dict[int, object] = dataclasses.field(default_factory=dict)
@@ -47,17 +53,19 @@ class Pipeline:
         providers: list[ExecutionProvider],
         options: opt.SessionOptions,
         *,
+        config: opt.SessionConfig | None = None,
         data: bytes | None = None,
         optimization_level: int | None = None,
     ) -> Pipeline:
-        """``optimization_level``: instead of ``options.graph_optimization_level`` (ModelCompiler's own; the
+        """``config``: ``options``' config, parsed once by the caller (None: parsed here).
+        ``optimization_level``: instead of ``options.graph_optimization_level`` (ModelCompiler's own; the
         caller's options are never changed)."""
-        config = options.config
+        config = opt.SessionConfig.of(options) if config is None else config
         level = options.graph_optimization_level if optimization_level is None else optimization_level
         loaded = load_model(
             source,
             data=data,
-            external_data_folder=config.get(opt.EXTERNAL_INITIALIZERS_FOLDER),
+            external_data_folder=config.external_initializers_folder or None,
             infer_types=any(ep.compiles for ep in providers),
             free_dims=options.free_dimension_overrides,  # before type inference: sizes reach every value
         )
@@ -78,27 +86,48 @@ class Pipeline:
         routed = loader.route(graph, providers)
         partitioner = GraphPartitioner(
             providers,
-            cpu_fallback=not opt.config_flag(config, opt.DISABLE_CPU_EP_FALLBACK),
-            cost_rule=config.get(opt.PARTITION_COST_RULE, "1") != "0",
+            cpu_fallback=not config.disable_cpu_ep_fallback,
+            cost_rule=config.partition_cost_rule,
         )
         # The guard of every compile of this session, capability probes included (given to EPs as a value).
-        guard = CompileGuard.current(disable_model_compile=opt.config_flag(config, opt.DISABLE_MODEL_COMPILE))
+        guard = CompileGuard.current(disable_model_compile=config.disable_model_compile)
         units = partitioner.partition(graph, opsets, preassigned=routed, ctx=CapabilityContext(guard))
         fold = level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
         kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
             "CPUExecutionProvider"
         )
-        pipeline = cls(loaded, providers, config, units, StepBuilder(opsets, kernel_ep, fold), loader)
+        builder = StepBuilder(opsets, kernel_ep, fold)
+        builder.guard = guard
+        if config.partition_control_flow_bodies and not routed and not config.disable_model_compile:
+            # Control-flow bodies are offered to the EPs too; never in a context model (its bodies were not
+            # compiled when it was made, and loading one never compiles) nor where compiling is disabled.
+            builder.body_providers = providers
+        pipeline = cls(loaded, providers, config, units, builder, loader)
         pipeline.declined = {node.name or "": dict(reasons) for node, reasons in partitioner.declined.items()}
+        pipeline.declined_by_node = partitioner.declined
         pipeline.guard, pipeline.artefacts = guard, partitioner.artefacts
         pending = pipeline.to_compile
-        if pending and opt.config_flag(config, opt.DISABLE_MODEL_COMPILE):  # before any context is loaded
+        if pending and config.disable_model_compile:  # before any context is loaded
             guard.check(", ".join(sorted({u.ep.name for u in pending})), len(pending))
         return pipeline
 
     @property
     def to_compile(self) -> list[Unit]:
         return [u for u in self.units if u.partition is not None and not u.from_context]
+
+    def placement(self) -> list[NodePlacement]:
+        """Where each node runs (those of control-flow bodies after their node), and why the EPs ahead of its EP
+        declined it. Bodies are partitioned when the plan is built: ask after ``StepBuilder.steps_for_units``."""
+        names = [ep.name for ep in self.providers]
+        graph, builder = self.loaded.model.graph, self.builder
+        return node_placement(
+            graph,
+            self.units,
+            self.declined_by_node,
+            names,
+            bodies=builder.bodies,
+            kernel_ep=builder.kernel_ep.name,
+        )
 
     def compile(self, target: Callable[[ExecutionProvider], BinaryLayout | None] | None = None) -> None:
         """Load the contexts and compile the partitions (``target``: EP -> the sharing group's binary the
@@ -110,7 +139,7 @@ class Pipeline:
     def result(self) -> CompiledModel:
         """What generation needs of this pipeline, as an immutable value."""
         return CompiledModel(
-            self.loaded.model, self.loaded.path, tuple(self.units), dict(self.compiled), dict(self.config)
+            self.loaded.model, self.loaded.path, tuple(self.units), dict(self.compiled), self.config
         )
 
 
@@ -120,9 +149,10 @@ def resolve_providers(
     options: opt.SessionOptions | Mapping[str, str] | None,
     *,
     source: str | os.PathLike[str] | bytes | None = None,
+    config: opt.SessionConfig | None = None,
 ) -> list[ExecutionProvider]:
     """Providers in precedence order, the CPU EP last unless CPU fallback is disabled: the one provider
     normaliser (``epctx.providers.selection``), shared with ModelCompiler and the command line."""
     from epctx.providers.selection import resolve_providers as resolve
 
-    return resolve(providers, provider_options, options, source=source)
+    return resolve(providers, provider_options, options, source=source, config=config)

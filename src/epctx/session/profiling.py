@@ -6,7 +6,8 @@ profile started, as onnxruntime writes them, so the file opens in the viewer use
 
 - ``cat: "Session"``: ``model_loading_uri`` / ``model_loading_array`` (load and partition),
   ``session_initialization`` (the whole creation), one ``<partition>_compile`` or ``<node>_context_load`` per
-  compiled or loaded partition (``args.provider``), ``model_run`` per run (``args.run_tag``);
+  compiled or loaded partition (``args.provider``), ``model_run`` per run (``args.run_tag``), one
+  ``node_placement`` (``args.nodes``: every node's EP, partition and the reasons EPs ahead declined it);
 - ``cat: "Node"``: one ``<name>_kernel_time`` per plan step per run, ``args.op_name`` (the node's op type;
   ``EPContext`` or the partition name for a compiled partition), ``args.provider``, ``args.node_index``.
 """
@@ -19,8 +20,11 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from epctx.partition.placement import NodePlacement
 
 __all__ = ["Profiler"]
 
@@ -67,6 +71,12 @@ class Profiler:
     def phase(self, kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[None]:
         """``StepBuilder.phase``: one event per partition loaded from a context model."""
         return self.span("Session", f"{name}_{kind}", {"provider": ep, "partition": name})
+
+    def placement(self, placement: Sequence[NodePlacement]) -> None:
+        """One ``node_placement`` event (at the end of partitioning): ``args.nodes`` lists every node with its
+        op type, the EP that runs it, its partition and why each EP ahead of it declined it."""
+        nodes = [p.to_dict() for p in placement]
+        self.add("Session", "node_placement", self._now_us(), 0, {"nodes": nodes})
 
     def ended(self, kind: str, name: str, ep: str, seconds: float) -> None:
         """``StepBuilder.ended``: one event per partition compiled, from its EP's compile call to its end (an EP

@@ -44,16 +44,14 @@ def check_context_files(
     model_path: Path | None,
     files: Mapping[Path, bool],
     model_native: bool,
-    config: Mapping[str, str],
+    config: opt.SessionConfig,
     *,
     from_callback: Mapping[str, bool] | None = None,
 ) -> dict[str, list[int] | None]:
     """``files``: each file the context model references -> whether it carries native code. Returns the
     stamps (device, inode, size, ctime) the files had when verified: the loader compares them once it has
     opened a binary, so a file replaced between this check and the load is refused too."""
-    policy = config.get(opt.TRUST_POLICY, "off") or "off"
-    if policy not in POLICIES:
-        raise InvalidArgument(f"{opt.TRUST_POLICY}={policy!r}: expected one of {', '.join(POLICIES)}")
+    policy = config.trust_policy  # one of POLICIES (SessionConfig checked it)
     if policy == "off":
         return {}
     if from_callback:  # binaries from the EPContext data read callback: authenticated there, or not at all
@@ -65,8 +63,8 @@ def check_context_files(
                         "a model given as bytes has no folder a signature could cover")  # fmt: skip
         return {}
     required: dict[Path, bool] = {**files, model_path: model_native}  # binaries first: refusals name them
-    keys = [Path(p) for p in config.get(opt.TRUST_KEYS, "").split(os.pathsep) if p]
-    given = config.get(opt.TRUST_SIGNATURE, "")
+    keys = [Path(p) for p in config.trust_keys]
+    given = config.trust_signature
     signature = Path(given) if given else model_path.absolute().parent / SIGNATURE_NAME
     if not keys:
         raise InvalidArgument(

@@ -13,7 +13,7 @@ import dataclasses
 import importlib.util
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from epctx import options as opt
@@ -74,9 +74,9 @@ def sign_folder(
     return sig
 
 
-def check_sign_key(config: Mapping[str, str]) -> Path | None:
+def check_sign_key(config: opt.SessionConfig) -> Path | None:
     """Before compiling: ``epctx.trust.sign_key``'s key exists and model_signing can be imported."""
-    given = config.get(opt.TRUST_SIGN_KEY, "")
+    given = config.trust_sign_key
     if not given:
         return None
     key = Path(given)
@@ -89,14 +89,14 @@ def check_sign_key(config: Mapping[str, str]) -> Path | None:
     return key
 
 
-def sign_generated(config: Mapping[str, str], ctx_path: Path) -> None:
+def sign_generated(config: opt.SessionConfig, ctx_path: Path) -> None:
     """After generation wrote ``ctx_path``: sign its folder when ``epctx.trust.sign_key`` names a key."""
     key = check_sign_key(config)
     if key is not None:
         sig = sign_folder(
             ctx_path,
             key,
-            signature=Path(config[opt.TRUST_SIGNATURE]) if config.get(opt.TRUST_SIGNATURE) else None,
+            signature=Path(config.trust_signature) if config.trust_signature else None,
         )
         logger.info("signed %s with %s -> %s", ctx_path.parent, key, sig)
 

@@ -11,6 +11,8 @@ EP_CLASS = "epctx.providers.example.provider:ExampleExecutionProvider"
 EP_VENDOR = "epctx"
 EP_REQUIRES: tuple[str, ...] = ()
 EP_BY_POLICY = False  # a template, not a faster backend: used when asked for, never picked by a policy
+# How the conformance suite (epctx.testing.conformance) runs this EP: numpy in float32, as onnxruntime's CPU EP.
+EP_CONFORMANCE = {"atol": 1e-5, "rtol": 1e-5}
 
 __all__ = ["ExampleExecutionProvider"]
 

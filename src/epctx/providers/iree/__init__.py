@@ -19,6 +19,13 @@ EP_COMPATIBILITY = (
 EP_DEVICES = "epctx.providers.iree.devices:supported_devices"  # the CPU (virtual targets: see library.py)
 EP_LIBRARY = "epctx.providers.iree.library"  # the plugin library that may replace this declaration
 EP_BY_POLICY = False  # compiles for seconds to minutes: used when asked for, never picked by a policy
+# How the conformance suite (epctx.testing.conformance) runs this EP.
+EP_CONFORMANCE = {
+    "atol": 1e-5,
+    "rtol": 1e-5,
+    # IREE compiles LayerNormalization: leave it to the CPU EP so the model has two partitions.
+    "case_options": {"partial_model": {"disabled_ops": "LayerNormalization"}},
+}
 
 __all__ = ["IREEExecutionProvider"]
 

@@ -9,10 +9,11 @@ while registered: registered under a name ending in ``.virtual`` it also offers 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from epctx.providers.iree import EP_NAME, EP_VENDOR, compatibility
+from epctx.ep import PluginEpFactory
+from epctx.providers.iree import EP_CLASS, EP_NAME, EP_VENDOR, compatibility
 from epctx.providers.iree.devices import supported_devices, virtual_devices
 
 if TYPE_CHECKING:
@@ -20,30 +21,23 @@ if TYPE_CHECKING:
         CompatibilityVerdict,
         DeviceIncompatibility,
         EpDevice,
-        ExecutionProvider,
         HardwareDevice,
     )
 
 __all__ = ["IREEFactory", "create_ep_factories"]
 
 
-class IREEFactory:
-    def __init__(self, allow_virtual: bool) -> None:
-        self.allow_virtual = allow_virtual
+class IREEFactory(PluginEpFactory):
+    ep_name = EP_NAME
+    ep_vendor = EP_VENDOR
+    ep_api_version = "2.0"
+    ep_class = EP_CLASS  # imported on the first create_ep; the devices' target option goes with it
 
-    @property
-    def ep_name(self) -> str:
-        return EP_NAME
+    def devices(self, hardware_devices: Sequence[HardwareDevice]) -> list[EpDevice]:
+        return supported_devices(EP_NAME, EP_VENDOR, hardware_devices)
 
-    @property
-    def ep_vendor(self) -> str:
-        return EP_VENDOR
-
-    def get_supported_devices(self, hardware_devices: Sequence[HardwareDevice]) -> list[EpDevice]:
-        devices = supported_devices(EP_NAME, EP_VENDOR, hardware_devices)
-        if self.allow_virtual:
-            devices += virtual_devices(EP_NAME, EP_VENDOR)
-        return devices
+    def virtual_devices(self) -> list[EpDevice]:
+        return virtual_devices(EP_NAME, EP_VENDOR)
 
     # The optional verdict hooks of a plugin factory (onnxruntime's ValidateCompiledModelCompatibilityInfo and
     # GetHardwareDeviceIncompatibilityDetails): a virtual device is judged as the CPU its target names.
@@ -55,19 +49,5 @@ class IREEFactory:
     def device_incompatibility(self, device: HardwareDevice) -> DeviceIncompatibility:
         return compatibility.device_incompatibility(device)
 
-    def create_ep(self, ep_devices: Sequence[EpDevice], ep_options: Mapping[str, str]) -> ExecutionProvider:
-        from epctx.errors import InvalidArgument
-        from epctx.providers.iree.provider import IREEExecutionProvider
 
-        targets = {d.ep_options.get("target", "host") for d in ep_devices}
-        if len(targets) > 1:
-            raise InvalidArgument(f"{EP_NAME} compiles for one target per session, got {sorted(targets)}")
-        options = {"target": targets.pop()} if targets else {}
-        options.update({k: str(v) for k, v in ep_options.items()})
-        return IREEExecutionProvider(options)
-
-
-def create_ep_factories(registration_name: str, env_config: Mapping[str, str]) -> list[IREEFactory]:
-    from epctx.ep import ALLOW_VIRTUAL_DEVICES
-
-    return [IREEFactory(env_config.get(ALLOW_VIRTUAL_DEVICES) == "1")]
+create_ep_factories = IREEFactory.create_ep_factories

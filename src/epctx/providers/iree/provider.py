@@ -220,6 +220,8 @@ class IREEExecutionProvider(ExecutionProvider):
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         if sdk_version != self.sdk_version():
             return f"made by IREE {sdk_version!r}, this process runs {self.sdk_version()!r}"
+        if not hardware:  # a binary of several targets (a package's): load_partition checks each graph's
+            return None
         return missing_features(hardware, f"EPContext node {node.name!r}")
 
     def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:

@@ -142,8 +142,10 @@ def main(argv: list[str]) -> int:
     mlir = folder / "module.mlir"
     mlir.write_text(asm)
     del asm, model
-    command = with_parent([_compile_tool(), str(mlir), *job["flags"], "-o", str(folder / "module.vmfb")])
-    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
+    # relative names, run in the job folder: the module records its source's path, which must not be the
+    # temporary folder's (the same model and options must give the same bytes)
+    command = with_parent([_compile_tool(), mlir.name, *job["flags"], "-o", "module.vmfb"])
+    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ), cwd=folder)
     if done.returncode != 0:
         return _fail(folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}")
     (folder / "result.json").write_text(json.dumps({"ok": True, "params": keys, "transposed": transposed}))

@@ -18,6 +18,15 @@ EP_COMPATIBILITY = (
 EP_DEVICES = "epctx.providers.openvino.devices:supported_devices"  # which devices it serves
 EP_HARDWARE = "epctx.providers.openvino.devices:discover_hardware"  # GPUs and NPUs OpenVINO sees
 EP_PAYLOADS = "epctx.providers.openvino.payloads:detect"  # what ORT's OpenVINO EP writes (epctx inspect)
+# How the conformance suite (epctx.testing.conformance) runs this EP (default tolerance, 1e-4).
+EP_CONFORMANCE = {
+    "case_options": {
+        # OpenVINO takes LayerNormalization: leave it to the CPU EP so the model has two partitions.
+        "partial_model": {"disabled_ops": "LayerNormalization"},
+        # Shared weights are stored once only in weightless binaries (blobs otherwise hold the weights).
+        "weight_sharing": {"weightless": "1"},
+    },
+}
 
 __all__ = ["OpenVINOExecutionProvider"]
 

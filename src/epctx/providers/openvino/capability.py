@@ -24,21 +24,31 @@ __all__ = ["candidate_nodes", "supported_nodes"]
 _SKIPPED_OPS = ("Result",)
 
 
-def _typed(values: Sequence[ir.Value | None]) -> bool:
-    return all(v is None or v.type is not None or v.const_value is not None for v in values)
+def _untyped(values: Sequence[ir.Value | None]) -> ir.Value | None:
+    return next((v for v in values if v is not None and v.type is None and v.const_value is None), None)
 
 
-def candidate_nodes(graph: ir.Graph, disabled_ops: frozenset[str]) -> list[ir.Node]:
-    """Nodes worth asking OpenVINO about: every value they read or write has a known type."""
-    return [
-        node
-        for node in graph
-        if not is_ep_context(node)
-        and node.op_type not in disabled_ops
-        and _typed(node.inputs)
-        and _typed(node.outputs)
-        and _typed(outer_scope_values(node))
-    ]
+def candidate_nodes(
+    graph: ir.Graph, disabled_ops: frozenset[str]
+) -> tuple[list[ir.Node], dict[ir.Node, str]]:
+    """Nodes worth asking OpenVINO about (every value they read or write has a known type), and why each
+    other node (EPContext nodes aside) is not one."""
+    found: list[ir.Node] = []
+    declined: dict[ir.Node, str] = {}
+    for node in graph:
+        if is_ep_context(node):
+            continue
+        if node.op_type in disabled_ops:
+            declined[node] = f"{node.op_type} is in the provider option disabled_ops"
+            continue
+        untyped = _untyped([*node.inputs, *node.outputs, *outer_scope_values(node)])
+        if untyped is None:
+            found.append(node)
+        else:
+            declined[node] = (
+                f"value {untyped.name!r} has no known type (ONNX shape inference could not type it)"
+            )
+    return found, declined
 
 
 def _ops_by_node(ov_model: Any, node_of_value: Mapping[str, ir.Node]) -> dict[ir.Node, list[str]]:
@@ -80,26 +90,55 @@ def supported_nodes(
     graph: ir.Graph,
     opset_imports: Mapping[str, int],
     candidates: Sequence[ir.Node],
-) -> list[ir.Node]:
-    """The candidates OpenVINO's ONNX frontend translates and ``device`` supports, in graph order.
+) -> tuple[list[ir.Node], dict[ir.Node, str]]:
+    """The candidates OpenVINO's ONNX frontend translates and ``device`` supports, in graph order; and
+    OpenVINO's reason for each other candidate (``reasons``).
 
     Nodes the frontend cannot translate are dropped and the rest converted again, so that the device is
     queried on a model whose every value has a known type (a placeholder's outputs have none)."""
     from openvino.frontend import FrontEndManager
 
+    from epctx.providers.openvino.reasons import frontend_reasons
+
     frontend = FrontEndManager().load_by_framework("onnx")
     remaining = list(candidates)
+    declined: dict[ir.Node, str] = {}
     while remaining:
         part = make_partition("capability", "OpenVINOExecutionProvider", graph, remaining, opset_imports)
         data, keep, shared = in_memory_model(part)
         ov_model = bind_weights(frontend.convert_partially(frontend.load(io.BytesIO(data))), shared)
         ops = _ops_by_node(ov_model, {v.name: n for n in remaining for v in n.outputs if v.name})
         placeholders = {op.get_friendly_name() for op in ov_model.get_ordered_ops() if _is_placeholder(op)}
-        untranslated = {node for node, names in ops.items() if placeholders.intersection(names)}
+        untranslated = [node for node in remaining if placeholders.intersection(ops.get(node, ()))]
         if untranslated:
-            remaining = [n for n in remaining if n not in untranslated]
+            del ov_model
+            declined.update(frontend_reasons(frontend, frontend.load(io.BytesIO(data)), untranslated))
+            dropped = set(untranslated)
+            remaining = [n for n in remaining if n not in dropped]
             continue
         supported = set(core.query_model(ov_model, device, dict(config)))
+        kinds = {op.get_friendly_name(): op.get_type_name() for op in ov_model.get_ordered_ops()}
         del ov_model, keep, shared  # the model may point into the arrays: release it first
-        return [node for node in remaining if ops.get(node) and all(op in supported for op in ops[node])]
-    return []
+        claimed = []
+        for node in remaining:
+            why = _device_reason(ops.get(node, []), supported, kinds, device)
+            if why is None:
+                claimed.append(node)
+            else:
+                declined[node] = why
+        return claimed, declined
+    return [], declined
+
+
+def _device_reason(
+    names: list[str], supported: set[str], kinds: Mapping[str, str], device: str
+) -> str | None:
+    """Why a translated node is not claimed (None: it is): the device's ``query_model`` left out operations."""
+    if not names:
+        return "OpenVINO's ONNX frontend made no operation of it (nothing left to run once translated)"
+    missing = [name for name in names if name not in supported]
+    if not missing:
+        return None
+    shown = ", ".join(f"{kinds.get(name, '?')} {name!r}" for name in missing[:4])
+    more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+    return f"OpenVINO's {device} device does not support its operation(s) {shown}{more} (Core.query_model)"

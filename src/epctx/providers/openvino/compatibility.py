@@ -21,6 +21,7 @@ from epctx.ep import (
     CompatibilityVerdict,
     HardwareDevice,
     HardwareDeviceType,
+    cpu_device,
     format_info,
     installed_version,
     parse_info,
@@ -87,8 +88,6 @@ def _judge(fields: dict[str, str], device: HardwareDevice | None) -> Compatibili
     if kind != HardwareDeviceType.CPU:
         return CompatibilityVerdict.optimal()
     if device is None:
-        from epctx.ep import cpu_device
-
         device = cpu_device()
     machine = device.metadata.get("architecture", platform.machine()).lower()
     architecture = _ARCHITECTURES.get(machine, machine)

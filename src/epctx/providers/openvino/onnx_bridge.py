@@ -67,9 +67,32 @@ def in_memory_model(partition: Partition) -> tuple[bytes, list[np.ndarray], dict
         ):
             shared[value.name] = array
     model = partition_model(partition, weights=refs)
+    _constant_inputs(model, partition)
     if shared:
         _as_inputs(model, shared)
     return model.SerializeToString(), keep, shared
+
+
+def _constant_inputs(model: onnx.ModelProto, partition: Partition) -> None:
+    """Partition inputs made by a ``Constant`` node outside the partition (in another partition, or run by
+    another EP) become that ``Constant`` again in the extracted model: OpenVINO then knows their values (axes,
+    shapes) instead of reading a Parameter of unknown content, which leaves ranks dynamic and makes its CPU
+    plugin refuse the partition (e.g. an Unsqueeze whose axes come from a Constant grouped elsewhere). The
+    compiled model does not read them: ``CompiledOpenVINO`` feeds only the inputs it has."""
+    constants = {}
+    for value in partition.inputs:
+        producer = value.producer()
+        if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+            constants[value.name] = producer
+    if not constants:
+        return
+    graph = model.graph
+    kept = [v for v in graph.input if v.name not in constants]
+    del graph.input[:]
+    graph.input.extend(kept)
+    nodes = [ir.serde.serialize_node(node) for node in constants.values()] + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def _as_inputs(model: onnx.ModelProto, shared: Mapping[str, np.ndarray]) -> None:
@@ -127,6 +150,7 @@ def weightless_model_folder(partition: Partition, plan: WeightsFile) -> Iterator
     """A temporary folder holding ``model.onnx`` and its weights file laid out as ``plan``; yields the model's
     path. The folder is removed on exit (OpenVINO keeps its own mapping of what it read)."""
     model = partition_model(partition, weights=plan.refs)
+    _constant_inputs(model, partition)
     with tempfile.TemporaryDirectory(prefix="epctx-ov-", ignore_cleanup_errors=True) as folder:
         write_sparse(plan, folder)
         path = os.path.join(folder, "model.onnx")

@@ -105,22 +105,25 @@ class OpenVINOExecutionProvider(ExecutionProvider):
     def get_capability(
         self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
     ) -> Capability:
+        """The nodes OpenVINO runs; every other node offered (EPContext nodes aside) declined with OpenVINO's
+        reason: the frontend's conversion report, the device's ``query_model``, or an untyped value /
+        ``disabled_ops``."""
         if any(is_ep_context(n) and self._owns(n) for n in graph):
-            return (
-                Capability()
-            )  # a context model: its other nodes were offered to OpenVINO when it was generated
+            # A context model: its other nodes were offered to OpenVINO when it was generated.
+            return Capability()
         from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
 
-        candidates = candidate_nodes(graph, self.config.disabled_ops)
+        candidates, declined = candidate_nodes(graph, self.config.disabled_ops)
         try:
-            claimed = supported_nodes(
+            claimed, refused = supported_nodes(
                 self.core, self.config.device, self.config.runtime_config(), graph, opset_imports, candidates
             )
         except RuntimeError as exc:  # the frontend or the device refused the model as a whole
             raise EPFail(f"{self.name}: OpenVINO could not query the model: {exc}") from exc
+        declined.update(refused)
         # The artefact: a bound on the binary entries this session may write (weightless mode sizes the
         # binary's header room with it): one weights entry per initializer, a meta and a blob per partition.
-        return Capability(tuple(claimed), artefacts=len(graph.initializers) + 2 * len(claimed))
+        return Capability(tuple(claimed), declined, artefacts=len(graph.initializers) + 2 * len(claimed))
 
     def _owns(self, node: ir.Node) -> bool:
         attr = node.attributes.get("source")

@@ -25,26 +25,27 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from epctx.errors import EPCtxError
 from epctx.testing.conformance.cases import CASE_BODIES
+from epctx.testing.conformance.profiles import (
+    Profile,
+    compiling_providers,
+    conformance_profiles,
+    declared_profiles,
+)
 from epctx.testing.conformance.results import CASES, CaseResult, format_table
 from epctx.testing.conformance.suite import Suite
 
-__all__ = ["CASES", "CaseResult", "compiling_providers", "format_table", "run_conformance"]
-
-
-def compiling_providers() -> list[str]:
-    """The compiling EPs usable here (built-in, entry-point or registered), in precedence order."""
-    from epctx.providers.registry import available_providers, create_provider
-
-    found = []
-    for name in available_providers():
-        try:
-            if create_provider(name).compiles:
-                found.append(name)
-        except EPCtxError:  # listed but not usable here (e.g. no device): nothing to test
-            continue
-    return found
+__all__ = [
+    "CASES",
+    "CaseResult",
+    "Profile",
+    "compiling_providers",
+    "conformance_profiles",
+    "declared_profiles",
+    "format_table",
+    "run_conformance",
+    "run_profile",
+]
 
 
 def run_conformance(
@@ -83,3 +84,19 @@ def run_conformance(
             fresh_process_setup,
         )
         return [suite.run_case(case, CASE_BODIES[case]) for case in chosen]
+
+
+def run_profile(
+    profile: Profile, *, tmp_dir: str | os.PathLike[str] | None = None, cases: Iterable[str] | None = None
+) -> list[CaseResult]:
+    """``run_conformance`` on ``profile.ep`` with the profile's options, tolerance and case options."""
+    return run_conformance(
+        profile.ep,
+        profile.options,
+        tmp_dir=tmp_dir,
+        cases=cases,
+        atol=profile.atol,
+        rtol=profile.rtol,
+        case_options=profile.case_options,
+        fresh_process_setup=profile.fresh_process_setup,
+    )
