@@ -77,6 +77,8 @@ def test_compile_dim_usage_errors(cli: Cli, tmp_path: Path) -> None:
     assert_one_error_line(cli("compile", source, "--dim", "batch"), 2, "--dim", "NAME=N")
     assert_one_error_line(cli("compile", source, "--dim", "batch=-1"), 2, "--dim")
     assert_one_error_line(cli("compile", source, "--dim", "b=1", "--dim", "b=2"), 2, "twice")
+    # a name the model's inputs lack: refused, naming the dynamic dimensions there are
+    assert_one_error_line(cli("compile", source, "--dim", "bacth=1"), 2, "bacth", "batch, x:2")
 
 
 def test_a_graph_output_of_unknown_rank_stays_unranked() -> None:

@@ -79,6 +79,34 @@ def dimension_sizes(items: list[str]) -> dict[str, int]:
     return sizes
 
 
+def check_dimension_names(source: Path, sizes: dict[str, int]) -> None:
+    """A ``--dim`` that names no dynamic dimension of the model's inputs is a usage error listing those there are
+    (onnxruntime ignores such an override silently; a typo would compile for dynamic shapes)."""
+    import onnx
+
+    from epctx.cli.failures import UsageError
+
+    try:
+        graph = onnx.load(str(source), load_external_data=False).graph
+    except Exception:  # the compile itself reports an unreadable model, with its own message
+        return
+    keys: list[str] = []
+    for value in graph.input:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.dim_param:
+                keys.append(dim.dim_param)
+            elif not dim.HasField("dim_value") or dim.dim_value < 0:
+                keys.append(f"{value.name}:{axis}")
+    unknown = [name for name in sizes if name not in keys]
+    if unknown:
+        there = ", ".join(dict.fromkeys(keys)) or "none"
+        raise UsageError(
+            f"--dim {', '.join(unknown)}: no dynamic dimension of the model's inputs has that name; they are: "
+            f"{there}",
+            "epctx compile",
+        )
+
+
 def default_compiling_providers() -> list[str]:
     """The compiling EPs the selection policy picks here (the CPU EP is appended by the session)."""
     import epctx
@@ -117,7 +145,10 @@ def compile_model(args: argparse.Namespace) -> int:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
     if args.sign:
         so.add_session_config_entry("epctx.trust.sign_key", args.sign)
-    for name, size in dimension_sizes(args.dim).items():
+    sizes = dimension_sizes(args.dim)
+    if sizes:
+        check_dimension_names(source, sizes)
+    for name, size in sizes.items():
         so.add_free_dimension_override_by_name(name, size)
     providers = providers_from_args(args)
     talk = not (args.quiet or args.json)
