@@ -53,6 +53,9 @@ UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
 # epctx's own: "1" reads context binaries into memory instead of mapping them, for files that may be replaced
 # in place (``cp`` over them) while a session runs: a mapped file changes under the session, or faults.
 CONTEXT_BINARY_COPY = "epctx.context_binary_copy"
+# "0": no cost rule in the partition stage (a compiling EP keeps even the partitions whose boundaries cost more
+# than they save; see epctx.partition.cost). Default "1".
+PARTITION_COST_RULE = "epctx.partition.cost_rule"
 # epctx's own trust policy (``epctx.trust``): PEM keys / certificates (os.pathsep-separated), the policy
 # (off | warn | require | require-native) and the signature's path (default: model.sig beside the model).
 TRUST_KEYS = "epctx.trust.keys"
@@ -93,6 +96,8 @@ class SessionConfig:
       is (weightless loads, self-healing);
     - ``refit_context`` (epctx.refit_context, str, ""): a context model whose code this generation reuses;
     - ``self_heal`` (epctx.self_heal, one of SELF_HEAL_POLICIES, "off"): compile a stale context again;
+    - ``partition_cost_rule`` (epctx.partition.cost_rule, bool, True): the partition stage's cost rule
+      (``epctx.partition.cost``); "0" turns it off;
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_binary_copy`` (epctx.context_binary_copy, bool): read binaries instead of mapping them;
@@ -124,6 +129,7 @@ class SessionConfig:
         "external_initializers_folder",
         "fail_on_suboptimal_compiled_model",
         "partition_control_flow_bodies",
+        "partition_cost_rule",
         "refit_context",
         "self_heal",
         "share_ep_contexts",
@@ -151,6 +157,7 @@ class SessionConfig:
     ep_context_source_model_path: str
     refit_context: str
     self_heal: str
+    partition_cost_rule: bool
     context_cache: str
     context_cache_max_mb: float | None
     context_binary_copy: bool
@@ -275,6 +282,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     EP_CONTEXT_SOURCE_MODEL_PATH: ("ep_context_source_model_path", _text, ""),
     REFIT_CONTEXT: ("refit_context", _text, ""),
     SELF_HEAL: ("self_heal", _self_heal, "off"),
+    PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_BINARY_COPY: ("context_binary_copy", _flag, False),

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from epctx.ep.blas import settle as settle_backends
     from epctx.ep.blas import thread_limit as blas_thread_limit
     from epctx.ep.factory import EP_API_VERSION, PluginEpFactory
+    from epctx.ep.grouping import fused_groups
     from epctx.ep.onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
     from epctx.model.tensors import to_numpy
@@ -90,6 +91,7 @@ _LAZY = {
         for name in ("ExternalRef", "WeightsFile", "initializer_array", "plan_weights_file")
     },
     "partition_model": "epctx.ep.onnx_export",
+    "fused_groups": "epctx.ep.grouping",
     # the API's version and the base of a plugin library's factory (registration only)
     **{name: "epctx.ep.factory" for name in ("EP_API_VERSION", "PluginEpFactory")},
     "node_subgraphs": "epctx.model.scopes",
@@ -123,6 +125,7 @@ __all__ = [
     "NodeContext",
     "SubgraphRunner",
     "make_partition",
+    "fused_groups",
     "opset_of",
     "outer_scope_values",
     "node_subgraphs",

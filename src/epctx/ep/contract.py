@@ -97,6 +97,10 @@ class ExecutionProvider(abc.ABC):
     # True: a compiled partition's code does not depend on its weights, so a context can be refit to a model
     # with the same graph and other weights (``epctx.refit_context``, ``epctx refit``) without compiling.
     refits: ClassVar[bool] = False
+    # The partition stage's cost rule (``epctx.partition.cost``) for a compiling EP: a partition that is not the
+    # whole graph, holds no heavy op (convolution, matrix product, recurrence, attention) and has fewer nodes
+    # than this is left to the next EP (crossing its boundaries costs more than compiling it saves). 0: no rule.
+    min_partition_nodes: ClassVar[int] = 0
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}

@@ -68,6 +68,7 @@ class Pipeline:
             data=data,
             external_data_folder=config.external_initializers_folder or None,
             infer_types=any(ep.compiles for ep in providers),
+            free_dims=options.free_dimension_overrides,  # before type inference: sizes reach every value
         )
         graph = loaded.model.graph
         opsets = dict(loaded.model.opset_imports)
@@ -84,7 +85,11 @@ class Pipeline:
             read_func=options.ep_context_data_read_func,
         )
         routed = loader.route(graph, providers)
-        partitioner = GraphPartitioner(providers, cpu_fallback=not config.disable_cpu_ep_fallback)
+        partitioner = GraphPartitioner(
+            providers,
+            cpu_fallback=not config.disable_cpu_ep_fallback,
+            cost_rule=config.partition_cost_rule,
+        )
         # The guard of every compile of this session, capability probes included (given to EPs as a value).
         guard = CompileGuard.current(disable_model_compile=config.disable_model_compile)
         reuse = _reuse(config, providers)

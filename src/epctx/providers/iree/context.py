@@ -6,7 +6,10 @@ Entries of one graph (``<graph name>/<key>``):
   parameter key) and the target's ``hardware_architecture``;
 - ``module`` (kind ``graph``): the ``.vmfb``, code only;
 - ``params/<j>`` (kind ``weights``): one weight each, as raw bytes; the container stores identical bytes
-  once, which is how the models of a sharing group share them.
+  once, which is how the models of a sharing group share them. A weight stored in another layout than the source
+  initializer's (a conv filter stored channels-last at compile, so loading transposes nothing) has the attribute
+  ``transposed`` (the permutation of the source array, e.g. ``2,3,1,0``), and ``meta`` lists it under
+  ``transposed`` (parameter key -> permutation): such a weight cannot be mapped from the source model's data.
 
 Weightless (``ep.enable_weightless_mode`` 1 / 2; format version 2): the weights found unchanged in the source's
 files are not entries: ``meta`` lists them as ``external`` (IREE parameter key, source file number, offset,
@@ -21,7 +24,7 @@ from the mapping (:class:`~epctx.providers.iree.params.Parameters`): nothing is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from epctx.ep import ContextReader, ContextWriter, SourceFile, WeightRef, dump_document, load_document
@@ -44,6 +47,8 @@ class Meta:
     external: tuple[tuple[str, WeightRef], ...] = ()  # IREE parameter key -> where in the sources
     sources: tuple[SourceFile, ...] = ()
     refit: RefitRecord | None = None  # what the code depends on (refit checks it)
+    # IREE parameter key -> permutation of the source initializer (weights not stored as in the source)
+    transposed: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -54,6 +59,8 @@ class Meta:
         }
         if self.refit is not None:
             doc["refit"] = self.refit.to_json()
+        if self.transposed:
+            doc["transposed"] = self.transposed
         if not self.sources:
             return dump_document(doc, format=FORMAT, version=FORMAT_VERSION)
         doc["external"] = [[key, r.file, r.offset, r.length] for key, r in self.external]
@@ -86,6 +93,11 @@ def read_meta(source: ContextReader, where: str) -> Meta:
     if not isinstance(hardware, str):
         raise InvalidGraph(f"{where}: 'meta' field 'hardware' must be a string, found {hardware!r}")
     sources, external = _weightless(doc, where)
+    transposed = doc.get("transposed", {})
+    if not isinstance(transposed, dict) or not all(
+        isinstance(v, list) and all(isinstance(i, int) for i in v) for v in transposed.values()
+    ):
+        raise InvalidGraph(f"{where}: 'meta' field 'transposed' must map parameter keys to permutations")
     return Meta(
         inputs=_strings(doc.get("inputs"), "inputs", where),
         outputs=_strings(doc.get("outputs"), "outputs", where),
@@ -94,6 +106,7 @@ def read_meta(source: ContextReader, where: str) -> Meta:
         external=external,
         sources=sources,
         refit=RefitRecord.from_json(doc["refit"], where) if "refit" in doc else None,
+        transposed={str(k): list(v) for k, v in transposed.items()},
     )
 
 
@@ -130,9 +143,12 @@ def write_entries(
     refs: Sequence[WeightRef | None] = (),
     sources: Sequence[SourceFile] = (),
     refit: RefitRecord | None = None,
+    transposed: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
     """Store a compiled partition: ``weights`` are (IREE parameter key, C-contiguous array); a weight with a
-    reference in ``refs`` (weightless mode) is recorded as such instead of stored."""
+    reference in ``refs`` (weightless mode) is recorded as such instead of stored; ``transposed``: the keys of
+    weights stored in another layout than the source's, with the permutation (never mapped from the source)."""
+    layouts = {k: [int(i) for i in v] for k, v in (transposed or {}).items()}
     params = []
     external = []
     found = list(refs) or [None] * len(weights)
@@ -141,9 +157,21 @@ def write_entries(
             external.append((key, ref))
             continue
         entry = f"params/{j}"
-        store.add(entry, array, kind="weights", attrs={"parameter": key})
+        attrs = {"parameter": key}
+        if key in layouts:
+            attrs["transposed"] = ",".join(map(str, layouts[key]))
+        store.add(entry, array, kind="weights", attrs=attrs)
         params.append((entry, key))
     store.add("module", vmfb, kind="graph")
     used = tuple(sources) if external else ()
-    meta = Meta(tuple(inputs), tuple(outputs), tuple(params), hardware, tuple(external), used, refit)
+    meta = Meta(
+        tuple(inputs),
+        tuple(outputs),
+        tuple(params),
+        hardware,
+        tuple(external),
+        used,
+        refit,
+        transposed=layouts,
+    )
     store.add("meta", meta.to_json(), kind="graph")

@@ -19,6 +19,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
+
 from epctx.ep import (
     Capability,
     CapabilityContext,
@@ -54,9 +56,10 @@ if TYPE_CHECKING:
         HardwareDevice,
     )
     from epctx.providers.iree.compile import CompileResult
+    from epctx.providers.iree.probing import Probes
 
-    # The capability's artefacts: the check's successful compiles, node set -> (partition checked, result).
-    Probes = Mapping[frozenset[ir.Node], tuple[Partition, CompileResult]]
+    # The check's successful compiles, node set -> (partition checked, result).
+    Checked = Mapping[frozenset[ir.Node], tuple[Partition, CompileResult]]
 
 __all__ = ["IREEExecutionProvider", "iree_version"]
 
@@ -67,7 +70,7 @@ logger = logging.getLogger("epctx")
 # weights are parameters, unknown when compiling), a copy per session.
 CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
     "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))"
-)
+)  # 2-D ungrouped conv filters are stored in that layout at compile (worker.prelayout_filters): no load copy
 
 
 def _parameter_sources(partition: Partition) -> dict[str, ir.TensorProtocol]:
@@ -97,6 +100,9 @@ class IREEExecutionProvider(ExecutionProvider):
     # the source's files at load (external data in EXTERNAL_ONLY, the .onnx too in ALL).
     weightless_supported_modes = "all_or_external_only"
     refits = True  # the same code serves other weights (refit.py)
+    # A call into an IREE module and the copies at its boundary cost tens of microseconds: a partition of a few
+    # light ops (shape arithmetic, element-wise glue between CPU nodes) is left to the next EP.
+    min_partition_nodes = 8
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -121,14 +127,24 @@ class IREEExecutionProvider(ExecutionProvider):
             claimed, refits = claim(graph, ctx.reuse[self.name], self.name)
             return Capability(tuple(claimed), {}, artefacts=refits)
         # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
-        from epctx.providers.iree.capability import candidate_nodes, check_nodes
+        from epctx.providers.iree.capability import candidate_nodes
+        from epctx.providers.iree.probing import check_nodes
 
         nodes, declined = candidate_nodes(graph, self.config.disabled_ops)
-        verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags(), ctx.guard)
+        verdict = check_nodes(
+            self.name,
+            graph,
+            opset_imports,
+            nodes,
+            self.flags(),
+            ctx.guard,
+            layout_flag=CHANNELS_LAST if self.config.channels_last else None,
+            budget_s=self.config.capability_budget_s,
+        )
         declined.update(verdict.declined)
         for node, why in declined.items():
             logger.info("%s declines node %r (%s): %s", self.name, node.name, node.op_type, why)
-        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.compiled)
+        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.probes)
 
     def _owns(self, node: ir.Node) -> bool:
         value = getattr(node.attributes.get("source"), "value", None)
@@ -146,15 +162,15 @@ class IREEExecutionProvider(ExecutionProvider):
             for partition in partitions:
                 ctx.progress(partition)
             return [self._build(p, r) for p, r in zip(partitions, reused)]
-        probes: Probes = ctx.artefacts or {}
-        results: list[CompileResult | None] = [_checked(probes, p) for p in partitions]
+        probes = cast("Probes | None", ctx.artefacts)
+        flags = list(probes.flags) if probes is not None else self.flags()
+        checked = probes.compiled if probes is not None else {}
+        results: list[CompileResult | None] = [_checked(checked, p) for p in partitions]
         todo = [p for p, r in zip(partitions, results) if r is None]
         for partition, result in zip(partitions, results):
             if result is not None:
                 ctx.progress(partition)
-        fresh = iter(
-            compile_partitions(todo, self.flags(), ctx.guard, ep_name=self.name, on_done=ctx.progress)
-        )
+        fresh = iter(compile_partitions(todo, flags, ctx.guard, ep_name=self.name, on_done=ctx.progress))
         done = [r if r is not None else next(fresh) for r in results]
         return [self._build(p, r) for p, r in zip(partitions, done)]
 
@@ -166,9 +182,14 @@ class IREEExecutionProvider(ExecutionProvider):
             raise EPFail(f"{where}: {short_error(result)}")
         tensors = _parameter_sources(partition)
         weights = []
+        transposed: dict[str, tuple[int, ...]] = {}
         for name, key in result.params:
             tensor = tensors.get(name)
             array = initializer_array(tensor) if tensor is not None else None
+            perm = result.transposed.get(name)
+            if array is not None and perm is not None:  # stored as IREE reads it, not as in the source model
+                array = np.ascontiguousarray(array.transpose(perm))
+                transposed[key] = perm
             if array is None:
                 raise EPFail(
                     f"{where}: IREE made a parameter of {name!r}, which is neither a tensor initializer nor the "
@@ -197,6 +218,7 @@ class IREEExecutionProvider(ExecutionProvider):
             where=where,
             runner=runner,
             unavailable=why or "",
+            transposed=transposed,
         )
 
     def _weightless_refs(
@@ -264,6 +286,7 @@ class IREEExecutionProvider(ExecutionProvider):
             refs=compiled.refs,
             sources=compiled.sources,
             refit=compiled.refit,
+            transposed=compiled.transposed,
         )
 
     def load_partition(
@@ -293,10 +316,11 @@ class IREEExecutionProvider(ExecutionProvider):
             hardware=meta.hardware,
             where=where,
             runner=runner,
+            transposed=meta.transposed,
         )
 
 
-def _checked(probes: Probes, partition: Partition) -> CompileResult | None:
+def _checked(probes: Checked, partition: Partition) -> CompileResult | None:
     """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
     found = probes.get(frozenset(partition.nodes))
     if found is None:

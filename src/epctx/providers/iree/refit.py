@@ -105,7 +105,12 @@ def claim(graph: ir.Graph, readers: Sequence[ContextReader], ep_name: str) -> tu
             nodes.append(node)
         _check_weights(meta.refit, _tensors_by_name(graph, nodes), where)
         params = tuple((name, key) for key, name, _, _ in meta.refit.weights)
-        result = CompileResult(True, vmfb=reader.read("module"), params=params)  # type: ignore[arg-type]
+        layouts = {
+            name: tuple(meta.transposed[key])
+            for key, name, _, _ in meta.refit.weights
+            if key in meta.transposed
+        }
+        result = CompileResult(True, vmfb=reader.read("module"), params=params, transposed=layouts)  # type: ignore[arg-type]
         found[frozenset(nodes)] = (meta.inputs, meta.outputs, result)
         claimed += nodes
     return claimed, Refits(found)

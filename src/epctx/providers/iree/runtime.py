@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -152,6 +152,7 @@ class CompiledIREE:
         refs: Sequence[WeightRef | None] = (),
         sources: Sequence[SourceFile] = (),
         refit: Any = None,
+        transposed: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         self.vmfb = vmfb
         self.refit = refit  # what the code depends on (refit.RefitRecord), saved with it
@@ -160,6 +161,9 @@ class CompiledIREE:
         )  # weightless mode: where each weight lies in the source's files (None: stored)
         self.sources = tuple(sources)
         self.weights = tuple(weights)
+        # IREE parameter key -> the permutation of the source initializer this weight holds (conv filters stored
+        # channels-last at compile); a weight not named here is the source's array as it is
+        self.transposed = {k: tuple(v) for k, v in (transposed or {}).items()}
         self.input_names = tuple(inputs)
         self.output_names = tuple(outputs)
         self.hardware = hardware
