@@ -40,7 +40,7 @@ def _compile(source: Path, **config: str) -> tuple[Path, float]:
 @pytest.fixture
 def refit(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, float]]:
     """``epctx refit`` in this process, with IREE's compile entry points made to fail: nothing may compile."""
-    from epctx.providers.iree import capability, compile
+    from epctx.providers.iree import compile, probing
 
     def refused(*args: object, **kwargs: object) -> None:
         raise AssertionError("a refit started an IREE compile")
@@ -48,7 +48,7 @@ def refit(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, float]]:
     def run(ctx: Path, source: Path, out: Path, *extra: str) -> tuple[int, float]:
         with monkeypatch.context() as patch:
             patch.setattr(compile, "compile_partitions", refused)
-            patch.setattr(capability, "check_nodes", refused)
+            patch.setattr(probing, "check_nodes", refused)
             start = time.perf_counter()
             code = main(["refit", str(ctx), "--weights", str(source), "-o", str(out), *extra])
             return code, time.perf_counter() - start

@@ -90,16 +90,19 @@ def check_dimension_names(source: Path, sizes: dict[str, int]) -> None:
         graph = onnx.load(str(source), load_external_data=False).graph
     except Exception:  # the compile itself reports an unreadable model, with its own message
         return
-    keys: list[str] = []
+    keys: list[str] = []  # accepted: a dynamic dimension's name, or INPUT:AXIS for any dynamic dimension
+    shown: list[str] = []  # listed: the name where it is one, else INPUT:AXIS
     for value in graph.input:
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
-            if dim.dim_param:
-                keys.append(dim.dim_param)
-            elif not dim.HasField("dim_value") or dim.dim_value < 0:
-                keys.append(f"{value.name}:{axis}")
+            if dim.HasField("dim_value") and dim.dim_value >= 0:
+                continue
+            keys.append(f"{value.name}:{axis}")
+            named = dim.dim_param and dim.dim_param != "?"
+            keys += [dim.dim_param] if named else []
+            shown.append(dim.dim_param if named else f"{value.name}:{axis}")
     unknown = [name for name in sizes if name not in keys]
     if unknown:
-        there = ", ".join(dict.fromkeys(keys)) or "none"
+        there = ", ".join(dict.fromkeys(shown)) or "none"
         raise UsageError(
             f"--dim {', '.join(unknown)}: no dynamic dimension of the model's inputs has that name; they are: "
             f"{there}",

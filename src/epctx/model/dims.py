@@ -2,7 +2,8 @@
 intermediate value ONNX shape inference types, so a compiling EP sees static shapes, not only at the inputs.
 
 The keys are those of ``SessionOptions.add_free_dimension_override_by_name`` (a symbolic dimension's name, as
-onnxruntime) plus epctx's ``INPUT:AXIS`` for a dynamic dimension that has no name (``-1`` or empty), and those of
+onnxruntime) plus epctx's ``INPUT:AXIS`` for any dynamic input dimension (needed where it has no name, ``-1`` or
+empty, or a name shared by unrelated dimensions, as Paddle's ``?``), and those of
 ``add_free_dimension_override_by_denotation``. A dimension fixed in the model is never changed here (the session
 reports a conflicting override)."""
 
@@ -38,7 +39,7 @@ def override_proto_dims(
             size = by_name.get(dim.dim_param) if dim.dim_param else None
             if size is None and value.name in inputs:
                 size = by_denotation.get(dim.denotation) if dim.denotation else None
-                if size is None and not dim.dim_param:
+                if size is None:  # INPUT:AXIS names any dynamic input dimension (Paddle names them all "?")
                     size = by_name.get(axis_key(value.name, axis))
             if size is not None:
                 dim.dim_value = size  # clears dim_param (a oneof)
