@@ -270,6 +270,10 @@ class _SerialGate:
                     self.get_threads, self.set_threads = getter, setter
                     return
 
+    def threads(self) -> int:
+        """OpenBLAS's thread count now (1 while a serial call is in flight; 1 when it cannot be read)."""
+        return 1 if self.get_threads is None else max(1, int(self.get_threads()))
+
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         setter = self.set_threads
         if setter is None or self.get_threads is None:
@@ -292,7 +296,7 @@ class _SerialGate:
 _gate: _SerialGate | None = None
 
 
-def serial() -> Callable[..., Any]:
+def serial() -> _SerialGate:
     """``serial()(fn, *args)`` calls ``fn`` with numpy's BLAS on one thread (see :data:`SERIAL_MACS`).
     Found once; call it when building a kernel, never at import."""
     global _gate

@@ -18,7 +18,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
-from epctx.providers.cpu import blas
+from epctx.providers.cpu import blas, fusion, parallel
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__ = [
@@ -246,6 +246,7 @@ def _conv(info: NodeInfo) -> Kernel:
     if w_const is not None:
         prepared = _prepare_weight(w_const, group)
     bias = None if b_const is None else b_const.reshape(-1, 1)
+    epilogue = fusion.epilogue_for(info.node, w_const)
 
     def plan_for(x: np.ndarray, w: np.ndarray) -> _ConvPlan:
         n = x.ndim - 2
@@ -269,6 +270,8 @@ def _conv(info: NodeInfo) -> Kernel:
             if y.size:  # an empty batch has no -1 to infer
                 y3 = y.reshape(y.shape[0], y.shape[1], -1)
                 y3 += bb
+        if epilogue is not None and epilogue.active():
+            epilogue.activation(y)
         return (y,)
 
     return _half_in_float32(run)
@@ -368,7 +371,10 @@ class _ConvPlan:
             w2 = prep["w2"]
             y = np.empty((n, w2.shape[0], self.l_out), dtype=np.result_type(w2.dtype, cols.dtype))
             for i in range(n):
-                np.matmul(w2, cols[i], out=y[i])
+                if self.serial is None:  # a large GEMM: blocks shared with helper threads
+                    parallel.matmul_columns(w2, cols[i], y[i])
+                else:
+                    np.matmul(w2, cols[i], out=y[i])
         else:
             y = np.matmul(prep["w3"], cols)
         if scratch is not None:

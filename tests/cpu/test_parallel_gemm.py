@@ -1,0 +1,40 @@
+"""The CPU EP's shared-block GEMM (providers/cpu/parallel.py) and one-thread BLAS calls (blas.serial)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from epctx.providers.cpu import blas, parallel
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("cols", [100, 1000, 4099])
+def test_matmul_columns_matches_numpy(threads: int, cols: int) -> None:
+    a = RNG.standard_normal((37, 300)).astype(np.float32)
+    b = RNG.standard_normal((300, cols)).astype(np.float32)
+    out = np.full((37, cols), np.nan, np.float32)
+    with threadpool_limits(threads, user_api="blas"):
+        parallel.matmul_columns(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_block_that_fails_raises_in_the_caller() -> None:
+    job = parallel._Job(lambda k: 1 // (k - 3), 6)  # block 3 divides by zero
+    with pytest.raises(ZeroDivisionError):
+        parallel._run(job, 2)
+
+
+def test_serial_lowers_blas_threads_inside_and_restores_them() -> None:
+    gate = blas.serial()
+    if gate.get_threads is None:
+        pytest.skip("numpy's BLAS is not a pthreads OpenBLAS")
+    with threadpool_limits(2, user_api="blas"):
+        if gate.threads() != 2:
+            pytest.skip("OpenBLAS runs fewer than 2 threads here")
+        assert gate(gate.threads) == 1
+        assert gate(lambda: gate(gate.threads)) == 1  # nested
+        assert gate.threads() == 2
