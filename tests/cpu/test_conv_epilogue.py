@@ -125,3 +125,29 @@ def test_a_reader_on_another_ep_keeps_its_own_activation(case: str) -> None:
     assert "ExampleExecutionProvider" in placed.values() and placed["conv"] == "CPUExecutionProvider"
     np.testing.assert_allclose(ours[0], run_ort(data, {"x": X})[0], atol=1e-5, rtol=1e-5)
     assert not any(e.active() for e in _epilogues(sess))
+
+
+def test_weights_and_clip_bounds_from_constant_nodes() -> None:
+    """As Paddle exports them: the Conv's weight and the Clip's bounds are Constant nodes, not initializers."""
+    consts = [
+        helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name))
+        for name, array in (
+            ("w", W),
+            ("b", B),
+            ("lo", np.array(0.0, np.float32)),
+            ("hi", np.array(6.0, np.float32)),
+        )
+    ]
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [*consts, conv, helper.make_node("Clip", ["y", "lo", "hi"], ["z"])],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, X.shape)],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    ours, sess = _run(model.SerializeToString())
+    np.testing.assert_allclose(ours[0], run_ort(model, {"x": X})[0], atol=1e-5, rtol=1e-5)
+    (epilogue,) = _epilogues(sess)
+    assert epilogue.active()

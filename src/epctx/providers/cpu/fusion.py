@@ -22,6 +22,7 @@ import onnx_ir as ir
 
 from epctx.ep import Kernel
 from epctx.model.tensors import to_numpy
+from epctx.providers.cpu.registry import constant_node_value
 
 __all__ = ["Epilogue", "epilogue_for", "join"]
 
@@ -92,9 +93,11 @@ def _silu(y: np.ndarray) -> None:
 def _scalar(value: ir.Value | None) -> float | None:
     if value is None:
         return None
-    if value.const_value is None or value.is_graph_input():
+    if value.is_graph_input():
         raise ValueError("not a constant")
-    array = to_numpy(value.const_value)
+    array = to_numpy(value.const_value) if value.const_value is not None else constant_node_value(value)
+    if array is None:
+        raise ValueError("not a constant")
     if array.size != 1:
         raise ValueError("not a scalar")
     return float(array.reshape(()))
