@@ -92,8 +92,11 @@ def matmul_columns(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     runners = gate.threads()
     cols = b.shape[1]
     blocks = min(4 * runners, cols // MIN_BLOCK_COLUMNS)
-    if runners <= 1 or blocks <= 1:
+    if runners <= 1:
         np.matmul(a, b, out=out)
+        return
+    if blocks <= 1:  # too narrow to share: one call, BLAS on one thread
+        gate(np.matmul, a, b, out=out)
         return
     edges = [cols * k // blocks for k in range(blocks + 1)]
 
