@@ -116,6 +116,10 @@ CONV_CASES = [
     ((1, 32, 4, 5, 6), (32, 1, 3, 3, 3), {"group": 32, "pads": [1, 1, 1, 1, 1, 1]}),
     ((1, 64, 7, 7), (64, 1, 3, 3), {"group": 64, "auto_pad": "SAME_LOWER", "strides": [2, 2]}),
     ((1, 32, 6, 6), (32, 1, 3, 3), {"group": 32}),
+    # stride-1 depthwise on flattened rows: few channels, or >= 1024 output pixels; dilations, asymmetric pads
+    ((2, 8, 12, 13), (8, 1, 3, 3), {"group": 8, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((1, 40, 33, 32), (40, 1, 5, 5), {"group": 40, "pads": [2, 2, 2, 2]}),
+    ((1, 16, 10, 9), (16, 1, 1, 3), {"group": 16, "auto_pad": "SAME_UPPER"}),
 ]
 
 
