@@ -1,7 +1,7 @@
 """The real-model corpus on every EP: compiles?, where the nodes run, error, compile, warm load, steady latency.
 
     python benchmarks/bench_corpus.py [--models a,b] [--eps cpu,openvino,iree] [--budget 120] [--json PATH]
-                                      [--openblas-coretype auto] [--out FILE]
+                                      [--threads N] [--openblas-coretype auto] [--out FILE]
 
 Models come from ``benchmarks/corpus`` (wheels and exporters, made once into a temporary folder). Each
 (model, EP) cell runs in its own process under a time budget (``--budget`` seconds; a cell past it reads
@@ -16,7 +16,8 @@ baseline. Per cell:
 - ``warm ms``: creating the session from the context model (for the CPU EP: from the .onnx again);
 - ``steady``: median latency of the warm session and of onnxruntime, alternating blocks, and their ratio.
 
-Both runtimes use their default threads; ``--openblas-coretype auto`` unsets an inherited OPENBLAS_CORETYPE
+Both runtimes use their default threads unless ``--threads N`` sets both (``intra_op_num_threads``; on a busy
+machine ``--threads 1`` gives steadier ratios); ``--openblas-coretype auto`` unsets an inherited OPENBLAS_CORETYPE
 (and OPENBLAS_L2_SIZE) in the children so numpy's OpenBLAS picks its kernel as on a user's machine (see
 ``benchmarks/bench_cpu.py``).
 """
@@ -90,12 +91,21 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300]
 
 
-def _sessions(model: Path, ep: str, work: Path) -> tuple[Any, dict[str, Any]]:
+def _options(threads: int) -> Any:
+    import epctx
+
+    so = epctx.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    return so
+
+
+def _sessions(model: Path, ep: str, work: Path, threads: int) -> tuple[Any, dict[str, Any]]:
     """The compile (source + ep.context_enable) and the warm load; returns the warm session and times."""
     import epctx
 
     row: dict[str, Any] = {}
-    so = epctx.SessionOptions()
+    so = _options(threads)
     ctx = work / f"{model.stem}_ctx.onnx"
     if ep != EPS["cpu"]:
         so.add_session_config_entry("ep.context_enable", "1")
@@ -107,21 +117,24 @@ def _sessions(model: Path, ep: str, work: Path) -> tuple[Any, dict[str, Any]]:
     source = ctx if ctx.exists() else model
     del first
     start = time.perf_counter()
-    warm = epctx.InferenceSession(str(source), providers=[ep])
+    warm = epctx.InferenceSession(str(source), _options(threads), providers=[ep])
     row["warm_ms"] = (time.perf_counter() - start) * 1e3
     return warm, row
 
 
-def run_cell(name: str, model: Path, ep: str, steady_s: float) -> dict[str, Any]:
+def run_cell(name: str, model: Path, ep: str, steady_s: float, threads: int = 0) -> dict[str, Any]:
     import onnxruntime as ort
 
     feed = feeds(name)
-    ort_sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    ort_options = ort.SessionOptions()
+    if threads:
+        ort_options.intra_op_num_threads = threads
+    ort_sess = ort.InferenceSession(str(model), ort_options, providers=["CPUExecutionProvider"])
     expected = ort_sess.run(None, feed)
     row: dict[str, Any] = {"model": name, "ep": SHORT[ep]}
     with tempfile.TemporaryDirectory(prefix="epctx-corpus-") as tmp:
         try:
-            warm, times = _sessions(model, ep, Path(tmp))
+            warm, times = _sessions(model, ep, Path(tmp), threads)
             row.update(times)
             got = warm.run(None, feed)
         except Exception as exc:
@@ -156,6 +169,7 @@ def _child_env(coretype: str | None) -> dict[str, str]:
 
 def bench_cell(name: str, model: Path, ep: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--cell", name, str(model), ep, str(args.steady)]
+    cmd += ["--threads", str(args.threads)]
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=args.budget, env=_child_env(args.openblas_coretype)
@@ -196,7 +210,9 @@ def _environment(args: argparse.Namespace) -> str:
     core = os.environ.get("OPENBLAS_CORETYPE", "auto-detected") if args.openblas_coretype is None else None
     core = core or ("auto-detected" if args.openblas_coretype == "auto" else args.openblas_coretype)
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
-    return f"cpus {os.cpu_count()}  openblas core {core}  budget {args.budget:g} s/cell  load {load}"
+    threads = args.threads or "default"
+    budget = f"budget {args.budget:g} s/cell"
+    return f"cpus {os.cpu_count()}  threads {threads}  openblas core {core}  {budget}  load {load}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -207,6 +223,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steady", type=float, default=3.0, help="seconds of steady-latency timing per cell")
     parser.add_argument(
         "--openblas-coretype", metavar="NAME", help="'auto' unsets OPENBLAS_CORETYPE in cells"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="intra_op_num_threads of both runtimes (0: their defaults)"
     )
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--out", metavar="PATH", help="also write the table to PATH")
@@ -224,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.cell:
         name, path, ep, steady = args.cell
-        print(json.dumps(run_cell(name, Path(path), ep, float(steady))))
+        print(json.dumps(run_cell(name, Path(path), ep, float(steady), args.threads)))
         return 0
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="epctx-corpus-models-") as tmp:
