@@ -38,3 +38,23 @@ def test_serial_lowers_blas_threads_inside_and_restores_them() -> None:
         assert gate(gate.threads) == 1
         assert gate(lambda: gate(gate.threads)) == 1  # nested
         assert gate.threads() == 2
+
+
+def test_a_forked_child_computes_without_the_parents_helpers() -> None:
+    import os
+
+    a = RNG.standard_normal((16, 64)).astype(np.float32)
+    b = RNG.standard_normal((64, 2048)).astype(np.float32)
+    out = np.empty((16, 2048), np.float32)
+    with threadpool_limits(2, user_api="blas"):
+        parallel.matmul_columns(a, b, out)  # helpers started in the parent
+        pid = os.fork()
+        if pid == 0:  # the child: its own helpers (or none), never a hang
+            try:
+                child = np.empty_like(out)
+                parallel.matmul_columns(a, b, child)
+                os._exit(0 if np.allclose(child, out, rtol=1e-5, atol=1e-4) else 1)
+            finally:
+                os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -11,6 +11,7 @@ the call (``intra_op_num_threads`` sets that, as before); with one, the GEMM run
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -74,6 +75,15 @@ class _Helpers:
 
 
 _HELPERS = _Helpers()
+
+
+def _forget_helpers() -> None:
+    """In a forked child: the helper threads did not come along (their lock may even be held)."""
+    global _HELPERS
+    _HELPERS = _Helpers()
+
+
+os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def _run(job: _Job, helpers: int) -> None:
