@@ -120,6 +120,10 @@ CONV_CASES = [
     ((2, 8, 12, 13), (8, 1, 3, 3), {"group": 8, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
     ((1, 40, 33, 32), (40, 1, 5, 5), {"group": 40, "pads": [2, 2, 2, 2]}),
     ((1, 16, 10, 9), (16, 1, 1, 3), {"group": 16, "auto_pad": "SAME_UPPER"}),
+    # dense stride-1 with M <= C: one GEMM per kernel offset on shifted runs (dilations, pads, batch, SAME)
+    ((2, 8, 9, 11), (6, 8, 3, 2), {"pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((1, 12, 7, 8), (12, 12, 2, 2), {"auto_pad": "SAME_LOWER"}),
+    ((1, 40, 30, 31), (24, 40, 3, 3), {"pads": [1, 1, 1, 1]}),
 ]
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from epctx.providers.cpu import blas
 
-__all__ = ["MIN_BLOCK_COLUMNS", "matmul_columns"]
+__all__ = ["MIN_BLOCK_COLUMNS", "matmul_columns", "split_columns"]
 
 MIN_BLOCK_COLUMNS = 128  # narrower blocks lose more to call overhead than they gain
 
@@ -96,22 +96,26 @@ def _run(job: _Job, helpers: int) -> None:
         raise job.error
 
 
-def matmul_columns(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """``out[...] = a @ b`` for 2-D ``a`` (M, K), ``b`` (K, L) and ``out`` (M, L), split by columns of ``b``."""
+def split_columns(cols: int, block: Callable[[int, int], None]) -> None:
+    """Run ``block(lo, hi)`` over column ranges covering ``range(cols)``, shared with helper threads (as many
+    runners as BLAS has threads now), each range computed with BLAS on one thread."""
     gate = blas.serial()
     runners = gate.threads()
-    cols = b.shape[1]
     blocks = min(4 * runners, cols // MIN_BLOCK_COLUMNS)
     if runners <= 1:
-        np.matmul(a, b, out=out)
+        block(0, cols)
         return
-    if blocks <= 1:  # too narrow to share: one call, BLAS on one thread
-        gate(np.matmul, a, b, out=out)
+    if blocks <= 1:  # too narrow to share: one range, BLAS on one thread
+        gate(block, 0, cols)
         return
     edges = [cols * k // blocks for k in range(blocks + 1)]
+    gate(_run, _Job(lambda k: block(edges[k], edges[k + 1]), blocks), runners - 1)
 
-    def block(k: int) -> None:
-        lo, hi = edges[k], edges[k + 1]
+
+def matmul_columns(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = a @ b`` for 2-D ``a`` (M, K), ``b`` (K, L) and ``out`` (M, L), split by columns of ``b``."""
+
+    def block(lo: int, hi: int) -> None:
         np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
 
-    gate(_run, _Job(block, blocks), runners - 1)
+    split_columns(b.shape[1], block)
