@@ -1,7 +1,10 @@
-"""CPU kernels: Conv (im2col + one matmul per group) and ConvTranspose (matmul + col2im scatter-add).
+"""CPU kernels: Conv and ConvTranspose (matmul + col2im scatter-add).
 
-Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and cached, so
-the hot path is a padding copy, one strided gather, one BLAS call and a bias add.
+A Conv runs as im2col + one matmul per group, or without the im2col copy where that costs less
+(``conv_flat.py``: dense stride-1 convs with M <= C, depthwise convs), or as Winograd F(2x2, 3x3) when BLAS is
+single-threaded. Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and
+cached; the activation after a Conv may run inside it (``fusion.py``). The window geometry and scratch arrays
+shared with the pooling kernels are in ``windows.py``.
 """
 
 from __future__ import annotations
@@ -14,11 +17,29 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas, fusion, parallel
+from epctx.providers.cpu.kernels.conv_flat import (
+    DepthwiseChannelsLast,
+    DepthwiseFlat,
+    FlatGemm,
+    channels_last_fits,
+    flat_fits,
+    flat_gemm_fits,
+)
+from epctx.providers.cpu.kernels.windows import (
+    SCRATCH,
+    Geometry,
+    ScratchPool,
+    ints,
+    pad_input,
+    release_padded,
+    spatial_geometry,
+    window_slices,
+    window_view,
+)
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__ = [
@@ -32,180 +53,6 @@ __all__ = [
 ]
 
 _ALL = slice(None)
-
-
-class Geometry:
-    """Where the windows of a conv/pool lie along the spatial axes of one input shape."""
-
-    __slots__ = ("dilations", "kernel", "out", "pad_begin", "pad_end", "padded", "strides")
-
-    def __init__(
-        self,
-        kernel: tuple[int, ...],
-        strides: tuple[int, ...],
-        dilations: tuple[int, ...],
-        out: tuple[int, ...],
-        pad_begin: tuple[int, ...],
-        pad_end: tuple[int, ...],
-        padded: tuple[int, ...],
-    ) -> None:
-        self.kernel = kernel
-        self.strides = strides
-        self.dilations = dilations
-        self.out = out
-        self.pad_begin = pad_begin
-        self.pad_end = pad_end
-        # Extent of the padded buffer the windows read: covers the input and every window.
-        self.padded = padded
-
-    @property
-    def needs_pad(self) -> bool:
-        return any(self.pad_begin) or any(self.pad_end)
-
-
-def ints(value: Any, n: int, default: int) -> tuple[int, ...]:
-    """An INTS attribute as a tuple of ``n`` ints (``default`` each when missing or empty)."""
-    if value is None or len(value) == 0:
-        return (default,) * n
-    return tuple(int(v) for v in value)
-
-
-def spatial_geometry(
-    in_sp: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int] | None,
-    auto_pad: str,
-    *,
-    ceil_mode: bool = False,
-    node: str = "",
-) -> Geometry:
-    """Output size and pads per spatial axis, with onnxruntime's rules for auto_pad and ceil_mode."""
-    n = len(in_sp)
-    out: list[int] = []
-    pb: list[int] = []
-    pe: list[int] = []
-    padded: list[int] = []
-    for i in range(n):
-        size, k, s, d = int(in_sp[i]), int(kernel[i]), int(strides[i]), int(dilations[i])
-        dk = (k - 1) * d + 1
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-size // s)
-            total = max(0, (o - 1) * s + dk - size)
-            head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            tail = total - head
-        else:
-            if auto_pad == "VALID" or not pads:
-                head = tail = 0
-            else:
-                head, tail = int(pads[i]), int(pads[i + n])
-            span = size + head + tail - dk
-            if span < 0:
-                raise InvalidArgument(
-                    f"node {node!r}: kernel extent {dk} exceeds padded input size {size + head + tail} "
-                    f"on spatial axis {i}"
-                )
-            if ceil_mode:
-                o = -(-span // s) + 1
-                if (o - 1) * s >= size + head:  # the last window must start inside the input or head pad
-                    o -= 1
-            else:
-                o = span // s + 1
-        out.append(o)
-        pb.append(head)
-        pe.append(tail)
-        padded.append(max(head + size + tail, (o - 1) * s + dk))
-    return Geometry(
-        tuple(int(k) for k in kernel),
-        tuple(int(s) for s in strides),
-        tuple(int(d) for d in dilations),
-        tuple(out),
-        tuple(pb),
-        tuple(pe),
-        tuple(padded),
-    )
-
-
-class ScratchPool:
-    """Scratch arrays reused from call to call, keyed by shape and dtype.
-
-    Fresh multi-megabyte temporaries cost page faults on every call once the C heap has trimmed them
-    (measured 2x on an isolated conv layer). Each caller takes its own array and gives it back when done,
-    so concurrent runs never share one; at most ``limit`` bytes are kept.
-    """
-
-    __slots__ = ("_free", "kept", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self._free: dict[tuple[tuple[int, ...], np.dtype[Any]], list[np.ndarray]] = {}
-        self.kept = 0
-        self.limit = limit
-
-    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        free = self._free.get((shape, np.dtype(dtype)))
-        if free:
-            try:
-                arr = free.pop()
-            except IndexError:  # another thread took the last one
-                return np.empty(shape, dtype=dtype)
-            self.kept -= arr.nbytes
-            return arr
-        return np.empty(shape, dtype=dtype)
-
-    def give(self, *arrays: np.ndarray) -> None:
-        for arr in arrays:
-            if self.kept + arr.nbytes <= self.limit:
-                self._free.setdefault((arr.shape, arr.dtype), []).append(arr)
-                self.kept += arr.nbytes
-
-
-SCRATCH = ScratchPool(128 << 20)
-
-
-def pad_input(x: np.ndarray, geo: Geometry, fill: Any = 0) -> np.ndarray:
-    """``x`` (N, C, *spatial) copied into a buffer of ``geo.padded`` spatial extent filled with ``fill``.
-
-    The buffer comes from ``SCRATCH``: give it back with ``release_padded(x, buf)`` when done.
-    """
-    in_sp = x.shape[2:]
-    if tuple(in_sp) == geo.padded:
-        return x
-    buf = SCRATCH.take(x.shape[:2] + geo.padded, x.dtype)
-    buf.fill(fill)
-    inner = (_ALL, _ALL) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, in_sp))
-    buf[inner] = x
-    return buf
-
-
-def release_padded(x: np.ndarray, xp: np.ndarray) -> None:
-    if xp is not x:
-        SCRATCH.give(xp)
-
-
-def window_view(xp: np.ndarray, geo: Geometry) -> np.ndarray:
-    """A read-only (N, C, *kernel, *out) view of the windows of the padded input ``xp``."""
-    st = xp.strides
-    sp_st = st[2:]
-    shape = xp.shape[:2] + geo.kernel + geo.out
-    strides = (
-        st[:2]
-        + tuple(s * d for s, d in zip(sp_st, geo.dilations))
-        + tuple(s * t for s, t in zip(sp_st, geo.strides))
-    )
-    return as_strided(xp, shape=shape, strides=strides, writeable=False)
-
-
-def window_slices(geo: Geometry) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
-    """For each kernel offset: the offset and the (N, C, *out) slice of the padded input it reads."""
-    result = []
-    for offs in itertools.product(*(range(k) for k in geo.kernel)):
-        src = (_ALL, _ALL) + tuple(
-            slice(o * d, o * d + s * (n - 1) + 1, s)
-            for o, d, s, n in zip(offs, geo.dilations, geo.strides, geo.out)
-        )
-        result.append((offs, src))
-    return result
 
 
 def _conv_attrs(info: NodeInfo, n: int) -> tuple[tuple[int, ...], tuple[int, ...], list[int] | None, str]:
@@ -327,11 +174,11 @@ class _ConvPlan:
         self.pointwise = all(k == 1 for k in geo.kernel) and not geo.needs_pad
         self.depthwise = w_shape[1] == 1 and group > 1 and not self.pointwise
         self.slices = window_slices(geo) if self.depthwise else []
-        self.flat = _DepthwiseFlat(geo) if self.depthwise and _flat_fits(x_shape, w_shape, geo) else None
-        self.flat_gemm = _FlatGemm(geo) if _flat_gemm_fits(x_shape, w_shape, geo, group) else None
+        self.flat = DepthwiseFlat(geo) if self.depthwise and flat_fits(x_shape, w_shape, geo) else None
+        self.flat_gemm = FlatGemm(geo) if flat_gemm_fits(x_shape, w_shape, geo, group) else None
         self.channels_last = (
-            _DepthwiseChannelsLast(x_shape, w_shape, geo)
-            if self.depthwise and self.flat is None and x_shape[1] >= _CHANNELS_LAST_MIN
+            DepthwiseChannelsLast(x_shape, w_shape, geo)
+            if self.depthwise and self.flat is None and channels_last_fits(x_shape)
             else None
         )
         self.winograd = (
@@ -412,163 +259,6 @@ class _ConvPlan:
             y += tmp
         release_padded(x, xp)
         return y.reshape(self.out_shape)
-
-
-# Stride-1 2-D depthwise convs with at least this many output pixels (or few channels) run on flattened rows.
-_FLAT_MIN_PIXELS = 1024
-
-
-def _flat_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> bool:
-    if len(geo.out) != 2 or geo.strides != (1, 1) or w_shape[0] != x_shape[1]:
-        return False
-    return x_shape[1] < _CHANNELS_LAST_MIN or math.prod(geo.out) >= _FLAT_MIN_PIXELS
-
-
-class _FlatLayout:
-    """The padded input of a stride-1 2-D conv flattened per channel: output row i, column j reads
-    ``flat[(i + ki * dh) * Wp + j + kj * dw]``, so each kernel offset is one shifted run of ``oh * Wp`` values;
-    the ``Wp - ow`` extra columns of each output row are cropped at the end."""
-
-    __slots__ = ("geo", "length", "shifts", "size")
-
-    def __init__(self, geo: Geometry) -> None:
-        (hp, wp), (dh, dw) = geo.padded, geo.dilations
-        self.geo = geo
-        self.length = geo.out[0] * wp
-        self.size = hp * wp + (geo.kernel[1] - 1) * dw  # the last shifted run ends past the padded plane
-        self.shifts = [ki * dh * wp + kj * dw for ki in range(geo.kernel[0]) for kj in range(geo.kernel[1])]
-
-    def padded(self, x: np.ndarray) -> np.ndarray:
-        """(N, C, size) from SCRATCH: give it back when done."""
-        geo = self.geo
-        n, c = x.shape[0], x.shape[1]
-        hp, wp = geo.padded
-        bh, bw = geo.pad_begin
-        buf = SCRATCH.take((n, c, self.size), x.dtype)
-        buf.fill(0)
-        plane = buf[:, :, : hp * wp].reshape(n, c, hp, wp)
-        plane[:, :, bh : bh + x.shape[2], bw : bw + x.shape[3]] = x
-        return buf
-
-    def crop(self, y: np.ndarray) -> np.ndarray:
-        geo = self.geo
-        return np.ascontiguousarray(y.reshape(*y.shape[:2], geo.out[0], geo.padded[1])[..., : geo.out[1]])
-
-
-def _flat_gemm_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry, group: int) -> bool:
-    """Dense stride-1 2-D convs with no more output than input channels: one GEMM per kernel offset on shifted
-    runs (added up: M values per output pixel and offset) costs less than copying the im2col matrix (C)."""
-    if group != 1 or len(geo.out) != 2 or geo.strides != (1, 1) or math.prod(geo.kernel) == 1:
-        return False
-    return w_shape[0] <= x_shape[1]
-
-
-class _FlatGemm:
-    """A dense stride-1 2-D conv without an im2col copy: for each kernel offset k, ``W_k (M, C)`` times the
-    shifted runs ``(C, oh * Wp)`` of the flattened padded input (a strided operand BLAS reads in place), summed.
-    Column blocks are shared with helper threads (``parallel.split_columns``). Measured on PP-OCRv4 det's
-    96 -> 24 channel 3x3 conv at 80x80, one thread: 9.9 ms with the im2col copy."""
-
-    __slots__ = ("layout",)
-
-    def __init__(self, geo: Geometry) -> None:
-        self.layout = _FlatLayout(geo)
-
-    def run(self, x: np.ndarray, wk: np.ndarray) -> np.ndarray:
-        layout = self.layout
-        n, m, length = x.shape[0], wk.shape[1], layout.length
-        buf = layout.padded(x)
-        dt = np.result_type(x.dtype, wk.dtype)
-        y = np.empty((n, m, length), dtype=dt)
-        tmp = SCRATCH.take((m, length), dt)
-        for i in range(n):
-            xi, yi = buf[i], y[i]
-
-            def block(lo: int, hi: int, xi: np.ndarray = xi, yi: np.ndarray = yi) -> None:
-                for k, shift in enumerate(layout.shifts):
-                    src = xi[:, shift + lo : shift + hi]
-                    if k == 0:
-                        np.matmul(wk[0], src, out=yi[:, lo:hi])
-                    else:
-                        part = tmp[:, lo:hi]
-                        np.matmul(wk[k], src, out=part)
-                        yi[:, lo:hi] += part
-
-            parallel.split_columns(length, block)
-        SCRATCH.give(buf, tmp)
-        return layout.crop(y)
-
-
-class _DepthwiseFlat:
-    """A stride-1 2-D depthwise conv on the flattened padded input (``_FlatLayout``): one shifted
-    multiply-add per kernel offset, with rows ``oh * Wp`` long. Measured here on 64 channels at 56x56, 3x3:
-    560 us, against 910 for the channels-last einsum."""
-
-    __slots__ = ("layout",)
-
-    def __init__(self, geo: Geometry) -> None:
-        self.layout = _FlatLayout(geo)
-
-    def run(self, x: np.ndarray, wd: np.ndarray) -> np.ndarray:
-        layout = self.layout
-        n, c, length = x.shape[0], x.shape[1], layout.length
-        buf = layout.padded(x)
-        dt = np.result_type(x.dtype, wd.dtype)
-        y = np.empty((n, c, length), dtype=dt)
-        tmp = SCRATCH.take((n, c, length), dt)
-        for k, shift in enumerate(layout.shifts):
-            run = buf[:, :, shift : shift + length]
-            if k == 0:
-                np.multiply(run, wd[k], out=y)
-            else:
-                np.multiply(run, wd[k], out=tmp)
-                y += tmp
-        SCRATCH.give(buf, tmp)
-        return layout.crop(y)
-
-
-# Depthwise convolutions with at least this many channels run channels-last (one einsum over a strided window
-# view, the channels innermost); with fewer, the windows' rows are too short for that to pay off.
-_CHANNELS_LAST_MIN = 32
-
-
-class _DepthwiseChannelsLast:
-    """A depthwise conv as one einsum over an (N, *out, *K, C) window view of the input, padded channels-last:
-    the inner loop runs over the channels (contiguous), with no per-offset temporaries. Measured here against
-    the offset-by-offset form: 576 channels at 7x7, 5x5 kernel: 107 us vs 892 us."""
-
-    __slots__ = ("eq", "geo", "out_nchw", "padded_shape", "view_shape")
-
-    def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> None:
-        nd = len(geo.out)
-        self.geo = geo
-        self.padded_shape = (x_shape[0], *geo.padded, x_shape[1])
-        self.view_shape = (x_shape[0], *geo.out, *geo.kernel, x_shape[1])
-        out, ker = "ijk"[:nd], "pqr"[:nd]
-        self.eq = f"n{out}{ker}c,{ker}cm->n{out}cm"
-        self.out_nchw = (0, nd + 1, *range(1, nd + 1))
-
-    def run(self, x: np.ndarray, wl: np.ndarray) -> np.ndarray:
-        geo = self.geo
-        n, c = x.shape[0], x.shape[1]
-        nd = len(geo.out)
-        buf = SCRATCH.take(self.padded_shape, x.dtype)
-        if geo.needs_pad or tuple(x.shape[2:]) != geo.padded:
-            buf.fill(0)
-        inner = (_ALL,) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, x.shape[2:])) + (_ALL,)
-        buf[inner] = np.moveaxis(x, 1, -1)
-        st = buf.strides
-        strides = (
-            st[0],
-            *(st[1 + i] * geo.strides[i] for i in range(nd)),
-            *(st[1 + i] * geo.dilations[i] for i in range(nd)),
-            st[-1],
-        )
-        view = as_strided(buf, shape=self.view_shape, strides=strides, writeable=False)
-        y = np.einsum(self.eq, view, wl)  # (N, *out, C, multiplier)
-        SCRATCH.give(buf)
-        y = y.reshape((n, *geo.out, c * wl.shape[-1]))
-        return np.ascontiguousarray(y.transpose(self.out_nchw))
 
 
 # --------------------------------------------------------------------------------------------------------
