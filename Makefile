@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers; CI machines have 2 cores.
 JOBS ?= 2
 
-.PHONY: install test lint typecheck pytest demo bench bench-iree parity clean cross-test
+.PHONY: install test test-fast lint typecheck pytest demo bench bench-iree parity clean cross-test
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,10 @@ pytest: $(STAMP)
 	$(BIN)/pytest -n $(JOBS) -q
 
 test: lint typecheck pytest
+
+# The everyday tier: lint, types and the tests marked neither slow nor needing an IREE compile or torch.
+test-fast: lint typecheck
+	$(BIN)/pytest -n $(JOBS) -q -m "not slow"
 
 demo: $(STAMP)
 	$(BIN)/epctx demo

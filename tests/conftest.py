@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import zlib
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 _NODE_SUITE = "OnnxBackendNodeModelTest"
 
@@ -28,3 +33,40 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"ONNX backend node suite on epctx: {counts['passed']} of {known} cases passed "
             f"({counts['failed'] + counts['error']} failed, {known - counts['passed'] - counts['failed']} skipped)",
         )
+
+
+# `make test-fast` (-m "not slow") runs the tests that need no IREE compile and no torch: a test that brings
+# either in without the `slow` marker fails there, naming itself, so the everyday tier stays fast.
+_SLOW_MODULES = ("torch", "iree.compiler")
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_stays_fast(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.config.getoption("markexpr", "") != "not slow":
+        yield
+        return
+    before = {m for m in _SLOW_MODULES if m in sys.modules}
+    yield
+    found = [m for m in _SLOW_MODULES if m in sys.modules and m not in before]
+    if found:
+        pytest.fail(
+            f"{request.node.nodeid} imports {', '.join(found)} (compiles with IREE or uses torch): mark it slow"
+        )
+
+
+# Test modules that draw data from a module-level generator (RNG, _RNG, rng) would see data that depends on which
+# tests ran before in the same worker (pytest-xdist's scheduling, -k, -p no:randomly ...): each test starts the
+# generator afresh from its own id, so a test's inputs are the same in every order and on every worker.
+_MODULE_GENERATORS = ("RNG", "_RNG", "rng")
+
+
+@pytest.fixture(autouse=True)
+def _module_generators_seeded_per_test(request: pytest.FixtureRequest) -> None:
+    import numpy as np
+
+    module = getattr(request, "module", None)
+    for name in _MODULE_GENERATORS:
+        generator = getattr(module, name, None)
+        if isinstance(generator, np.random.Generator):
+            seed = zlib.crc32(request.node.nodeid.encode())
+            generator.bit_generator.state = np.random.default_rng(seed).bit_generator.state

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx_ir as ir
 
+from epctx.ep.compiling import Capability, CapabilityContext, CompileContext
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
 from epctx.model.scopes import outer_scope_values
 from epctx.providers import registry
@@ -76,13 +77,17 @@ class FusingEP(ExecutionProvider):
     compiles: ClassVar[bool] = True
     claim: ClassVar[Callable[[ir.Node], bool]]
     compiled: ClassVar[list[Partition]]
+    calls: ClassVar[list[int]]  # the number of partitions of each compile call
 
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
         claim = type(self).claim
-        return [node for node in graph if claim(node)]
+        return Capability(tuple(node for node in graph if claim(node)))
 
-    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+    def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
         type(self).compiled.extend(partitions)
+        type(self).calls.append(len(partitions))
         return [_compile_one(p) for p in partitions]
 
 
@@ -110,7 +115,7 @@ def make_fusing_ep(
     return type(
         f"FusingEP_{name}",
         (FusingEP,),
-        {"name": name, "claim": staticmethod(claim), "compiled": []},
+        {"name": name, "claim": staticmethod(claim), "compiled": [], "calls": []},
     )
 
 

@@ -123,6 +123,7 @@ def _results_for(ep: str, results: dict[str, list[CaseResult]], tmp: Path) -> di
     return {r.case: r for r in results[ep]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("ep", sorted(PROFILES))
 def test_conformance(
@@ -160,6 +161,7 @@ def test_a_failing_ep_is_reported_not_raised(tmp_path: Path) -> None:
         run_conformance("ExampleExecutionProvider", tmp_dir=tmp_path, cases=["no_such_case"])
 
 
+@pytest.mark.slow
 def test_command_prints_the_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
     import subprocess
@@ -182,12 +184,13 @@ def test_command_prints_the_table_and_json(tmp_path: Path, capsys: pytest.Captur
     assert main([*args[:5], "--keep", str(tmp_path / "again"), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["ExampleExecutionProvider"]
     assert row["passed"] and row["total_nodes"] == 6 and row["max_error"] < 1e-4
-    # python -m epctx.testing.conformance is the same command
+    # python -m epctx.cli conformance is the same command (epctx.testing does not import the command line)
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "epctx.testing.conformance",
+            "epctx.cli",
+            "conformance",
             *args[1:5],
             "--keep",
             str(tmp_path / "m"),
@@ -203,6 +206,7 @@ def test_command_prints_the_table_and_json(tmp_path: Path, capsys: pytest.Captur
     assert "unknown case 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_no_compile_guard_by_context_and_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     import epctx
     import epctx.session.builder

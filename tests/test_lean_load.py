@@ -122,6 +122,7 @@ def test_models_the_lean_reader_declines_go_to_the_full_loader(tmp_path: Path) -
         assert read_context_model(junk) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ep", [EXAMPLE, OPENVINO])
 def test_loading_a_context_model_imports_neither_onnx_nor_onnx_ir(tmp_path: Path, ep: str) -> None:
     """In a fresh interpreter: ``import epctx``, a session over a context model and a run import neither onnx
@@ -157,6 +158,7 @@ def _outcome(path: Path, ep: str, x: dict[str, np.ndarray]) -> str:
     return "ran: " + ",".join(np.asarray(o).tobytes().hex()[:64] for o in outputs)
 
 
+@pytest.mark.slow
 def test_damaged_context_models_fail_alike_on_both_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -179,6 +181,7 @@ def test_damaged_context_models_fail_alike_on_both_paths(
     assert not differ, "\n".join(differ[:10])
 
 
+@pytest.mark.slow
 def test_compiling_a_model_one_ep_takes_whole_does_not_import_the_cpu_kernels(tmp_path: Path) -> None:
     """The cold path: when the compiling EP takes every node, the CPU EP is never asked, so its kernel table
     (and onnx.reference) stays unimported."""
@@ -217,6 +220,7 @@ def test_a_profiled_lean_session_records_each_context_load_and_step(
     assert "model_loading_uri" in names and "session_initialization" in names
 
 
+@pytest.mark.slow
 def test_an_iree_context_model_loads_without_onnx_or_the_iree_compiler(tmp_path: Path) -> None:
     """Issue 9: loading imports only iree.runtime (never iree.compiler), and the lean path no onnx either."""
     if "IREEExecutionProvider" not in epctx.get_available_providers():

@@ -26,6 +26,9 @@ from benchmarks.export_minilm import main as export_main
 
 import epctx
 
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 if importlib.util.find_spec(PACKAGE) is None:
     pytest.skip(f"{PACKAGE} is not installed", allow_module_level=True)
 

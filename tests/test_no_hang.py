@@ -1,4 +1,4 @@
-"""epctx never hangs when OpenVINO loads next to multi-threaded numpy BLAS (issue 7; providers/cpu/blas.py)."""
+"""epctx never hangs when OpenVINO loads next to multi-threaded numpy BLAS (issue 7; epctx/ep/blas.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_import_epctx_does_no_blas_coordination() -> None:
         """
         import json, sys
         import epctx
-        print(json.dumps({"loaded": [m for m in ("threadpoolctl", "epctx.providers.cpu.blas", "numpy")
+        print(json.dumps({"loaded": [m for m in ("threadpoolctl", "epctx.ep.blas", "numpy")
                                      if m in sys.modules]}))
         """
     )
@@ -51,6 +51,7 @@ def test_cpu_ep_creation_does_no_blas_work() -> None:
     assert out["calls"] == []
 
 
+@pytest.mark.slow
 def test_blas_threads_come_back_only_after_the_telemetry_fork() -> None:
     pytest.importorskip("openvino")
     out = _run(
@@ -58,7 +59,7 @@ def test_blas_threads_come_back_only_after_the_telemetry_fork() -> None:
         import json
         import sys
         from threadpoolctl import threadpool_info
-        from epctx.providers.cpu import blas
+        from epctx.ep import blas
 
         def threads():
             return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
@@ -91,6 +92,7 @@ def test_blas_threads_come_back_only_after_the_telemetry_fork() -> None:
         assert out["forks"] >= 1 or out["in_flight"] == 0
 
 
+@pytest.mark.slow
 def test_openvino_load_beside_running_blas_never_hangs() -> None:
     """10 fresh processes: OpenVINO EP loaded while CPU MatMuls run in two threads (benchmarks/hang_check.py)."""
     pytest.importorskip("openvino")

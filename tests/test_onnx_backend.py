@@ -7,6 +7,7 @@ node-case count (passed / failed / skipped) at the end of the run.
 from __future__ import annotations
 
 import onnx.backend.test
+import pytest
 
 import epctx.backend
 
@@ -48,4 +49,7 @@ for pattern, _reason in SKIPS:
 # CUDA variants are skipped by supports_device; only CPU cases run.
 backend_test.exclude(r"_cuda$")
 
-globals().update(backend_test.test_cases)
+_cases = backend_test.test_cases  # a new set of classes at each access
+# Whole real models (AlexNet, ResNet-50, VGG-19, ...): several seconds each, left out of `make test-fast`.
+_cases["OnnxBackendRealModelTest"].pytestmark = [pytest.mark.slow]
+globals().update(_cases)

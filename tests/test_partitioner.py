@@ -246,6 +246,7 @@ def _random_case(draw: st.DrawFn) -> tuple[bytes, list[str], list[tuple[str, fro
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
+@pytest.mark.slow
 @given(case=_random_case(), seed=st.integers(0, 2**16))
 def test_random_dags_partition_soundly(
     case: tuple[bytes, list[str], list[tuple[str, frozenset[str]]]], seed: int
@@ -383,6 +384,7 @@ print(json.dumps([p.name for p in ep.compiled]))
 """
 
 
+@pytest.mark.slow
 def test_partition_names_are_deterministic_and_not_from_a_counter() -> None:
     model, ep = _two_partition_model()
     with registered(ep):

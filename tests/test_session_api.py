@@ -354,3 +354,21 @@ def test_graph_outputs_of_unknown_rank_are_accepted():
     sess = epctx.InferenceSession(model.SerializeToString())
     assert sess.get_inputs()[0].shape is None
     assert_matches_ort(model, {"x": np.array([[-1.0, 2.0]], np.float32)})
+
+
+def test_get_all_providers_has_onnxruntimes_meaning():
+    ort = pytest.importorskip("onnxruntime")
+    from epctx.providers.builtin import builtin_declarations
+
+    every = epctx.get_all_providers()
+    assert every[-1] == "CPUExecutionProvider" and len(set(every)) == len(every)
+    # Usable or not: every built-in EP (its backend package installed or missing) and every available EP.
+    assert {d.name for d in builtin_declarations()} <= set(every)
+    assert set(epctx.get_available_providers()) <= set(every)
+    # The names both runtimes know come in onnxruntime's order, and onnxruntime knows them as real providers.
+    theirs = ort.get_all_providers()
+    common = [n for n in every if n in theirs]
+    assert {"CPUExecutionProvider", "OpenVINOExecutionProvider"} <= set(common)
+    assert common == [n for n in theirs if n in common]
+    # epctx's own EPs (Example, IREE) are epctx's names only.
+    assert "IREEExecutionProvider" in every and "IREEExecutionProvider" not in theirs

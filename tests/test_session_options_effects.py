@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import epctx
-from epctx.ep import ExecutionProvider
+from epctx.ep import Capability, ExecutionProvider
 from epctx.errors import EPCtxError
 from tests.fusing_ep import registered
 
@@ -45,8 +45,8 @@ class _ProbeEP(ExecutionProvider):
     name = "ProbeExecutionProvider"
     seen: list[list[int]] = []
 
-    def get_capability(self, graph, opset_imports):
-        return [n for n in graph if n.op_type == "Identity"]
+    def get_capability(self, graph, opset_imports, ctx):
+        return Capability(tuple(n for n in graph if n.op_type == "Identity"))
 
     def create_kernel(self, ctx):
         def kernel(x):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from epctx import _hooks, capi, errors
+from epctx import capi, errors
 from epctx.errors import (
     EPFail,
     Fail,
@@ -20,8 +20,19 @@ from epctx.options import ExecutionMode, GraphOptimizationLevel, RunOptions, Ses
 if TYPE_CHECKING:
     import os
 
+    from epctx.cache.compatibility import (
+        get_compatibility_info_from_model,
+        get_compatibility_info_from_model_bytes,
+        get_hardware_device_ep_incompatibility_details,
+        get_model_compatibility_for_ep_devices,
+    )
     from epctx.compiler import CompileFlags, ExternalInitializerInfo, ModelCompiler
     from epctx.compiler import CompileFlags as OrtCompileApiFlags
+    from epctx.ep.compatibility import (
+        CompatibilityVerdict,
+        OrtCompiledModelCompatibility,
+        OrtDeviceEpIncompatibilityReason,
+    )
     from epctx.ep.devices import EpDevice as OrtEpDevice
     from epctx.ep.devices import ExecutionProviderDevicePolicy as OrtExecutionProviderDevicePolicy
     from epctx.ep.devices import HardwareDevice as OrtHardwareDevice
@@ -51,6 +62,7 @@ __all__ = [
     "SessionOptions",
     "capi",
     "errors",
+    "get_all_providers",
     "get_available_providers",
     "get_device",
     "set_default_logger_severity",
@@ -67,19 +79,17 @@ __all__ = [
     "get_ep_devices",
     "register_execution_provider_library",
     "unregister_execution_provider_library",
+    # compiled model compatibility (onnxruntime's names)
+    "CompatibilityVerdict",
+    "OrtCompiledModelCompatibility",
+    "OrtDeviceEpIncompatibilityReason",
+    "get_compatibility_info_from_model",
+    "get_compatibility_info_from_model_bytes",
+    "get_hardware_device_ep_incompatibility_details",
+    "get_model_compatibility_for_ep_devices",
 ]
 
 from epctx._version import __version__ as __version__
-
-
-def _ep_payload_detectors(source: str | None) -> Any:
-    from epctx.providers.registry import payload_detectors
-
-    return payload_detectors(source)
-
-
-# epctx inspect asks each EP to recognise its own payloads (epcontext/ sits below providers/).
-_hooks.set_payload_detectors(_ep_payload_detectors)
 
 # The session and the compile API are imported on first use, so that `import epctx` stays light (a session over a
 # context model then imports only its lean load path).
@@ -98,6 +108,18 @@ _LAZY = {
     "OrtExecutionProviderDevicePolicy": "epctx.ep.devices:ExecutionProviderDevicePolicy",
     "OrtHardwareDevice": "epctx.ep.devices:HardwareDevice",
     "OrtHardwareDeviceType": "epctx.ep.devices:HardwareDeviceType",
+    "CompatibilityVerdict": "epctx.ep.compatibility",
+    "OrtCompiledModelCompatibility": "epctx.ep.compatibility",
+    "OrtDeviceEpIncompatibilityReason": "epctx.ep.compatibility",
+    **{
+        name: "epctx.cache.compatibility"
+        for name in (
+            "get_compatibility_info_from_model",
+            "get_compatibility_info_from_model_bytes",
+            "get_hardware_device_ep_incompatibility_details",
+            "get_model_compatibility_for_ep_devices",
+        )
+    },
 }
 
 
@@ -109,6 +131,15 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value
     return value
+
+
+def get_all_providers() -> list[str]:
+    """Every execution provider this installation of epctx supports, including those whose backend is not
+    installed on this machine (onnxruntime's ``get_all_providers``; ``get_available_providers`` lists the usable
+    ones), CPU last."""
+    from epctx.providers.registry import all_providers
+
+    return all_providers()
 
 
 def get_available_providers() -> list[str]:

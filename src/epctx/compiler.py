@@ -16,6 +16,7 @@ from epctx.errors import EPCtxError, Fail, InvalidArgument
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from epctx.ep.contract import ExecutionProvider
     from epctx.epcontext.generate import ContextModel
     from epctx.session.pipeline import Pipeline
 
@@ -141,8 +142,8 @@ class ModelCompiler:
     def _pipeline(self, output: Path | None = None) -> Pipeline:
         """Partition and compile. ``output``: the context model's path when writing a file (None there:
         ``<stem>_ctx.onnx``), so a sharing session joins its group before compiling."""
-        from epctx.epcontext.generate import generation_scope
-        from epctx.epcontext.paths import context_model_path
+        from epctx.epcontext.generate import generation_target
+        from epctx.epcontext.paths import check_not_inputs, context_model_path
         from epctx.session.pipeline import Pipeline, resolve_providers
 
         options = self._options
@@ -151,17 +152,13 @@ class ModelCompiler:
         if not options.provider_entries and not chooses:
             logger.info("ModelCompiler: no provider added to the session options; only the CPU EP takes part")
         eps = resolve_providers(None, None, options, source=self._source)
-        level = options.graph_optimization_level
-        options.graph_optimization_level = self._level
-        try:
-            pipeline = Pipeline.partition(self._source, eps, options)
-        finally:
-            options.graph_optimization_level = level
+        pipeline = Pipeline.partition(self._source, eps, options, optimization_level=self._level)
         target = output
         if target is None and pipeline.loaded.path is not None:
             target = context_model_path(pipeline.loaded.path, {})
-        with generation_scope(config, target):
-            pipeline.compile()
+        if target is not None and pipeline.loaded.path is not None:
+            check_not_inputs([pipeline.loaded.path], self._planned_files(target, eps))
+        pipeline.compile(generation_target(config, target))
         if not pipeline.compiled and self._flags & CompileFlags.ERROR_IF_NO_NODES_COMPILED:
             raise Fail(
                 "Unable to compile any nodes: no execution provider compiled a partition of this model"
@@ -169,6 +166,20 @@ class ModelCompiler:
         if not pipeline.compiled:
             logger.warning("ModelCompiler: no node was compiled; the output model runs on the CPU EP")
         return pipeline
+
+    def _planned_files(self, target: Path, eps: list[ExecutionProvider]) -> list[Path]:
+        """The files writing ``target`` will make: the model, each compiling EP's binary (unless embedded, and
+        under its preferred name), the external-initializers file."""
+        from epctx.epcontext.paths import binary_file_name, model_name_for
+
+        planned = [target]
+        if not self._embed:
+            name = model_name_for(target)
+            planned += [target.parent / binary_file_name(name, ep.name) for ep in eps if ep.compiles]
+        external = self._ext_path or self._options.config.get(opt.EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE, "")
+        if external:
+            planned.append(target.parent / external)
+        return planned
 
     def _output_without_file(self) -> ContextModel:
         """For bytes / stream output: binaries are embedded unless ep.context_file_path says where files go."""

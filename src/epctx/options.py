@@ -29,6 +29,12 @@ SHARE_EP_CONTEXTS = "ep.share_ep_contexts"
 STOP_SHARE_EP_CONTEXTS = "ep.stop_share_ep_contexts"
 DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
+# epctx's transparent cache: a folder where sessions over source models keep the context models they compile
+# (loaded when the key and the verdict allow it; see epctx.cache.transparent), and its size bound in MB.
+CONTEXT_CACHE = "epctx.context_cache"
+CONTEXT_CACHE_MAX_MB = "epctx.context_cache_max_mb"
+# "1": a context model its EP judges EP_SUPPORTED_PREFER_RECOMPILATION is refused (else a warning); as onnxruntime.
+FAIL_ON_SUBOPTIMAL_COMPILED_MODEL = "session.fail_on_suboptimal_compiled_model"
 # epctx's own: "1" turns the warning for an onnxruntime EP that epctx lacks (CUDA, TensorRT...) into an error.
 UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
 
@@ -41,6 +47,7 @@ _BOOL_KEYS = frozenset(
         DISABLE_MODEL_COMPILE,
         DISABLE_CPU_EP_FALLBACK,
         UNAVAILABLE_EP_IS_ERROR,
+        FAIL_ON_SUBOPTIMAL_COMPILED_MODEL,
     }
 )
 
@@ -322,6 +329,21 @@ def _string_options(options: Mapping[str, Any] | None, provider: str) -> dict[st
     if not isinstance(options, Mapping):
         raise InvalidArgument(f"options of provider {provider!r} must be a mapping, got {options!r}")
     return {str(k): str(v) for k, v in options.items()}
+
+
+def with_config(options: SessionOptions, changes: Mapping[str, str | None]) -> SessionOptions:
+    """A copy of ``options`` with config entries set (a value) or removed (None); ``options`` is unchanged."""
+    import copy
+
+    derived = copy.copy(options)
+    config = dict(options.config)
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    derived._config = config
+    return derived
 
 
 def config_flag(config: Mapping[str, str], key: str) -> bool:

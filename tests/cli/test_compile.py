@@ -48,6 +48,7 @@ def test_output_path_and_json_report(cli: Cli, model: Path, tmp_path: Path) -> N
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="OpenVINO is not installed")
 def test_without_p_the_policy_picks_the_compiling_ep_and_says_so(cli: Cli, model: Path) -> None:
     result = cli("compile", model)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.cli.helpers import Cli
 from tests.epcontext.models import EXAMPLE
 
@@ -14,6 +16,7 @@ def _kept(out: str) -> Path:
     return Path(line[len("files kept in ") :].split(":")[0])
 
 
+@pytest.mark.slow
 def test_demo_on_the_cpu_ep(cli: Cli) -> None:
     result = cli("demo", "-p", "CPUExecutionProvider")
     assert result.status == 0, result.err
@@ -21,6 +24,7 @@ def test_demo_on_the_cpu_ep(cli: Cli) -> None:
     assert "MISMATCH" not in result.out
 
 
+@pytest.mark.slow
 def test_demo_keep_leaves_the_files(cli: Cli) -> None:
     result = cli("demo", "-p", EXAMPLE, "--keep")
     assert result.status == 0, result.err
@@ -33,6 +37,7 @@ def test_demo_keep_leaves_the_files(cli: Cli) -> None:
         shutil.rmtree(folder)
 
 
+@pytest.mark.slow
 def test_demo_without_keep_leaves_nothing(cli: Cli, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile

@@ -21,6 +21,7 @@ def test_version(cli: Cli) -> None:
     assert (result.status, result.out) == (0, f"epctx {epctx.__version__}\n")
 
 
+@pytest.mark.slow
 def test_version_as_a_program() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "epctx.cli", "--version"], capture_output=True, text=True, cwd=REPO

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from epctx.providers.cpu import registry
 from epctx.providers.cpu.kernel_index import KERNEL_MODULES, module_for
 from epctx.providers.cpu.kernels import load_all
@@ -27,6 +29,7 @@ def test_the_index_names_the_module_of_every_registered_kernel() -> None:
     assert indexed == set(registered)
 
 
+@pytest.mark.slow
 def test_a_session_imports_only_the_kernel_modules_of_its_ops() -> None:
     script = """
 import json, sys

@@ -440,6 +440,7 @@ def _resize_opset(coord: str) -> int:
     return {"half_pixel_symmetric": 19, "tf_half_pixel_for_nn": 13}.get(coord, 19)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("coord", COORDS)
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: "-".join(str(v) for v in m.values()))
 def test_resize_modes(mode: dict[str, Any], coord: str) -> None:
@@ -497,14 +498,15 @@ def test_resize_dtypes(dtype: Any) -> None:
         x = RNG.integers(0, 255, (1, 2, 5, 7)).astype(dtype)
     else:
         x = (RNG.standard_normal((1, 2, 5, 7)) * 50).astype(dtype)
-    tol = 1e-2 if dtype == np.float16 else 1e-5
+    # float16 results (values up to ~200) may round the other way from onnxruntime's: 2 ulp of float16 relative.
+    tol = {"atol": 1e-2, "rtol": 2e-3} if dtype == np.float16 else {"atol": 1e-5}
     # Integer nearest and antialias are exact; plain integer linear can differ from onnxruntime by one unit
     # (it truncates a float sum whose evaluation order differs), so it is not asserted here.
     modes = [{"mode": "nearest"}, {"mode": "linear", "antialias": 1}, {"mode": "cubic", "antialias": 1}]
     if np.dtype(dtype).kind == "f":
         modes += [{"mode": "linear"}, {"mode": "cubic"}]
     for attrs, sc in itertools.product(modes, SCALES):
-        _check("Resize", [x, None, np.array(sc, F32)], attrs, opset=18, atol=tol)
+        _check("Resize", [x, None, np.array(sc, F32)], attrs, opset=18, **tol)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
@@ -516,6 +518,7 @@ def test_resize_legacy_and_upsample(mode: str) -> None:
         _check("Upsample", [X4], {"mode": mode, "scales": sc}, opset=7, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resize_nearest_halfway_sweep() -> None:
     """Nearest-pixel choices match onnxruntime across many size pairs (float32 coordinate arithmetic)."""
     for coord in ("asymmetric", "half_pixel", "half_pixel_symmetric", "tf_half_pixel_for_nn"):

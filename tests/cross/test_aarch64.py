@@ -14,6 +14,9 @@ import pytest
 
 import epctx
 
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SYSROOT = ROOT / "build" / "cross-aarch64"
 

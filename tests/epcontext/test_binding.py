@@ -13,9 +13,9 @@ import pytest
 import epctx
 from epctx.cli import main as cli_main
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE
-from epctx.epcontext.inspect import inspect_model
 from epctx.errors import EPCtxError
 from epctx.session.compile_guard import no_compile
+from epctx.tools.inspect import inspect_model
 from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 from tests.oracle import run_ort
 

@@ -196,3 +196,32 @@ def test_over_2gb_to_bytes_or_stream_fails_clearly(src, monkeypatch):
         epctx.ModelCompiler(_so(EXAMPLE), str(src)).compile_to_bytes()
     with pytest.raises(epctx.Fail, match="2 GB"):
         epctx.ModelCompiler(_so(EXAMPLE), str(src)).compile_to_stream(lambda chunk: None)
+
+
+def _snapshot(so: epctx.SessionOptions) -> dict[str, str]:
+    return {name: repr(getattr(so, name)) for name in type(so).__slots__}
+
+
+def test_the_callers_session_options_are_never_changed(src, monkeypatch):
+    """ModelCompiler compiles at its own graph_optimization_level (ORT_DISABLE_ALL by default) without setting it
+    on the caller's options, not even while it compiles (another thread may create a session with them)."""
+    from epctx.session.pipeline import Pipeline
+
+    so = _so(EXAMPLE)
+    so.graph_optimization_level = epctx.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("ep.context_embed_mode", "0")
+    before = _snapshot(so)
+    during: list[dict[str, str]] = []
+    partition = Pipeline.partition.__func__  # type: ignore[attr-defined]
+
+    def spy(cls, source, providers, options, **kwargs):
+        during.append(_snapshot(options))
+        assert options is so
+        assert kwargs["optimization_level"] == epctx.GraphOptimizationLevel.ORT_DISABLE_ALL  # the compiler's
+        return partition(cls, source, providers, options, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "partition", classmethod(spy))
+    epctx.ModelCompiler(so, str(src)).compile_to_file()
+    epctx.ModelCompiler(so, src.read_bytes(), embed_compiled_data_into_model=True).compile_to_bytes()
+    assert during == [before, before]
+    assert _snapshot(so) == before

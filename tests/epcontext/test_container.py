@@ -102,6 +102,7 @@ def _payload(dtype_index: int, nbytes: int, seed: int) -> np.ndarray:
     checksum=st.sampled_from(["xxh3_64", "crc32"]),
     metadata=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
 )
+@pytest.mark.slow
 def test_round_trip_random_entries(
     entries: dict[str, tuple[str, int, int, int, dict[str, str]]],
     alignment: int,
@@ -470,6 +471,7 @@ def test_write_and_open_path_errors(tmp_path: Any) -> None:
 # --- memory: mmap lifetime, no copies, merging -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_views_outlive_the_binary(tmp_path: Any) -> None:
     path = tmp_path / "w.bin"
     w = _writer()

@@ -106,6 +106,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow
 def test_sparse_8gib_binaries_fail_or_load_fast_in_little_memory(tmp_path: Path) -> None:
     """Each file is 8 GiB apparent, a few KB on disk: it is refused, or loads, in well under a couple of
     seconds with the peak resident memory growing by less than 100 MB (the whole file used to be read)."""
@@ -172,6 +173,7 @@ def test_sparse_8gib_binaries_fail_or_load_fast_in_little_memory(tmp_path: Path)
         assert result["grew_kb"] < 100 * 1024, (name, result)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("checksum", ["xxh3_64", "crc32"])
 def test_hole_aware_verification_matches_a_dense_read(tmp_path: Path, checksum: str) -> None:
     """A binary copied sparse (zero runs as holes, as ``cp --sparse=always`` does) verifies exactly like the
@@ -337,14 +339,17 @@ def _graphs(n: int) -> bytes:
 
 
 def _best_of(runs: int, work: Callable[[], object]) -> float:
+    """The least CPU time of this thread over ``runs`` runs: a scaling ratio, not a speed, and one that other
+    processes on a busy machine (CI, parallel test workers) do not inflate as they do wall-clock time."""
     best = float("inf")
     for _ in range(runs):
-        start = time.perf_counter()
+        start = time.thread_time()
         work()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.thread_time() - start)
     return best
 
 
+@pytest.mark.slow
 def test_looking_up_every_graph_scales_linearly() -> None:
     """One lookup per graph (what loading a context model with a node per graph does) used to scan every entry:
     8,000 graphs took 160x as long as 800. Now about 10x (asserted: under 30x)."""
@@ -364,6 +369,7 @@ def test_looking_up_every_graph_scales_linearly() -> None:
     assert ratio < 50, ratio  # linear: ~10; quadratic: ~100
 
 
+@pytest.mark.slow
 def test_writing_many_requested_and_free_entries_scales_linearly() -> None:
     def build(n: int) -> Callable[[], bytes]:
         def run() -> bytes:

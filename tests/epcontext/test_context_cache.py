@@ -172,7 +172,10 @@ def test_generation_is_byte_identical(tmp_path):
 
 def test_disable_model_compile(tmp_path):
     src, expected = _generate(tmp_path)
-    with pytest.raises(epctx.ModelRequiresCompilation, match="would be compiled by ExampleExecutionProvider"):
+    with pytest.raises(
+        epctx.ModelRequiresCompilation,
+        match="ExampleExecutionProvider was asked to compile 2 partition.s. with session.disable_model_compile=1",
+    ):
         epctx.InferenceSession(str(src), _options(session__disable_model_compile="1"), providers=[EXAMPLE])
     sess = _load(tmp_path / "model_ctx.onnx", session__disable_model_compile="1")
     np.testing.assert_allclose(sess.run(None, feed())[0], expected, atol=1e-5)

@@ -22,6 +22,9 @@ import epctx
 from tests.epcontext.context_fuzz import CaseResult, ContextFuzzer, summarize
 from tests.epcontext.models import EXAMPLE, feed, two_partition_model
 
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 _CHUNKS = 8
 _PER_CHUNK = 300  # 2,400 cases: about 5-10 s on a shared 2-core machine
 _RESULTS: list[CaseResult] = []

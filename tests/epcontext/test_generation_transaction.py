@@ -31,6 +31,7 @@ def _compiler(source: Path | bytes, **kwargs: object) -> epctx.ModelCompiler:
     return epctx.ModelCompiler(so, source if isinstance(source, bytes) else str(source), **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["single", "group", "fresh"])
 def test_kill_at_random_moments_never_leaves_a_loadable_mixture(tmp_path, mode):
     outcomes = kill_loop(tmp_path, mode, kills=6, seed=1)
@@ -61,6 +62,7 @@ def test_overwrite_replaces_and_removes_the_previous_files(tmp_path):
         assert len(list(out.parent.iterdir())) == 2  # the model and its one binary
 
 
+@pytest.mark.slow
 def test_concurrent_writers_of_one_path_are_serialised(tmp_path):
     for seed in (0, 1):
         onnx.save(two_partition_model(seed), tmp_path / f"src{seed}.onnx")

@@ -20,7 +20,8 @@ from onnx import TensorProto, helper
 
 from epctx.cli import main as cli_main
 from epctx.epcontext import ContextBinaryWriter
-from epctx.epcontext.inspect import (
+from epctx.errors import InvalidGraph, NoSuchFile
+from epctx.tools.inspect import (
     FORMAT_EPCTX,
     FORMAT_OPENVINO,
     FORMAT_OPENVINO_BIN,
@@ -30,7 +31,6 @@ from epctx.epcontext.inspect import (
     detect_payload,
     inspect_model,
 )
-from epctx.errors import InvalidGraph, NoSuchFile
 
 EXAMPLE = "ExampleExecutionProvider"
 OPENVINO = "OpenVINOExecutionProvider"
@@ -396,6 +396,7 @@ def qnn_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
+@pytest.mark.slow
 def test_qnn_embed_mode_0(qnn_models: dict[str, Path]) -> None:
     path = qnn_models["0"]
     report = inspect_model(path)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import epctx
@@ -108,6 +109,7 @@ def test_merge_prefixed_context_models_loads_and_runs(tmp_path, capsys):
     np.testing.assert_allclose(z, run_ort(_second_stage(), {"y": y})[0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_cli_run_prints_outputs_and_timing(tmp_path):
     src = tmp_path / "model.onnx"
     onnx.save(two_partition_model(), src)

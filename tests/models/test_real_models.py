@@ -24,6 +24,9 @@ import pytest
 
 import epctx
 
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 ort = pytest.importorskip("onnxruntime")
 
 ATOL = 1e-4

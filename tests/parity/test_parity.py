@@ -48,6 +48,7 @@ def _run(script: Path, folder: Path, *, epctx: bool) -> tuple[int, dict[str, str
     return proc.returncode, values, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_script_prints_the_same_under_onnxruntime_and_epctx(script: Path, tmp_path: Path) -> None:
     ort_rc, ort_out, ort_err = _run(script, tmp_path / "onnxruntime", epctx=False)

@@ -9,8 +9,8 @@ import pytest
 
 import epctx
 from epctx.ep import HardwareDeviceType
+from epctx.ep.hardware import cpu_device, parse_cpuinfo
 from epctx.providers import registry
-from epctx.providers.hardware import cpu_device, parse_cpuinfo
 
 INTEL = """processor\t: 0
 vendor_id\t: GenuineIntel

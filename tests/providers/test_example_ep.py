@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import epctx
+from epctx.ep.compiling import CapabilityContext, CompileContext
 from epctx.ep.context_node import EPContextNode
 from epctx.ep.contract import Partition
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
@@ -63,8 +64,10 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Partition, Compi
     seen: list[tuple[Partition, CompiledProgram]] = []
     original = ExampleExecutionProvider.compile
 
-    def compile(self: ExampleExecutionProvider, partitions: Sequence[Partition]) -> list[Any]:
-        results = original(self, partitions)
+    def compile(
+        self: ExampleExecutionProvider, partitions: Sequence[Partition], ctx: CompileContext
+    ) -> list[Any]:
+        results = original(self, partitions, ctx)
         seen.extend(zip(partitions, results))
         return results
 
@@ -83,7 +86,7 @@ def check(
     ``claimed``: how many nodes the example EP must claim (default: all of them)."""
     ep = ExampleExecutionProvider(options)
     graph = ir.from_proto(model).graph
-    got = ep.get_capability(graph, {"": model.opset_import[0].version})
+    got = ep.get_capability(graph, {"": model.opset_import[0].version}, CapabilityContext()).claimed
     assert len(got) == (len(model.graph.node) if claimed is None else claimed)
     provider: Any = (EP, options) if options else EP
     session = epctx.InferenceSession(model.SerializeToString(), providers=[provider])
@@ -331,7 +334,8 @@ def test_get_capability_does_not_modify_the_graph() -> None:
     nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["y"])]
     model = ir.from_proto(make_model(nodes, {"x": (2, 3)}, ["y"], {"w": randn(4, 3)}))
     before = ir.to_proto(model).SerializeToString()
-    assert len(ExampleExecutionProvider().get_capability(model.graph, {"": 17})) == 2
+    capability = ExampleExecutionProvider().get_capability(model.graph, {"": 17}, CapabilityContext())
+    assert len(capability.claimed) == 2
     assert ir.to_proto(model).SerializeToString() == before
 
 
@@ -351,7 +355,7 @@ def _compile(model: onnx.ModelProto) -> tuple[Partition, CompiledProgram]:
     units = GraphPartitioner([ep], cpu_fallback=False).partition(irm.graph, dict(irm.opset_imports))
     parts = [u.partition for u in units if u.partition is not None]
     assert len(parts) == 1
-    compiled = ep.compile(parts)[0]
+    compiled = ep.compile(parts, CompileContext())[0]
     assert isinstance(compiled, CompiledProgram)
     return parts[0], compiled
 

@@ -10,7 +10,7 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
-from epctx.ep import Partition
+from epctx.ep import CompileGuard, Partition
 from epctx.providers.iree import capability
 from epctx.providers.iree.compile import CompileResult
 
@@ -36,7 +36,10 @@ def _check(
 ) -> tuple[capability.Verdict, list[set[str]]]:
     asked: list[set[str]] = []
 
-    def fake(partitions: Sequence[Partition], flags: Sequence[str], *, what: str = "") -> list[CompileResult]:
+    def fake(
+        partitions: Sequence[Partition], flags: Sequence[str], guard: CompileGuard, **_: object
+    ) -> list[CompileResult]:
+        guard.check(EP, len(partitions), "for its capability check")
         results = []
         for p in partitions:
             names = {n.name or "" for n in p.nodes}
@@ -46,7 +49,7 @@ def _check(
         return results
 
     monkeypatch.setattr(capability, "compile_partitions", fake)
-    verdict = capability.check_nodes(EP, graph, {"": 17}, list(graph), [])
+    verdict = capability.check_nodes(EP, graph, {"": 17}, list(graph), [], CompileGuard())
     return verdict, asked
 
 

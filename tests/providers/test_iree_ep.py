@@ -14,16 +14,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
-pytest.importorskip("iree.runtime")
-pytest.importorskip("iree.compiler")
-
 from benchmarks.models import example_inputs, resnet18, transformer
+from onnx import TensorProto, helper
 
 import epctx
 from epctx.testing import no_compile
 from tests.oracle import run_ort
+from tests.requires import requires
+
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler")]
 
 EP = "IREEExecutionProvider"
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,7 +211,7 @@ def test_code_for_missing_cpu_features_is_refused_naming_them(tmp_path: Path) ->
     assert hardware.startswith("x86_64-unknown-linux-gnu;") and "amx-tile" in hardware.split(";")[1].split(
         ","
     )
-    with pytest.raises(epctx.InvalidGraph, match="CPU features this CPU lacks: amx-tile"):
+    with pytest.raises(epctx.InvalidGraph, match="UNSUPPORTED: needs amx-tile which this CPU lacks"):
         epctx.InferenceSession(str(ctx), providers=[EP])
 
 
@@ -240,7 +240,9 @@ def test_virtual_device_cross_compiles_a_model_refused_here(tmp_path: Path) -> N
         if a.type == onnx.AttributeProto.STRING and a.name != "ep_cache_context"
     }
     assert attrs["hardware_architecture"].startswith("aarch64-unknown-linux-gnu;")
-    with pytest.raises(epctx.InvalidGraph, match="compiled for 'aarch64-unknown-linux-gnu'"):
+    with pytest.raises(
+        epctx.InvalidGraph, match="UNSUPPORTED: compiled for aarch64-unknown-linux-gnu, this CPU is x86_64"
+    ):
         epctx.InferenceSession(str(tmp_path / "arm_ctx.onnx"), providers=[EP])
 
 

@@ -9,17 +9,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-
-pytest.importorskip("iree.runtime")
-pytest.importorskip("iree.compiler")
-pytest.importorskip("torch")
-
 from benchmarks.llm_pair import SIZES, decode_feeds, export_pair, prefill_feeds
 
 import epctx
 from epctx.epcontext.container import ContextBinary
 from epctx.testing import no_compile
 from tests.oracle import run_ort
+from tests.requires import requires
+
+# Compiles with IREE, exports with torch or runs many whole models: `make test-fast` leaves it out.
+pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler", "torch")]
 
 EP = "IREEExecutionProvider"
 SHARE = {"ep.share_ep_contexts": "1"}

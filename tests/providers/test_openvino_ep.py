@@ -21,6 +21,7 @@ pytest.importorskip("openvino")
 from benchmarks.models import example_inputs, mlp, resnet18, transformer
 
 import epctx
+from epctx.ep import CapabilityContext
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.model.load import load_model
 from epctx.providers.openvino import OpenVINOExecutionProvider
@@ -159,7 +160,7 @@ def test_op_openvino_rejects_falls_back_to_the_next_ep() -> None:
     ir_model = load_model(model.SerializeToString()).model
     before = ir_model.graph.node(0), len(ir_model.graph)
     ep = OpenVINOExecutionProvider()
-    claimed = ep.get_capability(ir_model.graph, dict(ir_model.opset_imports))
+    claimed = ep.get_capability(ir_model.graph, dict(ir_model.opset_imports), CapabilityContext()).claimed
     assert [n.name for n in claimed] == ["relu", "neg"]
     assert (ir_model.graph.node(0), len(ir_model.graph)) == before
 
@@ -169,10 +170,10 @@ def test_capability_is_pure_and_needs_types() -> None:
     ep = OpenVINOExecutionProvider()
     untyped = load_model(model.SerializeToString(), infer_types=False).model
     # Without shape inference the values between nodes have no type: no node is claimed.
-    assert list(ep.get_capability(untyped.graph, dict(untyped.opset_imports))) == []
+    assert ep.get_capability(untyped.graph, dict(untyped.opset_imports), CapabilityContext()).claimed == ()
     typed = load_model(model.SerializeToString(), infer_types=True).model
     before = onnx.printer.to_text(ir.serde.serialize_model(typed))
-    claimed = ep.get_capability(typed.graph, dict(typed.opset_imports))
+    claimed = ep.get_capability(typed.graph, dict(typed.opset_imports), CapabilityContext()).claimed
     assert len(claimed) == len(typed.graph)
     assert onnx.printer.to_text(ir.serde.serialize_model(typed)) == before
 
@@ -239,8 +240,13 @@ def test_corrupted_binary_errors(tmp_path: Path) -> None:
     _, ctx = _generate(tmp_path, SMALL["mlp"]())
     path = tmp_path / BIN
     original = path.read_bytes()
+    with ContextBinary.from_bytes(
+        original
+    ) as binary:  # a byte inside a payload (not in padding between them)
+        blob = binary.entry(next(n for n in binary.names() if n.endswith("/blob")))
+        inside = blob.offset + blob.size // 2
     flipped = bytearray(original)
-    flipped[-100] ^= 0x10
+    flipped[inside] ^= 0x10
     path.write_bytes(bytes(flipped))
     with pytest.raises(epctx.InvalidGraph, match="checksum"):
         _load(ctx)
@@ -286,6 +292,7 @@ def test_mismatched_partition_names_are_invalid_graph(tmp_path: Path) -> None:
 
 
 # -- loading: no compile, runtime only, threads ---------------------------------------------------------
+@pytest.mark.slow
 def test_fresh_process_loads_without_compiling_or_the_onnx_frontend(tmp_path: Path) -> None:
     model = SMALL["resnet18"]()
     feeds = example_inputs("resnet18", model)
@@ -309,6 +316,7 @@ def test_fresh_process_loads_without_compiling_or_the_onnx_frontend(tmp_path: Pa
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
 
 
+@pytest.mark.slow
 def test_generation_is_byte_identical_across_processes(tmp_path: Path) -> None:
     """OpenVINO names the nodes its transformations create from a process-wide counter, so two compiles in one
     process differ; fresh processes give the same bytes."""

@@ -20,6 +20,7 @@ pytest.importorskip("openvino")
 from benchmarks.models import example_inputs, mlp
 
 import epctx
+from epctx.ep import CompileContext
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.providers.openvino import provider as provider_mod
 from epctx.providers.openvino.context import read_meta
@@ -232,6 +233,7 @@ def _measure(ctx: Path) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 def test_loading_100mb_of_weights_copies_none(tmp_path: Path) -> None:
     """In a fresh process: a weightless load maps the binary twice (the container's mapping and OpenVINO's)
@@ -253,6 +255,7 @@ def test_loading_100mb_of_weights_copies_none(tmp_path: Path) -> None:
     assert copied["growth"]["RssShmem"] > 0.9 * weights
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group_seen", [True, False])
 def test_models_sharing_a_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_seen: bool) -> None:
     """ep.share_ep_contexts: every model's blob references the final offsets of its weights in the one shared
@@ -260,7 +263,7 @@ def test_models_sharing_a_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     in place; the weights the models share are stored once. ``group_seen=False``: the EP cannot see the group
     at compile time, and compiles a later model again at save against the binary's layout."""
     if not group_seen:
-        monkeypatch.setattr(provider_mod, "target_binary", lambda ep: None)
+        monkeypatch.setattr(CompileContext, "target_binary", lambda self: None)
     models = []
     for seed in range(3):
         model = mlp(batch=2, sizes=(32, 64, 64, 6))
@@ -299,6 +302,7 @@ _MEASURE_MANY = _MEASURE.replace(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 def test_sharing_group_of_two_loads_without_copying(tmp_path: Path) -> None:
     """Two models sharing a 50 MB weight (and each with its own), generated as a sharing group with

@@ -45,6 +45,7 @@ def _x() -> np.ndarray:
     return np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_registered_by_path_lists_its_devices_and_runs_a_session(library, tmp_path):
     library()
     devices = [d for d in epctx.get_ep_devices() if d.ep_name == EP]
@@ -59,6 +60,7 @@ def test_registered_by_path_lists_its_devices_and_runs_a_session(library, tmp_pa
     np.testing.assert_allclose(y, 1 / (1 + np.exp(-reference(0, _x()))), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_add_provider_for_devices_and_model_compiler_round_trip(library, tmp_path):
     library()
     device = next(d for d in epctx.get_ep_devices() if d.ep_name == EP)
@@ -77,6 +79,7 @@ def test_add_provider_for_devices_and_model_compiler_round_trip(library, tmp_pat
     assert sess2.get_providers() == [EP, "CPUExecutionProvider"]
 
 
+@pytest.mark.slow
 def test_virtual_devices_only_for_a_virtual_registration(library):
     library("contoso.virtual")
     virtual = [d for d in epctx.get_ep_devices() if d.ep_name == EP and d.device.is_virtual]
@@ -86,12 +89,14 @@ def test_virtual_devices_only_for_a_virtual_registration(library):
     assert dict(virtual[0].ep_options) == {"compile_optimization": "O3"}
 
 
+@pytest.mark.slow
 def test_registered_by_module_name(library, monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES))
     library("contoso_mod", "plugin_ep")
     assert registry.registered_libraries()["contoso_mod"] == [EP]
 
 
+@pytest.mark.slow
 def test_unregister_refused_while_a_session_holds_its_ep(library, tmp_path):
     name = library()
     sess = epctx.InferenceSession(make_model(str(tmp_path / "m.onnx")), providers=[EP])
@@ -104,6 +109,7 @@ def test_unregister_refused_while_a_session_holds_its_ep(library, tmp_path):
         epctx.InferenceSession(make_model(str(tmp_path / "m.onnx")), providers=[EP])
 
 
+@pytest.mark.slow
 def test_unregister_refused_while_a_model_compiler_compiles(library, tmp_path):
     name = library()
     so = epctx.SessionOptions()
@@ -127,6 +133,7 @@ def test_unregister_refused_while_a_model_compiler_compiles(library, tmp_path):
         compiler.compile_to_file(str(tmp_path / "out2.onnx"))
 
 
+@pytest.mark.slow
 def test_errors(library, tmp_path):
     library()
     with pytest.raises(InvalidArgument, match="already registered as 'contoso'"):
@@ -167,6 +174,7 @@ def test_entry_point(tmp_path, monkeypatch):
     assert EP not in epctx.get_available_providers()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["cross_compile.py", "weight_sharing.py"])
 def test_seed_examples_run_with_import_epctx_as_ort(script, tmp_path):
     done = subprocess.run(

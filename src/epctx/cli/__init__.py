@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from epctx import __version__
-    from epctx.cli import compile, conformance, demo, devices, inspect, merge, run, share
+    from epctx.cli import cache, check, compile, conformance, demo, devices, inspect, merge, run, share
     from epctx.cli.failures import Parser
 
     parser = Parser(
@@ -24,22 +24,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"epctx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for verb in (compile, run, merge, share, inspect, devices, conformance, demo):
+    for verb in (compile, run, merge, share, inspect, check, cache, devices, conformance, demo):
         verb.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from epctx.cli.failures import is_user_error, report
+    from epctx.cli.progress import warning_lines
 
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     prog = "epctx"
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        prog = f"epctx {args.command}"
-        return int(args.func(args))
+        with warning_lines(lambda: prog):
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            prog = f"epctx {args.command}"
+            return int(args.func(args))
     except SystemExit as exc:  # --help and --version print and exit 0
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:

@@ -67,13 +67,21 @@ def default_compiling_providers() -> list[str]:
     return names
 
 
+def _check_outputs(source: Path, output: Path, providers: list[str], args: argparse.Namespace) -> None:
+    """Before compiling: no output is an input (``--force`` or not), and each can be written."""
+    from epctx.epcontext.paths import binary_file_name, check_not_inputs, model_name_for
+
+    binaries = [] if args.embed else [binary_file_name(model_name_for(output), name) for name in providers]
+    check_not_inputs([source], [output, *(output.parent / name for name in binaries)])
+    check_outputs([output], force=args.force)
+
+
 def compile_model(args: argparse.Namespace) -> int:
     import epctx
     from epctx.epcontext.paths import context_model_path
 
     source = Path(args.model)
     output = Path(args.output) if args.output else context_model_path(source, {})
-    check_outputs([output], force=args.force)
     so = epctx.SessionOptions()
     if args.prefix:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
@@ -87,6 +95,7 @@ def compile_model(args: argparse.Namespace) -> int:
                 f"epctx: compiling EP {picked} (picked by the {_POLICY} policy; -p names another)",
                 file=sys.stderr,
             )
+    _check_outputs(source, output, [name for name, _ in providers], args)
     for name, options in providers:
         so.add_provider(name, options)
     flags = epctx.CompileFlags.NONE if args.force else epctx.CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS

@@ -1,6 +1,6 @@
 """``epctx conformance [-p EP[:k=v,...]]... [--case CASE]... [--json]``: run the EP conformance suite and print
 the table (EP x case: passed, delegated nodes, max error vs onnxruntime). Without ``-p``, every compiling EP
-found here. Exit status 1 when a case fails. Also ``python -m epctx.testing.conformance``."""
+found here. Exit status 1 when a case fails. Also ``python -m epctx.cli conformance``."""
 
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "-p",
         "--provider",
-        help="the EP (default: OpenVINO if installed, else the example EP); a kernel EP such as "
-        "CPUExecutionProvider runs the model without a context model",
+        help="the EP, by name or short name (default: OpenVINO if installed, else the example EP); a kernel EP "
+        "such as CPUExecutionProvider (cpu) runs the model without a context model",
     )
     p.add_argument("--keep", action="store_true", help="keep the files (printed at the end) to inspect them")
     p.set_defaults(func=demo)
@@ -81,7 +81,11 @@ def _compiling_provider() -> str:
 
 
 def demo(args: argparse.Namespace) -> int:
-    provider = args.provider or _compiling_provider()
+    from epctx.cli.provider_args import ep_name
+    from epctx.providers.selection import check_provider_name
+
+    provider = ep_name(args.provider) if args.provider else _compiling_provider()
+    check_provider_name(provider)
     if not args.keep:
         with tempfile.TemporaryDirectory(prefix="epctx-demo-") as tmp:
             return _demo(Path(tmp), provider)

@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from epctx.epcontext.inspect import inspect_model
+    from epctx.tools.inspect import inspect_model
 
     report = inspect_model(args.model, verify=args.verify)
     if args.json:

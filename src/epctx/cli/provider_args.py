@@ -3,6 +3,10 @@
 ``-p EP[:k=v,...]`` adds a provider (quote a value that holds commas: ``-p 'EP:disabled_ops="Gather,Softmax"'``);
 ``--option k=v`` (repeatable) adds one option, taken whole, to the ``-p`` before it;
 ``--ep-library NAME=PATH`` registers a plugin EP library (a Python file or module) so ``-p`` can name its EPs.
+``-p`` takes an EP's full name, or a short one as ``epctx share -e`` does (ep_weight_sharing_ctx_gen's
+``qnn``, ``openvino``, ``tensorrt``, ``vitisai``; an EP found here without ``ExecutionProvider``, any case:
+``iree``, ``example``, ``cpu``). A full name is onnxruntime's exact string: misspelt, or in another case, it is
+an error with a "did you mean" (from the library, which a script gets too).
 Parsing and normalising is the library's (``epctx.providers.selection``): one normaliser for everything.
 """
 
@@ -11,7 +15,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_provider_arguments", "providers_from_args"]
+__all__ = ["ORT_TOOL_EPS", "add_provider_arguments", "ep_name", "providers_from_args"]
+
+# ep_weight_sharing_ctx_gen's -e values and the EPs they name.
+ORT_TOOL_EPS = {
+    "qnn": "QNNExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "vitisai": "VitisAIExecutionProvider",
+}
+_SUFFIX = "executionprovider"
 
 
 class _AddProvider(argparse.Action):
@@ -56,6 +69,20 @@ def add_provider_arguments(parser: argparse.ArgumentParser, *, required: bool = 
     )
 
 
+def ep_name(value: str) -> str:
+    """The EP a short name stands for (see the module's doc); any other name as it is."""
+    import epctx
+
+    short = value.lower()
+    if short in ORT_TOOL_EPS:
+        return ORT_TOOL_EPS[short]
+    if short.endswith(_SUFFIX):
+        return value
+    return next(
+        (n for n in epctx.get_available_providers() if n.lower().removesuffix(_SUFFIX) == short), value
+    )
+
+
 def register_libraries(args: argparse.Namespace) -> None:
     import epctx
 
@@ -68,12 +95,19 @@ def register_libraries(args: argparse.Namespace) -> None:
 
 def providers_from_args(args: argparse.Namespace) -> list[tuple[str, dict[str, str]]]:
     """The providers the command line asked for, normalised (libraries from --ep-library registered first)."""
-    from epctx.providers.selection import normalize_providers, parse_option, parse_provider_spec
+    from epctx.providers.selection import (
+        check_provider_name,
+        normalize_providers,
+        parse_option,
+        parse_provider_spec,
+    )
 
     register_libraries(args)
     specs: list[Any] = []
     for spec, extra in getattr(args, "provider", None) or []:
         name, options = parse_provider_spec(spec)
+        name = ep_name(name)
+        check_provider_name(name)  # a typo fails now, before outputs are checked or progress is shown
         for item in extra:
             key, value = parse_option(item, name)
             options[key] = value

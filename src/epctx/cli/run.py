@@ -1,5 +1,5 @@
-"""``epctx run MODEL [--input NAME=FILE.npy]... [--random [--dim NAME=N]... [--seed S]] [-p EP[:k=v,...]]...``:
-run a model, print an output summary and timing.
+"""``epctx run MODEL [--input NAME=FILE.npy]... [--random [--dim NAME=N]... [--seed S]] [-p EP[:k=v,...]]...
+[-o FILE.npz | --output-dir DIR [--force]]``: run a model, print an output summary and timing, save the outputs.
 
 Without ``-p``, a context model runs on the EPs its EPContext nodes name (their ``source``, with default options;
 an EP that is not here is an error naming it) and a plain model on the CPU EP."""
@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from epctx.cli import feeds
+from epctx.cli import feeds, run_outputs
 from epctx.cli.failures import UsageError
 from epctx.cli.provider_args import add_provider_arguments, providers_from_args
 
@@ -24,7 +25,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "run",
         help="run a model once and summarize its outputs",
-        description=f"{__doc__}\n\n{feeds.__doc__}",
+        description=f"{__doc__}\n\n{feeds.__doc__}\n\n{run_outputs.__doc__}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model")
@@ -47,6 +48,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
     add_provider_arguments(p)
     p.add_argument("--repeat", type=int, default=1, help="runs to time (the median is reported)")
+    run_outputs.add_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -85,7 +87,7 @@ def _context_sources(model: str) -> list[tuple[str, str]]:
             (n.name, str(n.attributes["source"].value) if "source" in n.attributes else "")
             for n in lean.nodes
         ]
-    from epctx.epcontext.inspect import inspect_model
+    from epctx.tools.inspect import inspect_model
 
     return [(node.name, node.source or "") for node in inspect_model(model).ep_context_nodes]
 
@@ -97,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     dims = feeds.parse_assignments(args.dim, "--dim", "N")
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, got {args.repeat}", "epctx run")
+    run_outputs.check_arguments(args)
     providers: list[Any] = list(providers_from_args(args))
     chosen_by = "-p"
     if not providers:
@@ -108,12 +111,15 @@ def run(args: argparse.Namespace) -> int:
     feed = feeds.build_feed(
         args.model, session.get_inputs(), files, random=args.random, dims=dims, seed=args.seed
     )
+    names = [o.name for o in session.get_outputs()]
+    saved = run_outputs.planned_files(args, names)
     times = []
     outputs: list[Any] = []
     for _ in range(args.repeat):
         t = time.perf_counter()
         outputs = session.run(None, feed)
         times.append(time.perf_counter() - t)
+    run_outputs.save(saved, names, outputs)
     summary = [
         {
             "name": o.name,
@@ -130,16 +136,28 @@ def run(args: argparse.Namespace) -> int:
         "session_ms": created * 1e3,
         "run_ms_median": float(np.median(times)) * 1e3,
         "outputs": summary,
+        "saved": {name: str(path) for name, path in saved.items()},
     }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"providers: {', '.join(result['providers'])}  (from {chosen_by})")
+    _print_result(result, len(times))
+    return 0
+
+
+def _print_result(result: dict[str, Any], runs: int) -> None:
+    print(f"providers: {', '.join(result['providers'])}  (from {result['providers_from']})")
     print(
-        f"session creation: {result['session_ms']:.1f} ms   run (median of {len(times)}): "
+        f"session creation: {result['session_ms']:.1f} ms   run (median of {runs}): "
         f"{result['run_ms_median']:.2f} ms"
     )
-    for s in summary:
+    saved = result["saved"]
+    for s in result["outputs"]:
         mean = "" if s["mean"] is None else f"  mean={s['mean']:.6g}"
-        print(f"  {s['name']}: {s['dtype']}{s['shape']}{mean}")
-    return 0
+        where = f"  -> {saved[s['name']]}" if s["name"] in saved else ""
+        print(f"  {s['name']}: {s['dtype']}{s['shape']}{mean}{where}")
+    files = sorted(set(saved.values()))
+    if len(files) == 1 and files[0].endswith(".npz"):
+        print(f"saved {len(saved)} output(s) in {files[0]}")
+    elif files:
+        print(f"saved {len(files)} .npy file(s) in {Path(files[0]).parent}")

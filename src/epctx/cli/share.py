@@ -1,10 +1,11 @@
-"""``epctx share (-p EP[:k=v,...] | -e EP [-i "k|v ..."]) [-C "k|v ..."] [-o DIR] [--force] [--json]
+"""``epctx share (-p EP[:k=v,...] | -e EP [-i "k|v ..."]) [-C "k|v ..."] [-o DIR] [--force] [-q] [--json]
 MODEL[,MODEL...]...``: context models that share one binary (weight sharing).
 
 Like onnxruntime's ep_weight_sharing_ctx_gen: embed mode 0, ep.share_ep_contexts=1 and
 ep.stop_share_ep_contexts=1 on the last model; N models -> N+1 files: ``<stem>_ctx.onnx`` for each model (beside
 it, or in ``-o DIR``, which must exist) and ``<first stem>_<EP>.bin`` beside the first. Outputs that exist are
-refused before anything is compiled unless ``--force``.
+refused before anything is compiled unless ``--force``; an output that is an input (a model, or a file one
+reads) is refused even then. Progress (model by model, partition by partition) goes to stderr unless ``-q``.
 
 """
 
@@ -40,12 +41,13 @@ def add_parser(sub: Any) -> None:
                    help="options of the -e EP, as ep_weight_sharing_ctx_gen's -i")  # fmt: skip
     p.add_argument("-C", dest="ort_config", action="append", default=[], metavar='"K|V ..."',
                    help="session config entries, as ep_weight_sharing_ctx_gen's -C")  # fmt: skip
-    p.add_argument("-v", "--verbose", action="store_true", help="the library's progress lines on stderr")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress lines (the default unless -q)")
     p.add_argument(
         "-o", "--output-dir", metavar="DIR", help="write the files in DIR (default: beside the models)"
     )
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (implies --quiet)")
     p.set_defaults(func=share)
 
 
@@ -88,7 +90,7 @@ def _providers(args: argparse.Namespace, so: Any) -> str:
 
 def share(args: argparse.Namespace) -> int:
     import epctx
-    from epctx.epcontext.paths import binary_file_name, context_model_path, model_name_for
+    from epctx.epcontext.paths import binary_file_name, check_not_inputs, context_model_path, model_name_for
     from epctx.errors import InvalidArgument
 
     models = ort.model_paths(args.models)
@@ -105,15 +107,19 @@ def share(args: argparse.Namespace) -> int:
     so.add_session_config_entry("ep.share_ep_contexts", "1")
     ep_name = _providers(args, so)
     binary = outputs[0].parent / binary_file_name(model_name_for(outputs[0]), ep_name)
+    check_not_inputs(models, [*outputs, binary])
     check_outputs([*outputs, binary], force=args.force, flag="-o/--output-dir")
     flags = epctx.CompileFlags.ERROR_IF_NO_NODES_COMPILED
     if not args.force:
         flags |= epctx.CompileFlags.ERROR_IF_OUTPUT_FILE_EXISTS
     started = time.perf_counter()
-    with progress_lines(args.verbose and not args.json):
+    talk = not (args.quiet or args.json)
+    with progress_lines(talk):
         for k, (model, output) in enumerate(zip(models, outputs)):
             if k == len(models) - 1:
                 so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+            if talk:
+                print(f"epctx: model {k + 1}/{len(models)}: {model} -> {output}", file=sys.stderr)
             epctx.ModelCompiler(so, str(model), flags=flags).compile_to_file(str(output))
     seconds = time.perf_counter() - started
     files = list(dict.fromkeys(f for output in outputs for f in written_files(output)))

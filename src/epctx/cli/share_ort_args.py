@@ -19,18 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from epctx.cli.failures import UsageError
+from epctx.cli.provider_args import ORT_TOOL_EPS
 from epctx.errors import Fail, InvalidArgument
 
 __all__ = ["ORT_TOOL_EPS", "PluginConfig", "ep_from_e", "model_paths", "pipe_pairs", "session_entries"]
 
 PROG = "epctx share"
-# ep_weight_sharing_ctx_gen's -e values and the EPs they name.
-ORT_TOOL_EPS = {
-    "qnn": "QNNExecutionProvider",
-    "openvino": "OpenVINOExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-    "vitisai": "VitisAIExecutionProvider",
-}
 _FORCED = {"ep.context_enable": "1", "ep.context_embed_mode": "0"}
 
 

@@ -2,7 +2,8 @@
 
 An execution provider implements :class:`ExecutionProvider` (capability, then compile or per-node kernels, and
 for the EP context cache ``save_partition`` / ``load_partition``) against the values the framework hands it:
-a :class:`Partition` of the graph, a :class:`ContextWriter` to save into, a :class:`ContextReader` to load
+a :class:`CapabilityContext` (returning a :class:`Capability`), a :class:`Partition` of the graph and a
+:class:`CompileContext` to compile with, a :class:`ContextWriter` to save into, a :class:`ContextReader` to load
 from, and the :class:`EPContextNode` being loaded. Everything else (partitioning, files, names, checksums,
 identities, sharing, devices) is the framework's.
 """
@@ -12,7 +13,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from epctx._version import __version__ as EPCTX_VERSION
 from epctx.ep.alignment import align, same_bytes
+from epctx.ep.compatibility import (
+    CompatibilityVerdict,
+    DeviceIncompatibility,
+    OrtCompiledModelCompatibility,
+    OrtDeviceEpIncompatibilityReason,
+    format_info,
+    installed_version,
+    parse_info,
+)
+from epctx.ep.compiling import Capability, CapabilityContext, CompileContext, CompileGuard
 from epctx.ep.context_io import (
     BinaryFile,
     BinaryLayout,
@@ -32,6 +44,7 @@ from epctx.ep.contract import (
     opset_of,
 )
 from epctx.ep.devices import (
+    ALLOW_VIRTUAL_DEVICES,
     VIRTUAL_METADATA_KEY,
     EpDevice,
     EpFactory,
@@ -40,13 +53,17 @@ from epctx.ep.devices import (
     HardwareDeviceType,
 )
 from epctx.ep.documents import dump_document, load_document
-from epctx.ep.memory import release_pages
+from epctx.ep.hardware import cpu_device
+from epctx.ep.memory import byte_view, mapped_file, release_pages
 from epctx.ep.options import Option, parse_options
-from epctx.ep.target import target_binary
 
 if TYPE_CHECKING:
+    from epctx.ep.blas import backend_import
+    from epctx.ep.blas import settle as settle_backends
+    from epctx.ep.blas import thread_limit as blas_thread_limit
     from epctx.ep.onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
+    from epctx.model.tensors import to_numpy
 
 # Imported on first use: the ONNX export helper (onnx), the graph helpers (onnx-ir), and what only compiling
 # or inspecting needs, so an EP that loads context binaries imports none of it.
@@ -59,19 +76,29 @@ _LAZY = {
     "partition_model": "epctx.ep.onnx_export",
     "node_subgraphs": "epctx.model.scopes",
     "outer_scope_values": "epctx.model.scopes",
+    "to_numpy": "epctx.model.tensors",
+    # numpy's BLAS versus backends that fork at import (epctx/ep/blas.py)
+    "backend_import": "epctx.ep.blas",
+    "settle_backends": "epctx.ep.blas",
+    "blas_thread_limit": "epctx.ep.blas",
 }
+_RENAMED = {"settle_backends": "settle", "blas_thread_limit": "thread_limit"}
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'epctx.ep' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), _RENAMED.get(name, name))
 
 
 __all__ = [
     # the contract
     "ExecutionProvider",
+    "Capability",
+    "CapabilityContext",
+    "CompileContext",
+    "CompileGuard",
     "Partition",
     "CompiledPartition",
     "Kernel",
@@ -88,9 +115,24 @@ __all__ = [
     "EpFactory",
     "EpDevice",
     "HardwareDevice",
+    "cpu_device",
     "HardwareDeviceType",
     "ExecutionProviderDevicePolicy",
     "VIRTUAL_METADATA_KEY",
+    # compatibility verdicts (onnxruntime's names)
+    "CompatibilityVerdict",
+    "DeviceIncompatibility",
+    "OrtCompiledModelCompatibility",
+    "OrtDeviceEpIncompatibilityReason",
+    "format_info",
+    "parse_info",
+    "installed_version",
+    "ALLOW_VIRTUAL_DEVICES",
+    # backends and numpy's BLAS
+    "backend_import",
+    "settle_backends",
+    "blas_thread_limit",
+    "EPCTX_VERSION",
     # recognising an EP's own context payloads (epctx inspect)
     "PayloadInfo",
     "PayloadEntry",
@@ -112,10 +154,12 @@ __all__ = [
     "DOMAIN",
     "OP_TYPE",
     "OPSET_VERSION",
-    "target_binary",
     "dump_document",
     "load_document",
     "align",
     "same_bytes",
     "release_pages",
+    "byte_view",
+    "mapped_file",
+    "to_numpy",
 ]

@@ -1,8 +1,10 @@
 """The EP API: what an execution provider implements to take part in a session.
 
-An EP is asked, in precedence order, which nodes of the graph it supports (``get_capability``). The
-framework groups the nodes it wins into cycle-free partitions. A *compiling* EP turns each partition into
-one ``CompiledPartition``; a *kernel* EP (the CPU EP) builds one kernel per node instead.
+An EP is asked, in precedence order, which nodes of the graph it supports (``get_capability``, returning a
+``Capability`` value). The framework groups the nodes it wins into cycle-free partitions. A *compiling* EP
+turns all its partitions into ``CompiledPartition`` objects in one ``compile`` call, given a ``CompileContext``
+(the capability's artefacts, the target binary, progress, the guard); a *kernel* EP (the CPU EP) builds one
+kernel per node instead. The EP keeps no state between the stages: values in, values out.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from epctx import errors
+from epctx.ep.partition import Partition
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx_ir as ir
 
+    from epctx.ep.compatibility import CompatibilityVerdict, DeviceIncompatibility
+    from epctx.ep.compiling import Capability, CapabilityContext, CompileContext
     from epctx.ep.context_io import ContextReader, ContextWriter
     from epctx.ep.context_node import EPContextNode
     from epctx.ep.payloads import PayloadInfo
@@ -57,19 +62,6 @@ class NodeContext:
     build_subgraph: Callable[[ir.Graph, tuple[ir.Value, ...]], SubgraphRunner] | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Partition:
-    """A set of nodes of one graph that one EP runs as a unit (a fused node, once compiled)."""
-
-    name: str
-    ep_name: str
-    nodes: tuple[ir.Node, ...]  # topological order
-    inputs: tuple[ir.Value, ...]  # graph-level values read from outside (graph inputs or other partitions)
-    outputs: tuple[ir.Value, ...]  # values read outside the partition or graph outputs
-    initializers: tuple[ir.Value, ...]  # constant inputs of the nodes
-    opset_imports: Mapping[str, int]
-
-
 class CompiledPartition(Protocol):
     """A compiled partition: called on the hot path with numpy arrays, one per ``Partition.inputs``."""
 
@@ -101,16 +93,16 @@ class ExecutionProvider(abc.ABC):
         self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}
 
     @abc.abstractmethod
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
-        """The nodes of ``graph`` this EP can run. Must not modify the graph."""
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
+        """The nodes of ``graph`` this EP runs, those it declines with the reason (e.g. its backend failed to
+        compile them), and what its checks produced that ``compile`` may reuse. Must not modify the graph; a
+        check that compiles calls ``ctx.guard.check`` before it starts a compiler."""
 
-    def declined_nodes(self) -> Mapping[ir.Node, str]:
-        """Optional: nodes of the graph last given to ``get_capability`` that this EP was offered but does not
-        run, each with the reason (e.g. its backend failed to compile it). The session reports them
-        (``InferenceSession.get_fallback_reasons``) and names them when no other EP takes them."""
-        return {}
-
-    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+    def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
+        """All the partitions of this EP in the session, compiled in one call (in parallel where the backend
+        can), one result each in order; ``ctx.progress(partition)`` as each is done."""
         raise NotImplementedError(f"{self.name} does not compile partitions")
 
     def create_kernel(self, ctx: NodeContext) -> Kernel:
@@ -134,8 +126,28 @@ class ExecutionProvider(abc.ABC):
         return ""
 
     def compatibility_info(self) -> str:
-        """Written as model metadata ``ep_compatibility_info.<name>``."""
+        """Written at compile as model metadata ``ep_compatibility_info.<name>`` (onnxruntime's
+        ``GetCompiledModelCompatibilityInfo``): what :meth:`validate_compatibility_info` needs to judge the
+        binaries later (SDK version, target, the options that change the code)."""
         return f"sdk={self.sdk_version()};hardware={self.hardware()}"
+
+    @classmethod
+    def validate_compatibility_info(cls, info: str, devices: Sequence[Any]) -> CompatibilityVerdict:
+        """Optional: judge a string written by :meth:`compatibility_info` against ``devices`` (empty: the
+        device this process would run it on), from the string alone: no backend import, no payload read
+        (onnxruntime's ``ValidateCompiledModelCompatibilityInfo``; ``devices``: ``epctx.ep.HardwareDevice``). The default knows nothing:
+        ``EP_NOT_APPLICABLE``, as in onnxruntime."""
+        from epctx.ep.compatibility import CompatibilityVerdict
+
+        return CompatibilityVerdict.not_applicable(f"{cls.name} does not judge compatibility strings")
+
+    @classmethod
+    def device_incompatibility(cls, device: Any) -> DeviceIncompatibility:
+        """Optional: why this EP cannot use ``device`` (onnxruntime's
+        ``GetHardwareDeviceIncompatibilityDetails``); the default reports no known incompatibility."""
+        from epctx.ep.compatibility import DeviceIncompatibility
+
+        return DeviceIncompatibility()
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         """Why a binary made with ``sdk_version`` for ``hardware`` cannot load here (None: it can).

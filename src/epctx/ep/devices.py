@@ -23,9 +23,13 @@ __all__ = [
     "ExecutionProviderDevicePolicy",
     "HardwareDevice",
     "HardwareDeviceType",
+    "ALLOW_VIRTUAL_DEVICES",
     "VIRTUAL_METADATA_KEY",
 ]
 
+ALLOW_VIRTUAL_DEVICES = (
+    "allow_virtual_devices"  # env_config key of a plugin library (kOrtEnvAllowVirtualDevices)
+)
 VIRTUAL_METADATA_KEY = "is_virtual"  # metadata of a virtual device (cross-compilation target): "1"
 
 
@@ -96,7 +100,12 @@ class EpDevice:
 
 
 class EpFactory(Protocol):
-    """What ``create_ep_factories`` returns one of per EP the library provides (``OrtEpFactory``)."""
+    """What ``create_ep_factories`` returns one of per EP the library provides (``OrtEpFactory``).
+
+    Optional, as in onnxruntime: ``validate_compatibility_info(info, hardware_devices) -> CompatibilityVerdict``
+    (judge a compatibility string its EP wrote, without loading anything; absent: ``EP_NOT_APPLICABLE``) and
+    ``device_incompatibility(hardware_device) -> DeviceIncompatibility`` (absent: no known incompatibility);
+    the EP class's classmethods of the same names are the usual implementation."""
 
     @property
     def ep_name(self) -> str: ...

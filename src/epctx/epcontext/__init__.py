@@ -1,4 +1,4 @@
-"""The EPContext op and its files: the context binary container, its writer, the loader, tools.
+"""The EPContext op and its files: the context binary container, its writer, the loader, merge.
 Names below are imported on first use, so loading a context model imports nothing of generation."""
 
 from __future__ import annotations

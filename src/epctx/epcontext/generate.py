@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from epctx import options as opt
 from epctx._version import __version__
+from epctx.ep.context_io import BinaryLayout
 from epctx.ep.context_node import DOMAIN, OPSET_VERSION, EPContextNode
 from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext import paths
@@ -32,8 +33,8 @@ from epctx.epcontext.workspace import (
     ExternalFile,
     GenerationGroup,
     close_group,
-    compiling_into,
     generation_group,
+    group_target,
 )
 from epctx.epcontext.writer import ContextBinaryWriter
 from epctx.errors import Fail, InvalidArgument
@@ -45,7 +46,7 @@ __all__ = [
     "Placement",
     "build_context_model",
     "generate_context_model",
-    "generation_scope",
+    "generation_target",
     "save_context_model",
     "write_files",
 ]
@@ -304,15 +305,15 @@ def save_context_model(ctx: ContextModel, path: Path, *, overwrite: bool = False
         tx.commit_model(path, ctx.model, overwrite=overwrite)
 
 
-@contextlib.contextmanager
-def generation_scope(config: Mapping[str, str], ctx_path: Path | None) -> Iterator[None]:
-    """Around a generating session's compile: with ``ep.share_ep_contexts`` the session joins the sharing group
-    first (its folder is checked before any compile, and EPs see the writer they will save into)."""
+def generation_target(
+    config: Mapping[str, str], ctx_path: Path | None
+) -> Callable[[ExecutionProvider], BinaryLayout] | None:
+    """For a generating session's compile: with ``ep.share_ep_contexts`` the session joins the sharing group
+    now (its folder is checked before any compile) and EPs are given the writer they will save into
+    (``CompileContext.target_binary``); None otherwise."""
     if ctx_path is None or not opt.config_flag(config, opt.SHARE_EP_CONTEXTS):
-        yield
-        return
-    with compiling_into(generation_group(ctx_path.parent), paths.model_name_for(ctx_path)):
-        yield
+        return None
+    return group_target(generation_group(ctx_path.parent), paths.model_name_for(ctx_path))
 
 
 def generate_context_model(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -14,7 +15,7 @@ from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.io_names import IO_KEY, check_io_names
 from epctx.epcontext.paths import resolve_context_file
 from epctx.epcontext.store import ContextSource
-from epctx.errors import EPCtxError, InvalidArgument, InvalidGraph
+from epctx.errors import EPCtxError, Fail, InvalidArgument, InvalidGraph
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -22,12 +23,15 @@ if TYPE_CHECKING:
 __all__ = ["ContextLoader"]
 
 _Node = TypeVar("_Node", bound=Hashable)
+logger = logging.getLogger("epctx")
 
 
 class ContextLoader:
     """One per session. ``route`` assigns EPContext nodes to EPs; ``load`` rebuilds one compiled partition."""
 
-    def __init__(self, *, model_path: Path | None, config: Mapping[str, str]) -> None:
+    def __init__(
+        self, *, model_path: Path | None, config: Mapping[str, str], metadata: Mapping[str, str] | None = None
+    ) -> None:
         if model_path is not None:
             self._base: Path | None = model_path.resolve().parent
         elif config.get(opt.EP_CONTEXT_FILE_PATH):
@@ -39,6 +43,9 @@ class ContextLoader:
         self._binaries: dict[str, ContextBinary] = {}  # resolved path or node name -> opened binary
         self._share = opt.config_flag(config, opt.SHARE_EP_CONTEXTS)
         self._stop_share = opt.config_flag(config, opt.STOP_SHARE_EP_CONTEXTS)
+        self._metadata = dict(metadata or {})  # the model's: ep_compatibility_info.<EP> (verdicts)
+        self._fail_on_suboptimal = opt.config_flag(config, opt.FAIL_ON_SUBOPTIMAL_COMPILED_MODEL)
+        self._warned: set[str] = set()  # EPs whose suboptimal contexts were logged
 
     def route(
         self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
@@ -57,9 +64,14 @@ class ContextLoader:
             ep = next((p for p in providers if p.compiles and p.accepts_source(source)), None)
             if ep is None:
                 names = ", ".join(p.name for p in providers)
+                hint = (
+                    f"pass the EP that loads it: providers=[{source!r}] (-p {source} on the command line)"
+                    if source
+                    else "the node names no source EP: pass the EP that made it in providers="
+                )
                 raise InvalidGraph(
                     f"EPContext node {view.name!r} was made by {source!r}, which none of this session's "
-                    f"execution providers ({names}) accepts"
+                    f"execution providers ({names}) accepts; {hint}"
                 )
             self._views[node] = view
             routed[node] = ep
@@ -85,6 +97,7 @@ class ContextLoader:
                 f"{binary.hardware!r}"
             )
         _check_identity(view, binary, graph_name, where)
+        self._judge(ep, binary, where)
         reason = ep.check_context(view, binary.sdk_version, binary.hardware)
         if reason is not None:
             raise InvalidGraph(f"{where} cannot be loaded by this {ep.name}: {reason}")
@@ -99,6 +112,28 @@ class ContextLoader:
             raise
         except Exception as exc:  # a backend's own error while importing: keep it as the cause
             raise InvalidGraph(f"{where}: {ep.name} failed to load graph {graph_name!r}: {exc}") from exc
+
+    def _judge(self, ep: ExecutionProvider, binary: ContextBinary, where: str) -> None:
+        """The EP's compatibility verdict on the node (``ep/compatibility.py``), before its EP loads anything:
+        UNSUPPORTED refuses the model, PREFER_RECOMPILATION warns (or refuses, as onnxruntime does, with
+        ``session.fail_on_suboptimal_compiled_model=1``). The message is ``epctx check``'s explanation."""
+        from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat
+        from epctx.ep.compatibility import judge_node, node_info
+
+        info, from_metadata = node_info(ep.name, self._metadata, binary.sdk_version, binary.hardware)
+        verdict = judge_node(
+            info, from_metadata, binary.sdk_version, type(ep).validate_compatibility_info, ()
+        )
+        if verdict.status == Compat.EP_UNSUPPORTED:
+            raise InvalidGraph(f"{where} cannot be loaded by this {ep.name}: {verdict.explain()}")
+        if verdict.status != Compat.EP_SUPPORTED_PREFER_RECOMPILATION:
+            return
+        message = f"{where}: the compiled model is suboptimal for this {ep.name}: {verdict.explain()}"
+        if self._fail_on_suboptimal:
+            raise Fail(f"{message} ({opt.FAIL_ON_SUBOPTIMAL_COMPILED_MODEL}=1)")
+        if ep.name not in self._warned:
+            self._warned.add(ep.name)
+            logger.warning("%s", message)
 
     def _binary_for(self, ep: ExecutionProvider, view: EPContextNode, graph_name: str) -> ContextBinary:
         if view.main_context:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from epctx import options as opt
 from epctx.errors import InvalidArgument, InvalidGraph
 
-__all__ = ["binary_file_name", "context_model_path", "resolve_context_file"]
+__all__ = ["binary_file_name", "check_not_inputs", "context_model_path", "resolve_context_file"]
 
 _CTX_SUFFIX = "_ctx"
 
@@ -39,6 +39,47 @@ def model_name_for(ctx_path: Path) -> str:
     follow ``ep.context_file_path`` / ``-o``: two outputs in one folder never share a binary name)."""
     stem = ctx_path.stem
     return stem[: -len(_CTX_SUFFIX)] if stem.endswith(_CTX_SUFFIX) and len(stem) > len(_CTX_SUFFIX) else stem
+
+
+def check_not_inputs(sources: Sequence[Path], outputs: Sequence[Path]) -> None:
+    """Refuse, before anything is compiled or written, an output that is one of the inputs: a source model, or
+    a file one refers to (its external data, or its binaries when it is a context model). Only outputs that
+    exist can be inputs, so a model is read only then. Overwriting is no excuse: the source would be lost."""
+    existing = [out for out in outputs if os.path.lexists(out)]
+    if not existing:
+        return
+    for source in sources:
+        inputs = [(source, f"the input model {str(source)!r}")]
+        inputs += [
+            (source.parent / ref, f"{ref!r}, which the input model {str(source)!r} reads")
+            for ref in _refs(source)
+        ]
+        for out in existing:
+            what = next((what for path, what in inputs if _same_file(out, path)), None)
+            if what is not None:
+                raise InvalidArgument(
+                    f"the output {str(out)!r} is {what}; writing it would destroy an input (overwriting or not): "
+                    "write the outputs to another path or folder"
+                )
+
+
+def _refs(model: Path) -> set[str]:
+    """The files ``model`` refers to (none when it cannot be read: the compile reports that)."""
+    import onnx
+
+    from epctx.epcontext.transaction import model_references
+
+    try:
+        return model_references(onnx.load(model, load_external_data=False))
+    except Exception:
+        return set()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def resolve_context_file(base_dir: Path, relative: str, *, node: str) -> Path:
@@ -77,8 +118,14 @@ def resolve_context_file(base_dir: Path, relative: str, *, node: str) -> Path:
             f"folder {str(root)!r} (a symlink?)"
         )
     if not is_file:
+        if os.path.lexists(target):
+            raise InvalidGraph(
+                f"{where}: the context binary path {shown} ({str(target)!r}) does not exist or is not a file"
+            )
         raise InvalidGraph(
-            f"{where}: the context binary path {shown} ({str(target)!r}) does not exist or is not a file"
+            f"{where}: the context binary {shown} is missing ({str(target)!r} does not exist): copy "
+            f"{pure.name!r} (written beside the context model when it was compiled) into {str(base_dir)!r}, or "
+            "compile the source model again"
         )
     return target
 

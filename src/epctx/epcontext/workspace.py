@@ -16,18 +16,16 @@ never served from the cache). Views keep their mapping alive, so sessions may cl
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import xxhash
 
-from epctx.ep.target import compile_target
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.paths import binary_file_name
 from epctx.errors import InvalidArgument
@@ -35,15 +33,15 @@ from epctx.errors import InvalidArgument
 if TYPE_CHECKING:
     import onnx
 
-    from epctx.ep import ExecutionProvider
+    from epctx.ep import BinaryLayout, ExecutionProvider
     from epctx.epcontext.writer import ContextBinaryWriter  # generation only: not imported by loading
 
 __all__ = [
     "ExternalFile",
     "GenerationGroup",
     "SharedContextWorkspace",
-    "compiling_into",
     "generation_group",
+    "group_target",
     "workspace",
 ]
 
@@ -156,12 +154,14 @@ def abort_open_group(failed: BaseException) -> None:
         close_group(group, failed=failed)
 
 
-@contextlib.contextmanager
-def compiling_into(group: GenerationGroup | None, model_name: str) -> Iterator[None]:
-    """Around a session's compile: EPs see the group's writer they will save into (``epctx.ep.target_binary``)."""
-    resolve = None if group is None else (lambda ep: group.writer_for(ep, model_name)[0])
-    with compile_target(resolve):
-        yield
+def group_target(
+    group: GenerationGroup | None, model_name: str
+) -> Callable[[ExecutionProvider], BinaryLayout] | None:
+    """For a session's compile: EP -> the group's writer its partitions will be saved into
+    (``CompileContext.target_binary``); None outside a group."""
+    if group is None:
+        return None
+    return lambda ep: group.writer_for(ep, model_name)[0]
 
 
 class SharedContextWorkspace:

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
+from epctx.ep.calls import ask_capability
+from epctx.ep.compiling import CapabilityContext
 from epctx.ep.contract import ExecutionProvider, Partition, make_partition
 from epctx.errors import InvalidGraph, NotImplemented
 from epctx.model.scopes import outer_scope_values
@@ -36,8 +38,10 @@ class GraphPartitioner:
         self.providers = list(providers)
         self.cpu_fallback = cpu_fallback
         # After partition(): node -> [(EP name, why it declined the node)] for nodes that EPs declined with a
-        # reason (``ExecutionProvider.declined_nodes``) before another EP took them (or none did).
+        # reason (``Capability.declined``) before another EP took them (or none did).
         self.declined: dict[ir.Node, list[tuple[str, str]]] = {}
+        # After partition(): id(EP) -> the ``Capability.artefacts`` it returned (for its compile), when not None.
+        self.artefacts: dict[int, object] = {}
 
     def partition(
         self,
@@ -45,9 +49,12 @@ class GraphPartitioner:
         opset_imports: Mapping[str, int],
         *,
         preassigned: Mapping[ir.Node, ExecutionProvider] | None = None,
+        ctx: CapabilityContext | None = None,
     ) -> list[Unit]:
         """Assign every node of ``graph``; return the units in a valid execution order.
-        ``preassigned`` nodes (EPContext nodes routed by their source) are units of their own, not asked about."""
+        ``preassigned`` nodes (EPContext nodes routed by their source) are units of their own, not asked about;
+        ``ctx`` is given to each EP's ``get_capability`` (the session's compile guard)."""
+        ctx = ctx or CapabilityContext()
         nodes = list(graph)
         index = {node: i for i, node in enumerate(nodes)}
         owner: list[ExecutionProvider | None] = [None] * len(nodes)
@@ -65,14 +72,17 @@ class GraphPartitioner:
             if all(o is not None for o in owner):
                 break  # every node has its EP: later ones are not asked (the CPU EP's kernels stay unimported)
             mine: list[int] = []
-            for node in ep.get_capability(graph, opset_imports):
+            capability = ask_capability(ep, graph, opset_imports, ctx)
+            if capability.artefacts is not None:
+                self.artefacts[id(ep)] = capability.artefacts
+            for node in capability.claimed:
                 claimed = index.get(node)
                 if claimed is None:
                     raise InvalidGraph(f"{ep.name}.get_capability returned a node that is not in the graph")
                 if owner[claimed] is None:
                     owner[claimed] = ep
                     mine.append(claimed)
-            for node, why in ep.declined_nodes().items():
+            for node, why in capability.declined.items():
                 at = index.get(node)
                 if at is not None and owner[at] is None:
                     self.declined.setdefault(node, []).append((ep.name, why))

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 from epctx.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from epctx.ep import EpDevice, ExecutionProvider, HardwareDevice
+    from epctx.ep import (
+        CompatibilityVerdict,
+        DeviceIncompatibility,
+        EpDevice,
+        ExecutionProvider,
+        HardwareDevice,
+    )
 
 __all__ = [
     "BuiltinDeclaration",
@@ -45,6 +51,9 @@ class BuiltinDeclaration:
     library: str | None = (
         None  # module of a plugin library bringing this EP: registered, it replaces the folder
     )
+    # module with validate(info, devices) and optionally device_incompatibility(device): the EP's verdicts,
+    # reached without importing the EP's class (the class's classmethods are used when absent)
+    compatibility: str | None = None
 
     def missing(self) -> list[str]:
         """Required modules that are not installed."""
@@ -81,6 +90,7 @@ def builtin_declarations() -> tuple[BuiltinDeclaration, ...]:
                 by_policy=bool(getattr(module, "EP_BY_POLICY", True)),
                 payloads=getattr(module, "EP_PAYLOADS", None),
                 library=getattr(module, "EP_LIBRARY", None),
+                compatibility=getattr(module, "EP_COMPATIBILITY", None),
             )
         )
     return tuple(found)
@@ -107,11 +117,13 @@ class ClassEpFactory:
         ep_vendor: str,
         load_class: Callable[[], type[ExecutionProvider]],
         devices: Callable[[str, str, Sequence[HardwareDevice]], list[EpDevice]] | None = None,
+        compatibility: str | None = None,
     ) -> None:
         self._name = ep_name
         self._vendor = ep_vendor
         self._load_class = load_class
         self._devices = devices
+        self._compatibility = compatibility
 
     @property
     def ep_name(self) -> str:
@@ -146,6 +158,23 @@ class ClassEpFactory:
         options.update({k: str(v) for k, v in ep_options.items()})
         return self._load_class()(options)
 
+    def validate_compatibility_info(
+        self, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        """The EP's verdict on a compatibility string (its folder's ``EP_COMPATIBILITY`` module, else its
+        class's classmethod)."""
+        if self._compatibility is not None:
+            return resolve(f"{self._compatibility}:validate")(info, devices)  # type: ignore[no-any-return]
+        return self._load_class().validate_compatibility_info(info, devices)
+
+    def device_incompatibility(self, device: HardwareDevice) -> DeviceIncompatibility:
+        if self._compatibility is not None:
+            module = importlib.import_module(self._compatibility)
+            hook = getattr(module, "device_incompatibility", None)
+            if hook is not None:
+                return hook(device)  # type: ignore[no-any-return]
+        return self._load_class().device_incompatibility(device)
+
     def __repr__(self) -> str:
         return f"ClassEpFactory({self._name!r})"
 
@@ -153,7 +182,7 @@ class ClassEpFactory:
 @functools.cache
 def builtin_factory(decl: BuiltinDeclaration) -> ClassEpFactory:
     devices = resolve_lazily(decl.devices) if decl.devices else None
-    return ClassEpFactory(decl.name, decl.vendor, lambda: builtin_class(decl), devices)
+    return ClassEpFactory(decl.name, decl.vendor, lambda: builtin_class(decl), devices, decl.compatibility)
 
 
 def resolve_lazily(target: str) -> Callable[..., Any]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from epctx.ep.devices import ALLOW_VIRTUAL_DEVICES
 from epctx.errors import Fail, InvalidArgument, NoSuchFile
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ __all__ = [
 logger = logging.getLogger("epctx")
 
 ENTRY_POINT_GROUP = "epctx.execution_providers"
-ALLOW_VIRTUAL_DEVICES = "allow_virtual_devices"  # env_config key (kOrtEnvAllowVirtualDevices)
 VIRTUAL_SUFFIX = ".virtual"  # a registration name ending in it allows virtual devices
 LOCK = threading.RLock()  # guards the libraries and every registry state built on them
 

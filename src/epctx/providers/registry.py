@@ -233,6 +233,14 @@ def available_providers() -> list[str]:
     return [n for n in names if n != CPU_EP] + [CPU_EP]
 
 
+def all_providers() -> list[str]:
+    """Every EP this installation of epctx can support, usable here or not (onnxruntime's ``get_all_providers``):
+    the available ones, then built-in EPs whose backend package is not installed, CPU last."""
+    names = [n for n in available_providers() if n != CPU_EP]
+    names += [d.name for d in builtin_declarations() if d.name not in names and d.name != CPU_EP]
+    return names + [CPU_EP]
+
+
 def _library_of(ep_name: str) -> Library | None:
     return next((lib for lib in LIBRARIES.values() if any(f.ep_name == ep_name for f in lib.factories)), None)
 
@@ -255,7 +263,7 @@ def discover_hardware() -> list[HardwareDevice]:
     global _HARDWARE
     with _LOCK:
         if _HARDWARE is None:
-            from epctx.providers.hardware import cpu_device
+            from epctx.ep.hardware import cpu_device
 
             found = [cpu_device()]
             for decl in builtin_declarations():

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx._warnings import warn_user
+from epctx._warnings import warn_and_log
 from epctx.ep.devices import EpDevice, ExecutionProviderDevicePolicy, HardwareDeviceType
 from epctx.errors import EPCtxError, Fail, InvalidArgument
 from epctx.providers import registry
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ORT_ONLY_PROVIDERS",
     "ProviderSpec",
+    "check_provider_name",
     "normalize_providers",
     "parse_provider_spec",
     "resolve_providers",
@@ -287,10 +288,41 @@ def _by_name(name: str, options: Mapping[str, str], config: Mapping[str, str]) -
             f"'{available}' ({name} is an onnxruntime execution provider that epctx does not have; skipped, "
             f"the rest of the list is used; {opt.UNAVAILABLE_EP_IS_ERROR}=1 makes this an error)"
         )
-        logger.warning("%s", message)
-        warn_user(message)
+        warn_and_log(logger, message)
         return None
+    check_provider_name(name)
     return registry.create_provider(name, options)
+
+
+def check_provider_name(name: str) -> None:
+    """An EP name nobody has is an error, with the closest known name (``OpenVinoExecutionProvider``: "did you
+    mean 'OpenVINOExecutionProvider'?"); an onnxruntime EP epctx lacks passes (a session skips it, warning)."""
+    from epctx.providers.builtin import builtin
+
+    if builtin(name) is not None or name in ORT_ONLY_PROVIDERS:  # the common case, without a discovery
+        return
+    available = registry.available_providers()
+    if name in available:
+        return
+    raise InvalidArgument(
+        f"unknown execution provider {name!r}{_did_you_mean(name)}; available: {', '.join(available)}"
+    )
+
+
+def _did_you_mean(name: str) -> str:
+    """`` (did you mean 'X'?)`` for the known EP name closest to ``name`` (epctx's EPs, installed or not, and
+    onnxruntime's; case and the ``ExecutionProvider`` suffix aside: ``OpenVinoExecutionProvider`` and ``openvino``
+    find ``OpenVINOExecutionProvider``), else ``""``."""
+    import difflib
+
+    from epctx.providers.builtin import builtin_declarations
+
+    known: dict[str, str] = {}
+    builtins = [d.name for d in builtin_declarations()]
+    for full in (*sorted(ORT_ONLY_PROVIDERS), *builtins, *registry.available_providers()):
+        known[full.lower()] = known[full.lower().removesuffix("executionprovider")] = full
+    close = difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.75)
+    return f" (did you mean {known[close[0]]!r}?)" if close else ""
 
 
 def _threads(name: str, options: Mapping[str, str], threads: int) -> Mapping[str, str]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -10,23 +12,31 @@ from typing import Any
 
 import onnx_ir as ir
 
-from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, opset_of
+from epctx.ep.calls import compile_partitions
+from epctx.ep.compiling import CompileContext, CompileGuard
+from epctx.ep.context_io import BinaryLayout
+from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
 from epctx.epcontext.load import ContextLoader
-from epctx.errors import Fail, InvalidGraph
+from epctx.errors import InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 from epctx.partition import Unit
-from epctx.session.compile_guard import NO_COMPILE_ENV, check_compile_allowed, no_compile
+from epctx.session.compile_guard import NO_COMPILE_ENV, no_compile
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
 
-__all__ = ["NO_COMPILE_ENV", "StepBuilder", "no_compile"]  # the guard's names, kept for callers
+# NO_COMPILE_ENV, no_compile: the guard's names, kept for callers
+__all__ = ["NO_COMPILE_ENV", "CompileSetup", "StepBuilder", "no_compile"]
 
 logger = logging.getLogger("epctx")
 
 
-def _one(ep: ExecutionProvider, results: Sequence[CompiledPartition]) -> Sequence[CompiledPartition]:
-    if len(results) != 1:
-        raise Fail(f"{ep.name}.compile returned {len(results)} results for 1 partition")
-    return results
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompileSetup:
+    """What a session's compile stage is given: the guard, each EP's capability artefacts (by ``id(ep)``), and
+    where the partitions will be saved (EP -> the sharing group's binary; None: not into a sharing group)."""
+
+    guard: CompileGuard = dataclasses.field(default_factory=CompileGuard)
+    artefacts: Mapping[int, object] = dataclasses.field(default_factory=dict)
+    target: Callable[[ExecutionProvider], BinaryLayout | None] | None = None
 
 
 class StepBuilder:
@@ -36,15 +46,17 @@ class StepBuilder:
         self.opset_imports = dict(opset_imports)
         self.kernel_ep = kernel_ep
         self.fold = fold
-        # Wraps each partition's compile / context load: phase(kind, name, EP name) -> context (profiles).
+        # Wraps each partition's context load: phase(kind, name, EP name) -> context (profiles).
         self.phase: Callable[[str, str, str], contextlib.AbstractContextManager[Any]] = _no_phase
+        # Called as each partition's compile ends: (kind, name, EP name, seconds since its EP's compile began).
+        self.ended: Callable[[str, str, str, float], None] = _no_end
 
     def compile_units(
-        self, units: Sequence[Unit], loader: ContextLoader | None
+        self, units: Sequence[Unit], loader: ContextLoader | None, compiling: CompileSetup | None = None
     ) -> tuple[dict[int, CompiledPartition], dict[int, CompiledPartition]]:
-        """Compile (per EP, all its partitions in one call) or load every fused unit.
-        Returns (compiled now, loaded from context), each by unit index."""
-        compiled: dict[int, CompiledPartition] = {}
+        """Load every fused unit of an EPContext node, then compile the others: per EP, all its partitions in
+        one call, through the single compile point (the guard first). Returns (compiled now, loaded from
+        context), each by unit index."""
         loaded: dict[int, CompiledPartition] = {}
         by_ep: dict[int, list[int]] = {}
         for k, unit in enumerate(units):
@@ -57,27 +69,40 @@ class StepBuilder:
                     loaded[k] = loader.load(unit.ep, unit.nodes[0], unit.partition)
             else:
                 by_ep.setdefault(id(unit.ep), []).append(k)
+        setup = compiling or CompileSetup()
+        compiled: dict[int, CompiledPartition] = {}
         total = sum(len(ks) for ks in by_ep.values())
-        done = 0
+        done = [0]
         for ks in by_ep.values():
             ep = units[ks[0]].ep
-            check_compile_allowed(ep, len(ks))
-            # One partition per call, so long compiles report progress partition by partition.
-            for k in ks:
-                part = units[k].partition
-                assert part is not None
-                started = time.perf_counter()
-                with self.phase("compile", part.name, ep.name):
-                    (result,) = _one(ep, ep.compile([part]))
-                compiled[k] = result
-                done += 1
-                logger.info(
-                    "compiled partition %d/%d %s (%d nodes) on %s in %.2f s",
-                    done, total, part.name, len(part.nodes), ep.name, time.perf_counter() - started,
-                )  # fmt: skip
+            parts = [part for k in ks if (part := units[k].partition) is not None]
+            results = compile_partitions(ep, parts, self._context(ep, setup, total, done))
+            compiled.update(zip(ks, results))
         if loader is not None:
             loader.finish()
         return compiled, loaded
+
+    def _context(
+        self, ep: ExecutionProvider, setup: CompileSetup, total: int, done: list[int]
+    ) -> CompileContext:
+        started = time.perf_counter()
+
+        def progress(part: Partition) -> None:  # called once per partition, under compile_partitions' lock
+            done[0] += 1
+            seconds = time.perf_counter() - started
+            self.ended("compile", part.name, ep.name, seconds)
+            logger.info(
+                "compiled partition %d/%d %s (%d nodes) on %s, %.2f s into its EP's compile",
+                done[0], total, part.name, len(part.nodes), ep.name, seconds,
+            )  # fmt: skip
+
+        target = setup.target
+        return CompileContext(
+            guard=setup.guard,
+            artefacts=setup.artefacts.get(id(ep)),
+            progress=progress,
+            target=_no_target if target is None else functools.partial(target, ep),
+        )
 
     def steps_for_units(
         self, units: Sequence[Unit], fused: Mapping[int, CompiledPartition]
@@ -114,6 +139,14 @@ class StepBuilder:
 
 def _no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
+
+
+def _no_end(kind: str, name: str, ep: str, seconds: float) -> None:
+    return None
+
+
+def _no_target() -> BinaryLayout | None:
+    return None
 
 
 class _SubgraphRunner:

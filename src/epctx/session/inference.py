@@ -6,11 +6,12 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx._warnings import warn_user
+from epctx._warnings import warn_and_log
 from epctx.errors import Fail, InvalidArgument
 from epctx.session.feeds import FeedBinder, InputSpec
 from epctx.session.iobinding import SessionIOBinding
@@ -66,6 +67,13 @@ class InferenceSession:
         with _span(profiler, "session_initialization"):
             self._providers = _resolve_providers(providers, provider_options, options, source)
             loading = "model_loading_array" if isinstance(source, (bytes, bytearray)) else "model_loading_uri"
+            if config.get(opt.CONTEXT_CACHE):  # the transparent cache: load what it holds, or compile into it
+                cached = self._through_cache(source, loading)
+                if cached is None:
+                    return
+                source = str(cached)
+                options = opt.with_config(options, {opt.CONTEXT_CACHE: None, opt.EP_CONTEXT_ENABLE: None})
+                config = options.config
             data: bytes | None = None
             if _lean_allowed(options):
                 from epctx.session.lean import LeanSession, open_lean
@@ -77,11 +85,30 @@ class InferenceSession:
                     self._use_lean(lean)
                     return
                 data = lean
-            self._create_full(source, loading, data)
+            with self._options_as(options):
+                self._create_full(source, loading, data)
+
+    @contextlib.contextmanager
+    def _options_as(self, options: opt.SessionOptions) -> Iterator[None]:
+        """Create with ``options`` (derived from the user's, who keeps theirs in get_session_options)."""
+        user, self._options = self._options, options
+        try:
+            yield
+        finally:
+            self._options = user
+
+    def _through_cache(self, source: str | os.PathLike[str] | bytes, loading: str) -> Path | None:
+        from epctx.cache.transparent import through_cache
+
+        def compile_into(derived: opt.SessionOptions) -> None:
+            with self._options_as(derived):
+                self._create_full(source, loading, None)
+
+        return through_cache(source, self._providers, self._options, compile_into)
 
     def _create_full(self, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
-        from epctx.epcontext.generate import generate_context_model, generation_scope
+        from epctx.epcontext.generate import generate_context_model, generation_target
         from epctx.epcontext.paths import context_model_path
         from epctx.epcontext.workspace import abort_open_group
         from epctx.session.pipeline import Pipeline
@@ -95,7 +122,7 @@ class InferenceSession:
             if options.optimized_model_filepath:
                 _write_optimized_model(pipeline.loaded.model, options.optimized_model_filepath)
             if profiler is not None:
-                pipeline.builder.phase = profiler.phase
+                pipeline.builder.phase, pipeline.builder.ended = profiler.phase, profiler.ended
             loaded = self._loaded = pipeline.loaded
             ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
             if ctx_path is not None and ctx_path.exists():
@@ -103,8 +130,7 @@ class InferenceSession:
                     f"the context model {str(ctx_path)!r} exists already; remove it or set another "
                     f"{opt.EP_CONTEXT_FILE_PATH}"
                 )
-            with generation_scope(config, ctx_path):
-                pipeline.compile()
+            pipeline.compile(generation_target(config, ctx_path))
             if generate:
                 if ctx_path is None:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
@@ -402,8 +428,7 @@ def _warn_sequential(options: opt.SessionOptions) -> None:
             "epctx runs the plan's steps sequentially: execution_mode=ORT_PARALLEL / inter_op_num_threads="
             f"{options.inter_op_num_threads} have no effect (intra_op_num_threads sets each EP's threads)"
         )
-        logger.warning("%s", message)
-        warn_user(message)
+        warn_and_log(logger, message)
 
 
 def _write_optimized_model(model: ir.Model, path: str | os.PathLike[str]) -> None:

@@ -73,7 +73,7 @@ def _build(
     config: Mapping[str, str],
     phase: Phase,
 ) -> LeanSession:
-    loader = ContextLoader(model_path=path, config=config)
+    loader = ContextLoader(model_path=path, config=config, metadata=model.metadata_props)
     views = [(node, _view(node)) for node in model.nodes]
     routed = loader.route_views(views, providers)
     values: dict[str, LeanValue] = {v.name: v for v in model.inputs}

@@ -65,8 +65,14 @@ class Profiler:
             self.add(cat, name, start, self._now_us() - start, args)
 
     def phase(self, kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[None]:
-        """``StepBuilder.phase``: one event per partition compiled or loaded from a context model."""
+        """``StepBuilder.phase``: one event per partition loaded from a context model."""
         return self.span("Session", f"{name}_{kind}", {"provider": ep, "partition": name})
+
+    def ended(self, kind: str, name: str, ep: str, seconds: float) -> None:
+        """``StepBuilder.ended``: one event per partition compiled, from its EP's compile call to its end (an EP
+        compiles all its partitions in one call, in parallel where it can)."""
+        dur = int(seconds * 1e6)
+        self.add("Session", f"{name}_{kind}", self._now_us() - dur, dur, {"provider": ep, "partition": name})
 
     def step_hooks(self, info: tuple[tuple[str, str, str], ...]) -> tuple[Callable[[int], None], ...]:
         """(before, after) for ``ExecutionPlan.run_observed``: one ``Node`` event per step."""

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from epctx.ep import ExecutionProvider, Kernel, NodeContext, opset_of
+from epctx.ep import (
+    Capability,
+    CapabilityContext,
+    ExecutionProvider,
+    Kernel,
+    NodeContext,
+    blas_thread_limit,
+    opset_of,
+    settle_backends,
+)
 from epctx.errors import InvalidArgument, NotImplemented
-from epctx.providers.cpu import blas
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -28,11 +36,13 @@ class CPUExecutionProvider(ExecutionProvider):
         self._threads = _thread_count(self.options.get(self.intra_op_threads_option))
 
     def run_scope(self) -> contextlib.AbstractContextManager[Any] | None:
-        return blas.thread_limit(self._threads) if self._threads else None
+        return blas_thread_limit(self._threads) if self._threads else None
 
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
-        blas.settle()  # Conv, RNN, Einsum... call BLAS too: not while a backend the user imported still forks
-        return [n for n in graph if self.supports(n, opset_imports)]
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
+        settle_backends()  # Conv, RNN, Einsum... call BLAS too: not while a backend the user imported still forks
+        return Capability(tuple(n for n in graph if self.supports(n, opset_imports)))
 
     def supports(self, node: ir.Node, opset_imports: Mapping[str, int]) -> bool:
         from epctx.providers.cpu.reference import has_reference

@@ -9,8 +9,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from epctx.ep import Kernel, NodeContext
-from epctx.model.tensors import to_numpy
+from epctx.ep import Kernel, NodeContext, to_numpy
 from epctx.providers.cpu.kernel_index import module_for
 
 __all__ = ["NodeInfo", "find_factory", "kernel"]

@@ -17,8 +17,20 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from epctx._version import __version__
-from epctx.ep import CompiledPartition, ExecutionProvider, Option, Partition, parse_options
+from epctx.ep import (
+    EPCTX_VERSION,
+    Capability,
+    CapabilityContext,
+    CompatibilityVerdict,
+    CompileContext,
+    CompiledPartition,
+    ExecutionProvider,
+    Option,
+    OrtCompiledModelCompatibility,
+    Partition,
+    parse_info,
+    parse_options,
+)
 from epctx.providers.example.interpreter import CompiledProgram
 from epctx.providers.example.ops import SUPPORTED_OPS
 from epctx.providers.example.program import PROGRAM_VERSION, WEIGHT_DTYPES, Program
@@ -26,7 +38,7 @@ from epctx.providers.example.program import PROGRAM_VERSION, WEIGHT_DTYPES, Prog
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep import ContextReader, ContextWriter, EPContextNode
+    from epctx.ep import ContextReader, ContextWriter, EPContextNode, HardwareDevice
 
 __all__ = ["SUPPORTED_OPS", "ExampleExecutionProvider"]
 
@@ -55,31 +67,38 @@ class ExampleExecutionProvider(ExecutionProvider):
         self.ops = config.ops or frozenset(SUPPORTED_OPS)
 
     # -- capability -----------------------------------------------------------------------------------
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
         from epctx.providers.example.capability import supported_nodes
 
-        return supported_nodes(graph, opset_imports, self.ops)
+        return Capability(tuple(supported_nodes(graph, opset_imports, self.ops)))
 
     # -- compile --------------------------------------------------------------------------------------
-    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+    def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
         from epctx.providers.example.lowering import lower_partition
 
-        return [lower_partition(p) for p in partitions]
+        compiled: list[CompiledPartition] = []
+        for partition in partitions:
+            compiled.append(lower_partition(partition))
+            ctx.progress(partition)
+        return compiled
 
     # -- EP context cache -----------------------------------------------------------------------------
     def sdk_version(self) -> str:
-        return f"{_SDK_PREFIX}{__version__}{_PROGRAM_TAG}{PROGRAM_VERSION}"
+        return f"{_SDK_PREFIX}{EPCTX_VERSION}{_PROGRAM_TAG}{PROGRAM_VERSION}"
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
-        # Binaries hold a program, not machine code: any epctx that reads the same program version loads it.
-        head, tag, version = sdk_version.rpartition(_PROGRAM_TAG)
-        if not tag or not head.startswith(_SDK_PREFIX):
-            return f"SDK version {sdk_version!r} is not an example EP program version"
-        if version != str(PROGRAM_VERSION):
-            return f"program format {version!r}, this {self.name} runs format {PROGRAM_VERSION}"
-        if hardware != self.hardware():
-            return f"hardware {hardware!r}, this {self.name} makes portable binaries ('')"
-        return None
+        verdict = _verdict(self.name, sdk_version, hardware)
+        usable = verdict.status <= OrtCompiledModelCompatibility.EP_SUPPORTED_OPTIMAL
+        return None if usable else "; ".join(verdict.reasons)
+
+    @classmethod
+    def validate_compatibility_info(
+        cls, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        fields = parse_info(info)
+        return _verdict(cls.name, fields.get("sdk", ""), fields.get("hardware", ""))
 
     def save_partition(self, partition: Partition, compiled: CompiledPartition, store: ContextWriter) -> None:
         compiled = cast(CompiledProgram, compiled)  # the framework checks compiled_type
@@ -99,3 +118,28 @@ class ExampleExecutionProvider(ExecutionProvider):
             for j, spec in enumerate(program.weights)
         ]
         return CompiledProgram(program, weights, where=where)
+
+
+def _verdict(ep_name: str, sdk_version: str, hardware: str) -> CompatibilityVerdict:
+    """Binaries hold a program, not machine code: any epctx that reads the same program version loads them, on
+    any device."""
+    head, tag, version = sdk_version.rpartition(_PROGRAM_TAG)
+    if not tag or not head.startswith(_SDK_PREFIX):
+        return CompatibilityVerdict.unsupported(
+            f"SDK version {sdk_version!r} is not an example EP program version"
+        )
+    if version != str(PROGRAM_VERSION):
+        return CompatibilityVerdict.unsupported(
+            f"program format {version!r}, this {ep_name} runs format {PROGRAM_VERSION}",
+            advice="recompile the context from its source model with this epctx",
+        )
+    if hardware:
+        return CompatibilityVerdict.unsupported(
+            f"hardware {hardware!r}, this {ep_name} makes portable binaries ('')"
+        )
+    made_by = head.removeprefix(_SDK_PREFIX)
+    if made_by != EPCTX_VERSION:
+        return CompatibilityVerdict.optimal(
+            f"made by epctx {made_by}, this is {EPCTX_VERSION}: the program format {version} is the same"
+        )
+    return CompatibilityVerdict.optimal()

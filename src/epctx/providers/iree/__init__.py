@@ -13,6 +13,9 @@ EP_NAME = "IREEExecutionProvider"
 EP_CLASS = "epctx.providers.iree.provider:IREEExecutionProvider"
 EP_VENDOR = "IREE"
 EP_REQUIRES = ("iree.runtime",)
+EP_COMPATIBILITY = (
+    "epctx.providers.iree.compatibility"  # its compatibility verdicts, without importing the backend
+)
 EP_DEVICES = "epctx.providers.iree.devices:supported_devices"  # the CPU (virtual targets: see library.py)
 EP_LIBRARY = "epctx.providers.iree.library"  # the plugin library that may replace this declaration
 EP_BY_POLICY = False  # compiles for seconds to minutes: used when asked for, never picked by a policy

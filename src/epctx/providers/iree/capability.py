@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
-from epctx.ep import Partition, is_ep_context, make_partition, outer_scope_values
+from epctx.ep import CompileGuard, Partition, is_ep_context, make_partition, outer_scope_values
 from epctx.providers.iree.compile import CompileResult, compile_partitions
 
 __all__ = ["Verdict", "candidate_nodes", "check_nodes", "short_error"]
@@ -82,7 +82,8 @@ def short_error(result: CompileResult) -> str:
 
 class Verdict:
     """What ``check_nodes`` found: the claimed nodes, why the others were declined, and the compiles that
-    succeeded (partition node set -> (partition, result)), kept for ``compile``."""
+    succeeded (partition node set -> (partition, result)), which ``compile`` reuses (the capability's
+    artefacts)."""
 
     def __init__(self) -> None:
         self.claimed: list[ir.Node] = []
@@ -96,8 +97,10 @@ def check_nodes(
     opset_imports: Mapping[str, int],
     nodes: Sequence[ir.Node],
     flags: Sequence[str],
+    guard: CompileGuard,
 ) -> Verdict:
-    """Compile ``nodes`` (graph order), bisecting on failure down to the nodes IREE cannot take."""
+    """Compile ``nodes`` (graph order), bisecting on failure down to the nodes IREE cannot take; every compile
+    passes ``guard`` first."""
     verdict = Verdict()
     pending: list[list[ir.Node]] = [list(nodes)] if nodes else []
     level = 0
@@ -106,7 +109,7 @@ def check_nodes(
             make_partition(f"{ep_name}_check{level}_{k}", ep_name, graph, group, opset_imports)
             for k, group in enumerate(pending)
         ]
-        results = compile_partitions(parts, flags, what="capability check")
+        results = compile_partitions(parts, flags, guard, ep_name=ep_name, what="capability check")
         following: list[list[ir.Node]] = []
         for group, part, result in zip(pending, parts, results):
             if result.ok:
@@ -122,7 +125,7 @@ def check_nodes(
     order = {node: i for i, node in enumerate(graph)}
     verdict.claimed.sort(key=order.__getitem__)
     if verdict.claimed and frozenset(verdict.claimed) not in verdict.compiled:
-        _check_together(ep_name, graph, opset_imports, verdict, flags, order)
+        _check_together(ep_name, graph, opset_imports, verdict, flags, guard, order)
     return verdict
 
 
@@ -132,13 +135,14 @@ def _check_together(
     opset_imports: Mapping[str, int],
     verdict: Verdict,
     flags: Sequence[str],
+    guard: CompileGuard,
     order: Mapping[ir.Node, int],
 ) -> None:
     """The groups claimed after a bisection compiled apart; the framework compiles them as one partition. Compile
     them together; when IREE fails on the combination (each part alone compiles), keep the groups, in graph
     order, that compile with the ones kept before them and decline the others with IREE's message."""
     union = make_partition(f"{ep_name}_together", ep_name, graph, verdict.claimed, opset_imports)
-    (result,) = compile_partitions([union], flags, what="capability check")
+    (result,) = compile_partitions([union], flags, guard, ep_name=ep_name, what="capability check")
     if result.ok:  # the usual case: one more compile, reused when the partition is this set
         verdict.compiled[frozenset(verdict.claimed)] = (union, result)
         return
@@ -150,7 +154,7 @@ def _check_together(
     for k, group in enumerate(groups[1:], start=1):
         trial = sorted([*kept, *group], key=order.__getitem__)
         part = make_partition(f"{ep_name}_together{k}", ep_name, graph, trial, opset_imports)
-        (result,) = compile_partitions([part], flags, what="capability check")
+        (result,) = compile_partitions([part], flags, guard, ep_name=ep_name, what="capability check")
         if result.ok:
             verdict.compiled[frozenset(trial)] = (part, result)
             kept = trial

@@ -14,10 +14,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from epctx.ep import Partition, partition_model, plan_weights_file
+from epctx.ep import CompileGuard, Partition, partition_model, plan_weights_file
 from epctx.errors import EPFail
 
 __all__ = ["CompileResult", "compile_partitions"]
@@ -93,16 +93,32 @@ def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileR
 
 
 def compile_partitions(
-    partitions: Sequence[Partition], flags: Sequence[str], *, what: str = "partition"
+    partitions: Sequence[Partition],
+    flags: Sequence[str],
+    guard: CompileGuard,
+    *,
+    ep_name: str = "IREEExecutionProvider",
+    what: str = "partition",
+    on_done: Callable[[Partition], None] | None = None,
 ) -> list[CompileResult]:
-    """Compile each partition in a worker process, up to ``os.cpu_count()`` at a time; results in order."""
+    """Compile each partition in a worker process, up to ``os.cpu_count()`` at a time; results in order. The
+    only place that starts a worker: ``guard`` is checked first. ``on_done(partition)`` as each one ends
+    (from a pool thread)."""
     if not partitions:
         return []
+    guard.check(ep_name, len(partitions), "" if what == "partition" else f"for its {what}")
     total = len(partitions)
     labels = [f"IREE {what} {p.name!r} [{k + 1}/{total}]" for k, p in enumerate(partitions)]
+
+    def one(partition: Partition, label: str) -> CompileResult:
+        result = _run_one(partition, flags, label)
+        if on_done is not None and result.ok:
+            on_done(partition)
+        return result
+
     workers = max(1, min(total, os.cpu_count() or 1))
     if workers == 1:
-        return [_run_one(p, flags, label) for p, label in zip(partitions, labels)]
+        return [one(p, label) for p, label in zip(partitions, labels)]
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="epctx-iree") as pool:
-        futures = [pool.submit(_run_one, p, flags, label) for p, label in zip(partitions, labels)]
+        futures = [pool.submit(one, p, label) for p, label in zip(partitions, labels)]
         return [f.result() for f in futures]

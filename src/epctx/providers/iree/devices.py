@@ -16,7 +16,7 @@ _VENDOR = "IREE"
 
 
 def _metadata() -> dict[str, str]:
-    from epctx.providers.iree.provider import iree_version
+    from epctx.providers.iree.compatibility import iree_version
 
     return {"version": iree_version()}
 

@@ -12,11 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from epctx.providers.iree import EP_NAME, EP_VENDOR
+from epctx.providers.iree import EP_NAME, EP_VENDOR, compatibility
 from epctx.providers.iree.devices import supported_devices, virtual_devices
 
 if TYPE_CHECKING:
-    from epctx.ep import EpDevice, ExecutionProvider, HardwareDevice
+    from epctx.ep import (
+        CompatibilityVerdict,
+        DeviceIncompatibility,
+        EpDevice,
+        ExecutionProvider,
+        HardwareDevice,
+    )
 
 __all__ = ["IREEFactory", "create_ep_factories"]
 
@@ -39,6 +45,16 @@ class IREEFactory:
             devices += virtual_devices(EP_NAME, EP_VENDOR)
         return devices
 
+    # The optional verdict hooks of a plugin factory (onnxruntime's ValidateCompiledModelCompatibilityInfo and
+    # GetHardwareDeviceIncompatibilityDetails): a virtual device is judged as the CPU its target names.
+    def validate_compatibility_info(
+        self, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        return compatibility.validate(info, devices)
+
+    def device_incompatibility(self, device: HardwareDevice) -> DeviceIncompatibility:
+        return compatibility.device_incompatibility(device)
+
     def create_ep(self, ep_devices: Sequence[EpDevice], ep_options: Mapping[str, str]) -> ExecutionProvider:
         from epctx.errors import InvalidArgument
         from epctx.providers.iree.provider import IREEExecutionProvider
@@ -52,6 +68,6 @@ class IREEFactory:
 
 
 def create_ep_factories(registration_name: str, env_config: Mapping[str, str]) -> list[IREEFactory]:
-    from epctx.providers.libraries import ALLOW_VIRTUAL_DEVICES
+    from epctx.ep import ALLOW_VIRTUAL_DEVICES
 
     return [IREEFactory(env_config.get(ALLOW_VIRTUAL_DEVICES) == "1")]

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from epctx.ep.memory import byte_view, mapped_file
+from epctx.ep import byte_view, mapped_file
+from epctx.providers.iree.runtime_import import iree_runtime
 
 __all__ = ["Parameters"]
 
@@ -29,7 +30,7 @@ class _Mapping:
     """One ``FileHandle`` over a whole read-only mapping (weakly cached per mapping)."""
 
     def __init__(self, owner: Any) -> None:
-        import iree.runtime as rt
+        rt = iree_runtime()
 
         self.view = memoryview(owner).toreadonly()
         self.base = _address(self.view)
@@ -54,7 +55,7 @@ class Parameters:
     """The parameters of one module: IREE parameter key -> bytes (views, never copies)."""
 
     def __init__(self, entries: Iterable[tuple[str, Any]]) -> None:
-        import iree.runtime as rt
+        rt = iree_runtime()
 
         self.index = rt.ParameterIndex()
         self._keep: list[Any] = []

@@ -1,9 +1,10 @@
 """IREEExecutionProvider: partitions compiled ahead of time by IREE for ``llvm-cpu``, loaded in milliseconds.
 
-- ``get_capability`` compiles the candidate nodes (``capability``), declining with IREE's reason the nodes it
-  cannot import or compile (``declined_nodes``);
-- ``compile`` reuses those compiles when the partition is the one checked, else compiles out of process
-  (``compile``), in parallel; the weights stay the model's arrays, served to IREE as parameters;
+- ``get_capability`` compiles the candidate nodes (``capability``; the session's compile guard first),
+  declining with IREE's reason the nodes it cannot import or compile; the successful compiles are the
+  capability's artefacts;
+- ``compile`` reuses those artefacts when the partition is one checked, else compiles all the partitions out
+  of process (``compile``), in parallel; the weights stay the model's arrays, served to IREE as parameters;
 - ``save_partition`` stores the ``.vmfb`` (code only) and each weight as a ``weights`` entry
   (``context``); ``load_partition`` maps them back (``params``, ``runtime``), importing ``iree.runtime`` only.
 
@@ -13,15 +14,24 @@ for another triple or one needing features this CPU lacks, naming them.
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-from epctx.ep import CompiledPartition, ExecutionProvider, Partition, initializer_array, is_ep_context
+from epctx.ep import (
+    Capability,
+    CapabilityContext,
+    CompileContext,
+    CompiledPartition,
+    ExecutionProvider,
+    Partition,
+    initializer_array,
+    is_ep_context,
+)
 from epctx.errors import EPFail, InvalidGraph
+from epctx.providers.iree import compatibility
+from epctx.providers.iree.compatibility import iree_version
 from epctx.providers.iree.context import read_meta, write_entries
 from epctx.providers.iree.options import parse
 from epctx.providers.iree.params import Parameters
@@ -31,9 +41,18 @@ from epctx.providers.iree.targets import missing_features
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep import ContextReader, ContextWriter, EPContextNode
-    from epctx.providers.iree.capability import Verdict
+    from epctx.ep import (
+        CompatibilityVerdict,
+        ContextReader,
+        ContextWriter,
+        DeviceIncompatibility,
+        EPContextNode,
+        HardwareDevice,
+    )
     from epctx.providers.iree.compile import CompileResult
+
+    # The capability's artefacts: the check's successful compiles, node set -> (partition checked, result).
+    Probes = Mapping[frozenset[ir.Node], tuple[Partition, CompileResult]]
 
 __all__ = ["IREEExecutionProvider", "iree_version"]
 
@@ -47,36 +66,6 @@ CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
 )
 
 
-@functools.cache
-def iree_version() -> str:
-    """The installed IREE runtime's version, as its package metadata gives it; nothing of IREE is imported.
-
-    Read from the name of the runtime's ``<name>-<version>.dist-info`` folder beside the ``iree`` package (the
-    layout every wheel installs; ``importlib.metadata`` costs a few ms of imports on the load path), else from
-    ``importlib.metadata``."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("iree")
-    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
-    for folder in locations:
-        try:
-            names = os.listdir(os.path.dirname(folder))
-        except OSError:
-            continue
-        for dist in ("iree_base_runtime-", "iree_runtime-"):
-            found = sorted(n for n in names if n.startswith(dist) and n.endswith(".dist-info"))
-            if len(found) == 1:
-                return found[0][len(dist) : -len(".dist-info")]
-    from importlib import metadata
-
-    for name in ("iree-base-runtime", "iree-runtime"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown"
-
-
 class IREEExecutionProvider(ExecutionProvider):
     name = "IREEExecutionProvider"
     sources = ("IREEExecutionProvider", "IREE")
@@ -88,8 +77,6 @@ class IREEExecutionProvider(ExecutionProvider):
         super().__init__(options)
         self.config = parse(self.options)
         self.target = self.config.resolved()
-        self._verdict: Verdict | None = None  # the capability check's compiles (capability.py, onnx-ir)
-        self._declined: dict[ir.Node, str] = {}
 
     def flags(self) -> list[str]:
         flags = [*self.target.compile_flags(), f"--iree-opt-level={self.config.opt_level}"]
@@ -98,48 +85,42 @@ class IREEExecutionProvider(ExecutionProvider):
         return flags + shlex.split(self.config.compile_flags)
 
     # -- capability -----------------------------------------------------------------------------------
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
         if any(is_ep_context(n) and self._owns(n) for n in graph):
-            return []  # a context model: its other nodes were offered to IREE when it was generated
+            return Capability()  # a context model: its other nodes were offered to IREE when it was generated
         # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
         from epctx.providers.iree.capability import candidate_nodes, check_nodes
 
         nodes, declined = candidate_nodes(graph, self.config.disabled_ops)
-        self._verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags())
-        declined.update(self._verdict.declined)
+        verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags(), ctx.guard)
+        declined.update(verdict.declined)
         for node, why in declined.items():
             logger.info("%s declines node %r (%s): %s", self.name, node.name, node.op_type, why)
-        self._declined = declined
-        return self._verdict.claimed
-
-    def declined_nodes(self) -> Mapping[ir.Node, str]:
-        return dict(self._declined)
+        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.compiled)
 
     def _owns(self, node: ir.Node) -> bool:
         value = getattr(node.attributes.get("source"), "value", None)
         return isinstance(value, str) and self.accepts_source(value)
 
     # -- compile --------------------------------------------------------------------------------------
-    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
+    def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
+        """All partitions at once: those the capability check compiled are reused, the others compile in
+        parallel workers, each reported as its worker ends."""
         from epctx.providers.iree.compile import compile_partitions
 
-        results: list[CompileResult | None] = [self._checked(p) for p in partitions]
+        probes: Probes = ctx.artefacts or {}
+        results: list[CompileResult | None] = [_checked(probes, p) for p in partitions]
         todo = [p for p, r in zip(partitions, results) if r is None]
-        fresh = iter(compile_partitions(todo, self.flags()))
+        for partition, result in zip(partitions, results):
+            if result is not None:
+                ctx.progress(partition)
+        fresh = iter(
+            compile_partitions(todo, self.flags(), ctx.guard, ep_name=self.name, on_done=ctx.progress)
+        )
         done = [r if r is not None else next(fresh) for r in results]
-        self._verdict = None  # the checked compiles are used: let their code go with the compiled
         return [self._build(p, r) for p, r in zip(partitions, done)]
-
-    def _checked(self, partition: Partition) -> CompileResult | None:
-        """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
-        found = self._verdict.compiled.get(frozenset(partition.nodes)) if self._verdict else None
-        if found is None:
-            return None
-        checked, result = found
-        same = [v.name for v in checked.inputs] == [v.name for v in partition.inputs] and [
-            v.name for v in checked.outputs
-        ] == [v.name for v in partition.outputs]
-        return result if same else None
 
     def _build(self, partition: Partition, result: CompileResult) -> CompiledIREE:
         where = f"{self.name} partition {partition.name!r}"
@@ -179,6 +160,20 @@ class IREEExecutionProvider(ExecutionProvider):
 
     def hardware(self) -> str:
         return self.target.hardware()
+
+    def compatibility_info(self) -> str:
+        c = self.config
+        return compatibility.compatibility_info(self.target, c.opt_level, c.channels_last, c.compile_flags)
+
+    @classmethod
+    def validate_compatibility_info(
+        cls, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        return compatibility.validate(info, devices)
+
+    @classmethod
+    def device_incompatibility(cls, device: HardwareDevice) -> DeviceIncompatibility:
+        return compatibility.device_incompatibility(device)
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         if sdk_version != self.sdk_version():
@@ -220,3 +215,15 @@ class IREEExecutionProvider(ExecutionProvider):
             where=where,
             runner=runner,
         )
+
+
+def _checked(probes: Probes, partition: Partition) -> CompileResult | None:
+    """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
+    found = probes.get(frozenset(partition.nodes))
+    if found is None:
+        return None
+    checked, result = found
+    same = [v.name for v in checked.inputs] == [v.name for v in partition.inputs] and [
+        v.name for v in checked.outputs
+    ] == [v.name for v in partition.outputs]
+    return result if same else None

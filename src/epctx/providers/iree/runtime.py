@@ -2,7 +2,7 @@
 use, thread-safe), and :class:`CompiledIREE`, a compiled partition: a ``.vmfb`` module whose parameters are
 served by a :class:`~epctx.providers.iree.params.Parameters` index, called with numpy arrays.
 
-Only ``iree.runtime`` is imported here (never ``iree.compiler``)."""
+Only ``iree.runtime`` is imported here (never ``iree.compiler``), through ``runtime_import``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from epctx.errors import EPFail, InvalidGraph
+from epctx.providers.iree.runtime_import import iree_runtime
 
 __all__ = ["CompiledIREE", "Runner", "entry_function", "load_module", "shared_instance", "shared_runtime"]
 
@@ -30,7 +31,7 @@ def shared_instance() -> Any:
     if _INSTANCE is None:
         with _LOCK:
             if _INSTANCE is None:
-                import iree.runtime as rt
+                rt = iree_runtime()
 
                 _INSTANCE = rt.VmInstance()
     return _INSTANCE
@@ -50,7 +51,7 @@ def shared_runtime(threads: int = 0) -> tuple[Any, Any]:
 
 
 def _create_device(threads: int) -> Any:
-    import iree.runtime as rt
+    rt = iree_runtime()
 
     if threads <= 0:
         return rt.get_driver(_DRIVER).create_default_device()
@@ -72,7 +73,7 @@ def _create_device(threads: int) -> Any:
 def load_module(vmfb: Any, where: str) -> Any:
     """A ``VmModule`` over ``vmfb``'s memory (a view of the mapped binary, or bytes), not copied when aligned;
     a module IREE cannot read is InvalidGraph naming ``where``."""
-    import iree.runtime as rt
+    rt = iree_runtime()
 
     instance = shared_instance()
     try:
@@ -100,7 +101,7 @@ class Runner:
     context is not reentrant), so a session may run from several threads."""
 
     def __init__(self, module: Any, parameters: Any, where: str, threads: int = 0) -> None:
-        import iree.runtime as rt
+        rt = iree_runtime()
 
         instance, device = shared_runtime(threads)
         self.where = where

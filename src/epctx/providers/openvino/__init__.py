@@ -12,6 +12,9 @@ EP_NAME = "OpenVINOExecutionProvider"
 EP_CLASS = "epctx.providers.openvino.provider:OpenVINOExecutionProvider"
 EP_VENDOR = "Intel"
 EP_REQUIRES = ("openvino",)
+EP_COMPATIBILITY = (
+    "epctx.providers.openvino.compatibility"  # its compatibility verdicts, without importing the backend
+)
 EP_DEVICES = "epctx.providers.openvino.devices:supported_devices"  # which devices it serves
 EP_HARDWARE = "epctx.providers.openvino.devices:discover_hardware"  # GPUs and NPUs OpenVINO sees
 EP_PAYLOADS = "epctx.providers.openvino.payloads:detect"  # what ORT's OpenVINO EP writes (epctx inspect)

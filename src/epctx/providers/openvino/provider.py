@@ -20,14 +20,18 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from epctx.ep import (
+    BinaryLayout,
+    Capability,
+    CapabilityContext,
+    CompileContext,
     CompiledPartition,
     EPContextNode,
     ExecutionProvider,
     Partition,
     is_ep_context,
-    target_binary,
 )
 from epctx.errors import EPFail, InvalidGraph
+from epctx.providers.openvino import compatibility
 from epctx.providers.openvino.compiled import CompiledOpenVINO
 from epctx.providers.openvino.context import exported_blob, read_meta, shared_tensor, write_entries
 from epctx.providers.openvino.options import OpenVINOOptions, parse_options
@@ -38,7 +42,7 @@ if TYPE_CHECKING:
 
     # Loading a context model imports only what import_model needs: the capability and ONNX-bridge modules (onnx,
     # onnx-ir, OpenVINO's ONNX frontend) are imported by get_capability / compile.
-    from epctx.ep import ContextReader, ContextWriter, WeightsFile
+    from epctx.ep import CompatibilityVerdict, ContextReader, ContextWriter, HardwareDevice, WeightsFile
 
 __all__ = ["OpenVINOExecutionProvider", "shared_core"]
 
@@ -53,9 +57,9 @@ def shared_core() -> Any:
     if _CORE is None:
         with _CORE_LOCK:
             if _CORE is None:
-                from epctx.providers.cpu.blas import backend_import
+                from epctx.ep import backend_import
 
-                with backend_import("openvino"):  # its telemetry forks: see providers/cpu/blas.py
+                with backend_import("openvino"):  # its telemetry forks: see epctx/ep/blas.py
                     import openvino as ov
 
                 _CORE = ov.Core()
@@ -93,16 +97,18 @@ class OpenVINOExecutionProvider(ExecutionProvider):
                     f"(OpenVINO reports {available})"
                 )
         self._hardware: str | None = None
-        # Weightless mode: the binary entries this session may write (a bound, sized in get_capability) and
-        # the weights layout, made at the first compile.
-        self._entries_bound = 0
+        # Weightless mode: where the weights start and their layout, fixed at compile for save_partition.
         self._layout: WeightsLayout | None = None
         self._weights_base: int | None = None
 
     # -- capability -----------------------------------------------------------------------------------
-    def get_capability(self, graph: ir.Graph, opset_imports: Mapping[str, int]) -> Sequence[ir.Node]:
+    def get_capability(
+        self, graph: ir.Graph, opset_imports: Mapping[str, int], ctx: CapabilityContext
+    ) -> Capability:
         if any(is_ep_context(n) and self._owns(n) for n in graph):
-            return []  # a context model: its other nodes were offered to OpenVINO when it was generated
+            return (
+                Capability()
+            )  # a context model: its other nodes were offered to OpenVINO when it was generated
         from epctx.providers.openvino.capability import candidate_nodes, supported_nodes
 
         candidates = candidate_nodes(graph, self.config.disabled_ops)
@@ -112,9 +118,9 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             )
         except RuntimeError as exc:  # the frontend or the device refused the model as a whole
             raise EPFail(f"{self.name}: OpenVINO could not query the model: {exc}") from exc
-        # One weights entry per initializer at most, and a meta and a blob entry per partition at most.
-        self._entries_bound += len(graph.initializers) + 2 * len(claimed)
-        return claimed
+        # The artefact: a bound on the binary entries this session may write (weightless mode sizes the
+        # binary's header room with it): one weights entry per initializer, a meta and a blob per partition.
+        return Capability(tuple(claimed), artefacts=len(graph.initializers) + 2 * len(claimed))
 
     def _owns(self, node: ir.Node) -> bool:
         attr = node.attributes.get("source")
@@ -122,10 +128,18 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         return isinstance(value, str) and self.accepts_source(value)
 
     # -- compile --------------------------------------------------------------------------------------
-    def compile(self, partitions: Sequence[Partition]) -> list[CompiledPartition]:
-        return [self._compile(p) for p in partitions]
+    def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
+        if self.config.weightless and self._weights_base is None:
+            bound = ctx.artefacts if isinstance(ctx.artefacts, int) else 0
+            self._weights_base = header_budget(bound or sum(len(p.initializers) + 2 for p in partitions))
+        target = ctx.target_binary() if self.config.weightless else None
+        compiled: list[CompiledPartition] = []
+        for partition in partitions:
+            compiled.append(self._compile(partition, target))
+            ctx.progress(partition)
+        return compiled
 
-    def _compile(self, partition: Partition) -> CompiledOpenVINO:
+    def _compile(self, partition: Partition, target: BinaryLayout | None) -> CompiledOpenVINO:
         from epctx.providers.openvino.onnx_bridge import read_partition
 
         where = f"{self.name} partition {partition.name!r}"
@@ -133,7 +147,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         outputs = [v.name or "" for v in partition.outputs]
         config = self.config.compile_config()
         if self.config.weightless:
-            plan = self._compile_layout(partition).plan(partition)
+            plan = self._compile_layout(partition, target).plan(partition)
             compiled = self._compile_weightless(partition, plan, where)
             return CompiledOpenVINO(compiled, inputs, outputs, where=where, weights=plan)
         try:
@@ -156,17 +170,16 @@ class OpenVINOExecutionProvider(ExecutionProvider):
     def _base(self, partition: Partition) -> int:
         """Where this session's weights start in a binary it opens (fixed at the first weightless compile)."""
         if self._weights_base is None:
-            self._weights_base = header_budget(self._entries_bound or len(partition.initializers) + 2)
+            self._weights_base = header_budget(len(partition.initializers) + 2)
         return self._weights_base
 
-    def _compile_layout(self, partition: Partition) -> WeightsLayout:
+    def _compile_layout(self, partition: Partition, target: BinaryLayout | None) -> WeightsLayout:
         """Where this session's weights go. In a sharing group whose binary already has entries (an earlier
         model), the group's layout: offsets past the earlier models' weights, identical tensors at theirs.
         Otherwise this EP's own, from the header budget; ``save_partition`` checks the offsets against the
         binary it is given either way."""
-        writer = target_binary(self)
-        if writer is not None and writer.entry_count():
-            return layout_for(writer, self._base(partition))
+        if target is not None and target.entry_count():
+            return layout_for(target, self._base(partition))
         if self._layout is None:
             self._layout = WeightsLayout(self._base(partition))
         return self._layout
@@ -182,6 +195,18 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         if self._hardware is None:
             self._hardware = device_hardware(self.config.device)
         return self._hardware
+
+    def compatibility_info(self) -> str:
+        c = self.config
+        return compatibility.compatibility_info(
+            self.sdk_version(), c.device, self.hardware(), c.precision, c.weightless
+        )
+
+    @classmethod
+    def validate_compatibility_info(
+        cls, info: str, devices: Sequence[HardwareDevice]
+    ) -> CompatibilityVerdict:
+        return compatibility.validate(info, devices)
 
     def check_context(self, node: EPContextNode, sdk_version: str, hardware: str) -> str | None:
         if sdk_version != self.sdk_version():

@@ -14,7 +14,7 @@ From pytest (an EP author's own test module)::
         (result,) = run_conformance("MyExecutionProvider", tmp_dir=tmp_path, cases=[case])
         assert result.passed, result.detail
 
-From a shell: ``epctx conformance -p MyExecutionProvider [--json]`` (or ``python -m epctx.testing.conformance``).
+From a shell: ``epctx conformance -p MyExecutionProvider [--json]`` (or ``python -m epctx.cli conformance``).
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from epctx.ep.compiling import NO_COMPILE_ENV
 from epctx.ep.context_node import OP_TYPE
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.merge import merge_context_models
 from epctx.errors import ModelRequiresCompilation
-from epctx.session.builder import NO_COMPILE_ENV
 from epctx.testing.conformance import models
 from epctx.testing.conformance.context_files import (
     attr,
@@ -223,6 +223,12 @@ def _case_no_compile_on_load(suite: Suite, record: Record) -> None:
         expect(suite.ep in str(exc), f"the no-compile error does not name {suite.ep}: {exc}")
     else:
         raise CaseFailed("a session on the source model compiled inside no_compile()")
+    try:  # session.disable_model_compile=1 too, capability checks that compile included
+        suite.session(made.source, session__disable_model_compile="1")
+    except ModelRequiresCompilation as exc:
+        expect(suite.ep in str(exc), f"the disable_model_compile error does not name {suite.ep}: {exc}")
+    else:
+        raise CaseFailed("a session on the source model compiled with session.disable_model_compile=1")
     # Loading the context model compiles nothing, here and in a fresh process with EPCTX_NO_COMPILE=1.
     feeds = models.feeds()
     expected = suite.oracle("chain0", models.chain(), feeds)
@@ -235,7 +241,9 @@ def _case_no_compile_on_load(suite: Suite, record: Record) -> None:
             f"{NO_COMPILE_ENV}=1 did not stop a compile: {guard}")  # fmt: skip
     expect(load["ok"], f"fresh process with {NO_COMPILE_ENV}=1: {load.get('message')}")
     suite.compare(record, [np.load(out)], expected[:1], "loaded in a fresh process")
-    record.notes.append(f"{NO_COMPILE_ENV}=1 and no_compile() both refuse to compile")
+    record.notes.append(
+        f"{NO_COMPILE_ENV}=1, no_compile() and session.disable_model_compile=1 refuse to compile"
+    )
 
 
 CASE_BODIES: dict[str, Callable[[Suite, Record], None]] = {

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from epctx.ep import Kernel
-from epctx.providers.cpu import blas
+from epctx.ep import Kernel, settle_backends
 from epctx.providers.cpu.kernels.cast import NATIVE_DTYPES
 from epctx.providers.cpu.kernels.elementwise import widened
 from epctx.providers.cpu.registry import NodeInfo, kernel
@@ -18,7 +17,7 @@ __all__: list[str] = []
 
 @kernel("MatMul", since=1)
 def _matmul(info: NodeInfo) -> Kernel:
-    blas.settle()  # a set lookup: multi-threaded BLAS must not meet a backend's import-time fork
+    settle_backends()  # a set lookup: multi-threaded BLAS must not meet a backend's import-time fork
 
     def run(a: Any, b: Any) -> tuple[Any]:
         y = np.matmul(a, b)
@@ -30,7 +29,7 @@ def _matmul(info: NodeInfo) -> Kernel:
 @kernel("Gemm", since=6)
 def _gemm(info: NodeInfo) -> Kernel:
     # Opset 6 had a ``broadcast`` attribute; numpy broadcasting of C covers both of its settings.
-    blas.settle()
+    settle_backends()
     trans_a = bool(info.get("transA", 0))
     trans_b = bool(info.get("transB", 0))
     alpha = float(info.get("alpha", 1.0))

@@ -7,7 +7,7 @@ Who recognises what, asked in this order:
 - the EPs, each recognising its own payloads (:mod:`epctx.ep.payloads`): a built-in folder's ``EP_PAYLOADS``
   (e.g. ``providers/openvino/payloads.py`` for what ONNX Runtime's OpenVINO EP writes), a plugin factory's
   ``detect_payload``, a registered class's ``ExecutionProvider.detect_payload``; the EP named by the node's
-  ``source`` first. They reach this layer through ``epctx._hooks`` (the providers' registry sits above);
+  ``source`` first, from the providers' registry (this module sits above it);
 - the framework's table of **foreign formats** (``FOREIGN``): those of onnxruntime EPs epctx does not have, so
   that no EP folder of epctx speaks for them:
   - ``qnn-context-binary``: what ``QnnContext_getBinary`` returns (ORT's QNN EP stores it as is). Not a
@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from epctx._hooks import payload_detectors
 from epctx.ep.payloads import PayloadDetector, PayloadEntry, PayloadInfo
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.header import MAGIC
@@ -75,6 +74,8 @@ def detect_payload(
                 lambda: ContextBinary.from_bytes(buf, where=where), buf.nbytes, problems, verify=verify
             )
             return payload, problems
+        from epctx.providers.registry import payload_detectors
+
         failed: list[str] = []
         detectors: list[tuple[str, PayloadDetector]] = [*payload_detectors(source), *FOREIGN]
         for asked, detect in detectors:

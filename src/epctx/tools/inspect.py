@@ -7,7 +7,7 @@ file that is not an ONNX model at all raises (InvalidGraph / NoSuchFile / Invali
 
 Payload formats are told apart by their bytes: the framework reads epctx containers, each EP recognises its own
 payloads (the EP named by the node's ``source`` asked first), then the table of formats of onnxruntime EPs epctx
-does not have; see :mod:`epctx.epcontext.payload_formats`.
+does not have; see :mod:`epctx.tools.payload_formats`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.header import MAGIC
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.paths import resolve_context_file
-from epctx.epcontext.payload_formats import (
+from epctx.errors import InvalidGraph
+from epctx.tools.payload_formats import (
     FORMAT_EPCTX,
     FORMAT_OPENVINO,
     FORMAT_OPENVINO_BIN,
@@ -38,7 +39,6 @@ from epctx.epcontext.payload_formats import (
     container_payload,
     detect_payload,
 )
-from epctx.errors import InvalidGraph
 
 __all__ = [
     "FORMAT_EPCTX", "FORMAT_OPENVINO", "FORMAT_OPENVINO_BIN", "FORMAT_QNN", "FORMAT_TENSORRT", "FORMAT_UNKNOWN",

@@ -25,6 +25,9 @@ So the backend's own work (``import_model``; the fork came up to ~100 ms after t
 machine) overlaps the wait, as in a process that imports the backend itself. The CPU kernels that call
 BLAS check :func:`settle` when they are built (a set lookup once settled), which joins that wait and covers
 a backend that the user imported directly. Nothing here runs at ``import epctx`` or in ``run()``.
+
+Part of ``epctx.ep`` (every EP that imports a forking backend, or runs numpy's BLAS, uses it): imported on
+first use, as ``epctx.ep.backend_import``, ``epctx.ep.settle_backends`` and ``epctx.ep.blas_thread_limit``.
 """
 
 from __future__ import annotations
