@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from epctx.providers.cpu import blas, parallel
+from epctx.providers.cpu import blas_serial as blas
+from epctx.providers.cpu import parallel
 
 RNG = np.random.default_rng(5)
 

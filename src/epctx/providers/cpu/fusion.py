@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from epctx.ep import Kernel
-from epctx.model.tensors import to_numpy
+from epctx.ep import Kernel, to_numpy
 from epctx.providers.cpu.registry import constant_node_value
 
 __all__ = ["Epilogue", "epilogue_for", "join"]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from epctx.providers.cpu import blas
+from epctx.providers.cpu import blas_serial as blas
 
 __all__ = ["MIN_BLOCK_COLUMNS", "matmul_columns", "split_columns"]
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
-from epctx.providers.cpu import blas, fusion, parallel
+from epctx.providers.cpu import blas_serial as blas
+from epctx.providers.cpu import fusion, parallel
 from epctx.providers.cpu.kernels.conv_flat import (
     DepthwiseChannelsLast,
     DepthwiseFlat,
