@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
@@ -59,3 +61,34 @@ def test_a_forked_child_computes_without_the_parents_helpers() -> None:
                 os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize(
+    ("op", "a_shape", "b_shape", "attrs"),
+    [
+        ("MatMul", (2, 300, 256), (256, 512), {}),  # large, 2-D right side: column blocks
+        ("MatMul", (4, 64, 32), (4, 32, 64), {}),  # small and batched: one BLAS thread
+        ("Gemm", (256, 300), (512, 256), {"transA": 1, "transB": 1, "alpha": 0.5}),
+        ("Gemm", (8, 16), (16, 4), {}),
+    ],
+)
+def test_matmul_and_gemm_sized_to_their_work_match_onnxruntime(
+    op: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], attrs: dict[str, Any]
+) -> None:
+    from onnx import helper
+
+    from tests.oracle import assert_matches_ort
+
+    a = RNG.standard_normal(a_shape).astype(np.float32)
+    b = RNG.standard_normal(b_shape).astype(np.float32)
+    node = helper.make_node(op, ["a", "b"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, 1, v.shape) for n, v in (("a", a), ("b", b))],
+        [helper.make_tensor_value_info("y", 1, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with threadpool_limits(2, user_api="blas"):
+        assert_matches_ort(model, {"a": a, "b": b}, atol=1e-3, rtol=1e-4)
