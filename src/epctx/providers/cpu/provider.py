@@ -53,13 +53,14 @@ class CPUExecutionProvider(ExecutionProvider):
         return find_factory(domain, node.op_type, opset) is not None or has_reference(node, opset)
 
     def create_kernel(self, ctx: NodeContext) -> Kernel:
+        from epctx.providers.cpu.fusion import join
         from epctx.providers.cpu.reference import reference_kernel
         from epctx.providers.cpu.registry import NodeInfo, find_factory
 
         info = NodeInfo(ctx)
         factory = find_factory(info.domain, info.op_type, info.opset)
         if factory is not None:
-            return factory(info)
+            return join(ctx.node, factory(info))
         try:
             return reference_kernel(info)
         except NotImplemented:

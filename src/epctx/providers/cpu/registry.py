@@ -100,6 +100,20 @@ class NodeInfo:
         if i >= self.num_inputs:
             return None
         value = self.node.inputs[i]
-        if value is None or value.const_value is None:
+        if value is None:
             return None
-        return to_numpy(value.const_value)
+        if value.const_value is not None:
+            return to_numpy(value.const_value)
+        return constant_node_value(value)
+
+
+def constant_node_value(value: ir.Value) -> Any:
+    """The tensor of a ``Constant`` node (its ``value`` attribute) that produces ``value``, else None: Paddle
+    exports give their weights so, not as initializers."""
+    node = value.producer()
+    if node is None or node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+        return None
+    attr = node.attributes.get("value")
+    if not isinstance(attr, ir.Attr) or attr.type != ir.AttributeType.TENSOR:
+        return None
+    return to_numpy(attr.value)

@@ -1,7 +1,10 @@
-"""CPU kernels: Conv (im2col + one matmul per group) and ConvTranspose (matmul + col2im scatter-add).
+"""CPU kernels: Conv and ConvTranspose (matmul + col2im scatter-add).
 
-Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and cached, so
-the hot path is a padding copy, one strided gather, one BLAS call and a bias add.
+A Conv runs as im2col + one matmul per group, or without the im2col copy where that costs less
+(``conv_flat.py``: dense stride-1 convs with M <= C, depthwise convs), or as Winograd F(2x2, 3x3) when BLAS is
+single-threaded. Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and
+cached; the activation after a Conv may run inside it (``fusion.py``). The window geometry and scratch arrays
+shared with the pooling kernels are in ``windows.py``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,30 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
+from epctx.providers.cpu import blas_serial as blas
+from epctx.providers.cpu import fusion, parallel
+from epctx.providers.cpu.kernels.conv_flat import (
+    DepthwiseChannelsLast,
+    DepthwiseFlat,
+    FlatGemm,
+    channels_last_fits,
+    flat_fits,
+    flat_gemm_fits,
+)
+from epctx.providers.cpu.kernels.windows import (
+    SCRATCH,
+    Geometry,
+    ScratchPool,
+    ints,
+    pad_input,
+    release_padded,
+    spatial_geometry,
+    window_slices,
+    window_view,
+)
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__ = [
@@ -31,180 +54,6 @@ __all__ = [
 ]
 
 _ALL = slice(None)
-
-
-class Geometry:
-    """Where the windows of a conv/pool lie along the spatial axes of one input shape."""
-
-    __slots__ = ("dilations", "kernel", "out", "pad_begin", "pad_end", "padded", "strides")
-
-    def __init__(
-        self,
-        kernel: tuple[int, ...],
-        strides: tuple[int, ...],
-        dilations: tuple[int, ...],
-        out: tuple[int, ...],
-        pad_begin: tuple[int, ...],
-        pad_end: tuple[int, ...],
-        padded: tuple[int, ...],
-    ) -> None:
-        self.kernel = kernel
-        self.strides = strides
-        self.dilations = dilations
-        self.out = out
-        self.pad_begin = pad_begin
-        self.pad_end = pad_end
-        # Extent of the padded buffer the windows read: covers the input and every window.
-        self.padded = padded
-
-    @property
-    def needs_pad(self) -> bool:
-        return any(self.pad_begin) or any(self.pad_end)
-
-
-def ints(value: Any, n: int, default: int) -> tuple[int, ...]:
-    """An INTS attribute as a tuple of ``n`` ints (``default`` each when missing or empty)."""
-    if value is None or len(value) == 0:
-        return (default,) * n
-    return tuple(int(v) for v in value)
-
-
-def spatial_geometry(
-    in_sp: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int] | None,
-    auto_pad: str,
-    *,
-    ceil_mode: bool = False,
-    node: str = "",
-) -> Geometry:
-    """Output size and pads per spatial axis, with onnxruntime's rules for auto_pad and ceil_mode."""
-    n = len(in_sp)
-    out: list[int] = []
-    pb: list[int] = []
-    pe: list[int] = []
-    padded: list[int] = []
-    for i in range(n):
-        size, k, s, d = int(in_sp[i]), int(kernel[i]), int(strides[i]), int(dilations[i])
-        dk = (k - 1) * d + 1
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-size // s)
-            total = max(0, (o - 1) * s + dk - size)
-            head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            tail = total - head
-        else:
-            if auto_pad == "VALID" or not pads:
-                head = tail = 0
-            else:
-                head, tail = int(pads[i]), int(pads[i + n])
-            span = size + head + tail - dk
-            if span < 0:
-                raise InvalidArgument(
-                    f"node {node!r}: kernel extent {dk} exceeds padded input size {size + head + tail} "
-                    f"on spatial axis {i}"
-                )
-            if ceil_mode:
-                o = -(-span // s) + 1
-                if (o - 1) * s >= size + head:  # the last window must start inside the input or head pad
-                    o -= 1
-            else:
-                o = span // s + 1
-        out.append(o)
-        pb.append(head)
-        pe.append(tail)
-        padded.append(max(head + size + tail, (o - 1) * s + dk))
-    return Geometry(
-        tuple(int(k) for k in kernel),
-        tuple(int(s) for s in strides),
-        tuple(int(d) for d in dilations),
-        tuple(out),
-        tuple(pb),
-        tuple(pe),
-        tuple(padded),
-    )
-
-
-class ScratchPool:
-    """Scratch arrays reused from call to call, keyed by shape and dtype.
-
-    Fresh multi-megabyte temporaries cost page faults on every call once the C heap has trimmed them
-    (measured 2x on an isolated conv layer). Each caller takes its own array and gives it back when done,
-    so concurrent runs never share one; at most ``limit`` bytes are kept.
-    """
-
-    __slots__ = ("_free", "kept", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self._free: dict[tuple[tuple[int, ...], np.dtype[Any]], list[np.ndarray]] = {}
-        self.kept = 0
-        self.limit = limit
-
-    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        free = self._free.get((shape, np.dtype(dtype)))
-        if free:
-            try:
-                arr = free.pop()
-            except IndexError:  # another thread took the last one
-                return np.empty(shape, dtype=dtype)
-            self.kept -= arr.nbytes
-            return arr
-        return np.empty(shape, dtype=dtype)
-
-    def give(self, *arrays: np.ndarray) -> None:
-        for arr in arrays:
-            if self.kept + arr.nbytes <= self.limit:
-                self._free.setdefault((arr.shape, arr.dtype), []).append(arr)
-                self.kept += arr.nbytes
-
-
-SCRATCH = ScratchPool(128 << 20)
-
-
-def pad_input(x: np.ndarray, geo: Geometry, fill: Any = 0) -> np.ndarray:
-    """``x`` (N, C, *spatial) copied into a buffer of ``geo.padded`` spatial extent filled with ``fill``.
-
-    The buffer comes from ``SCRATCH``: give it back with ``release_padded(x, buf)`` when done.
-    """
-    in_sp = x.shape[2:]
-    if tuple(in_sp) == geo.padded:
-        return x
-    buf = SCRATCH.take(x.shape[:2] + geo.padded, x.dtype)
-    buf.fill(fill)
-    inner = (_ALL, _ALL) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, in_sp))
-    buf[inner] = x
-    return buf
-
-
-def release_padded(x: np.ndarray, xp: np.ndarray) -> None:
-    if xp is not x:
-        SCRATCH.give(xp)
-
-
-def window_view(xp: np.ndarray, geo: Geometry) -> np.ndarray:
-    """A read-only (N, C, *kernel, *out) view of the windows of the padded input ``xp``."""
-    st = xp.strides
-    sp_st = st[2:]
-    shape = xp.shape[:2] + geo.kernel + geo.out
-    strides = (
-        st[:2]
-        + tuple(s * d for s, d in zip(sp_st, geo.dilations))
-        + tuple(s * t for s, t in zip(sp_st, geo.strides))
-    )
-    return as_strided(xp, shape=shape, strides=strides, writeable=False)
-
-
-def window_slices(geo: Geometry) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
-    """For each kernel offset: the offset and the (N, C, *out) slice of the padded input it reads."""
-    result = []
-    for offs in itertools.product(*(range(k) for k in geo.kernel)):
-        src = (_ALL, _ALL) + tuple(
-            slice(o * d, o * d + s * (n - 1) + 1, s)
-            for o, d, s, n in zip(offs, geo.dilations, geo.strides, geo.out)
-        )
-        result.append((offs, src))
-    return result
 
 
 def _conv_attrs(info: NodeInfo, n: int) -> tuple[tuple[int, ...], tuple[int, ...], list[int] | None, str]:
@@ -245,6 +94,7 @@ def _conv(info: NodeInfo) -> Kernel:
     if w_const is not None:
         prepared = _prepare_weight(w_const, group)
     bias = None if b_const is None else b_const.reshape(-1, 1)
+    epilogue = fusion.epilogue_for(info.node, w_const)
 
     def plan_for(x: np.ndarray, w: np.ndarray) -> _ConvPlan:
         n = x.ndim - 2
@@ -262,12 +112,14 @@ def _conv(info: NodeInfo) -> Kernel:
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = plan_for(x, w)
         prep = prepared if w_const is not None else _prepare_weight(w, group)
-        y = plan.run(x, prep)
+        y = plan.run(x, prep) if plan.serial is None else plan.serial(plan.run, x, prep)
         if b is not None:
             bb = bias if bias is not None else b.reshape(-1, 1)
             if y.size:  # an empty batch has no -1 to infer
                 y3 = y.reshape(y.shape[0], y.shape[1], -1)
                 y3 += bb
+        if epilogue is not None and epilogue.active():
+            epilogue.activation(y)
         return (y,)
 
     return _half_in_float32(run)
@@ -284,18 +136,26 @@ def _prepare_weight(w: np.ndarray, group: int) -> dict[str, Any]:
     if cg == 1 and group > 1:
         # depthwise: (C, multiplier, K) per kernel offset
         prep["wd"] = np.ascontiguousarray(w.reshape(group, m // group, k).transpose(2, 0, 1))
+        # channels-last: (*K, C, multiplier)
+        nd = w.ndim - 2
+        wl = w.reshape(group, m // group, *w.shape[2:]).transpose(*range(2, 2 + nd), 0, 1)
+        prep["wl"] = np.ascontiguousarray(wl)
     return prep
 
 
 class _ConvPlan:
     __slots__ = (
+        "channels_last",
         "depthwise",
         "empty",
+        "flat",
+        "flat_gemm",
         "geo",
         "group",
         "l_out",
         "out_shape",
         "pointwise",
+        "serial",
         "slices",
         "w_shape",
         "winograd",
@@ -315,9 +175,19 @@ class _ConvPlan:
         self.pointwise = all(k == 1 for k in geo.kernel) and not geo.needs_pad
         self.depthwise = w_shape[1] == 1 and group > 1 and not self.pointwise
         self.slices = window_slices(geo) if self.depthwise else []
+        self.flat = DepthwiseFlat(geo) if self.depthwise and flat_fits(x_shape, w_shape, geo) else None
+        self.flat_gemm = FlatGemm(geo) if flat_gemm_fits(x_shape, w_shape, geo, group) else None
+        self.channels_last = (
+            DepthwiseChannelsLast(x_shape, w_shape, geo)
+            if self.depthwise and self.flat is None and channels_last_fits(x_shape)
+            else None
+        )
         self.winograd = (
             _Winograd(x_shape, w_shape, geo) if _winograd_fits(x_shape, w_shape, geo, group) else None
         )
+        # Small convolutions call BLAS on one thread (see blas.SERIAL_MACS).
+        macs = n * m * w_shape[1] * math.prod(geo.kernel) * self.l_out
+        self.serial = blas.serial() if macs < blas.SERIAL_MACS else None
 
     def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
         geo = self.geo
@@ -327,12 +197,18 @@ class _ConvPlan:
             w = prep["w2"] if "w2" in prep else prep["w3"]
             return np.zeros(self.out_shape, dtype=np.result_type(w.dtype, x.dtype))
         if self.depthwise:
-            return self._depthwise(x, prep["wd"])
+            return self._depthwise(x, prep)
         if self.winograd is not None and x.dtype.kind == "f" and x.dtype.itemsize >= 4:
             u = prep.get("winograd")
             if u is None:
                 u = prep["winograd"] = _winograd_weight(prep["w2"].reshape(self.w_shape))
             return self.winograd.run(x, u)
+        if self.flat_gemm is not None:
+            wk = prep.get("wk")
+            if wk is None:  # (K, M, C): the filter of each kernel offset
+                w = prep["w2"].reshape(self.w_shape)
+                wk = prep["wk"] = np.ascontiguousarray(w.reshape(*self.w_shape[:2], -1).transpose(2, 0, 1))
+            return self.flat_gemm.run(x, wk)
         if self.pointwise:
             if any(s != 1 for s in geo.strides):
                 x = x[
@@ -353,15 +229,23 @@ class _ConvPlan:
             w2 = prep["w2"]
             y = np.empty((n, w2.shape[0], self.l_out), dtype=np.result_type(w2.dtype, cols.dtype))
             for i in range(n):
-                np.matmul(w2, cols[i], out=y[i])
+                if self.serial is None:  # a large GEMM: blocks shared with helper threads
+                    parallel.matmul_columns(w2, cols[i], y[i])
+                else:
+                    np.matmul(w2, cols[i], out=y[i])
         else:
             y = np.matmul(prep["w3"], cols)
         if scratch is not None:
             SCRATCH.give(scratch)
         return y.reshape(self.out_shape)
 
-    def _depthwise(self, x: np.ndarray, wd: np.ndarray) -> np.ndarray:
+    def _depthwise(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
+        if self.flat is not None:
+            return self.flat.run(x, prep["wd"])
+        if self.channels_last is not None:
+            return self.channels_last.run(x, prep["wl"])
         # wd: (K, C, multiplier); out (N, C, multiplier, *out) accumulated offset by offset.
+        wd = prep["wd"]
         geo = self.geo
         xp = pad_input(x, geo)
         n, c = x.shape[0], x.shape[1]

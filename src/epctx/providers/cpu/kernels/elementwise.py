@@ -24,9 +24,11 @@ Fn = Callable[..., Any]
 # ------------------------------------------------------------------------------------------- unary
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     # exp(-x) overflows to inf for very negative x, which gives the right limit 0.
+    e = np.negative(x)  # one temporary, updated in place
     with np.errstate(over="ignore"):
-        e = np.exp(-x)
-    return 1 / (1 + e)
+        np.exp(e, out=e)
+    e += 1
+    return np.reciprocal(e, out=e)
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -143,11 +145,27 @@ def _celu(info: NodeInfo) -> Fn:
 def _hard_sigmoid(info: NodeInfo) -> Fn:
     alpha = float(info.get("alpha", 0.2))
     beta = float(info.get("beta", 0.5))
-    return lambda x: np.minimum(np.maximum(x * alpha + beta, 0), 1)
+
+    def hard_sigmoid(x: np.ndarray) -> np.ndarray:
+        t = x * alpha  # one temporary, updated in place
+        t += beta
+        np.maximum(t, 0, out=t)
+        return np.minimum(t, 1, out=t)
+
+    return hard_sigmoid
+
+
+def _hard_swish_of(x: np.ndarray) -> np.ndarray:
+    t = x * (1.0 / 6.0)  # one temporary, updated in place
+    t += 0.5
+    np.maximum(t, 0, out=t)
+    np.minimum(t, 1, out=t)
+    t *= x
+    return t
 
 
 def _hard_swish(info: NodeInfo) -> Fn:
-    return lambda x: x * np.minimum(np.maximum(x * (1.0 / 6.0) + 0.5, 0), 1)
+    return _hard_swish_of
 
 
 def _thresholded_relu(info: NodeInfo) -> Fn:
@@ -400,7 +418,12 @@ def _clip(info: NodeInfo) -> Kernel:
     has_lo = info.has_input(1)
     has_hi = info.has_input(2)
     if has_lo and has_hi:
-        return lambda x, lo, hi: (np.minimum(np.maximum(x, lo), hi),)
+
+        def clip(x: Any, lo: Any, hi: Any) -> tuple[Any]:
+            r = np.maximum(x, lo)
+            return (np.minimum(r, hi, out=r) if isinstance(r, np.ndarray) else np.minimum(r, hi),)
+
+        return clip
     if has_lo:
         return lambda x, lo, hi=None: (np.maximum(x, lo),)
     if has_hi:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from epctx.ep import Kernel, settle_backends
+from epctx.providers.cpu import blas_serial, parallel
 from epctx.providers.cpu.kernels.cast import NATIVE_DTYPES
 from epctx.providers.cpu.kernels.elementwise import widened
 from epctx.providers.cpu.registry import NodeInfo, kernel
@@ -15,12 +16,28 @@ from epctx.providers.cpu.registry import NodeInfo, kernel
 __all__: list[str] = []
 
 
+def _product(a: Any, b: Any) -> Any:
+    """``np.matmul(a, b)`` sized to its work, as the conv kernels do: under ``blas_serial.SERIAL_MACS``
+    multiply-adds on one BLAS thread; a large product with a 2-D right side in column blocks shared with helper
+    threads (``parallel``); anything else as numpy does it."""
+    if a.ndim == 0 or b.ndim < 2 or a.dtype != b.dtype or a.dtype.kind != "f" or a.dtype.itemsize < 4:
+        return np.matmul(a, b)
+    n = b.shape[-1]
+    if a.size * n < blas_serial.SERIAL_MACS:
+        return blas_serial.serial()(np.matmul, a, b)
+    if b.ndim == 2 and a.ndim >= 2 and (a.ndim == 2 or a.flags.c_contiguous):
+        out = np.empty((*a.shape[:-1], n), dtype=a.dtype)
+        parallel.matmul_columns(a.reshape(-1, a.shape[-1]), b, out.reshape(-1, n))
+        return out
+    return np.matmul(a, b)
+
+
 @kernel("MatMul", since=1)
 def _matmul(info: NodeInfo) -> Kernel:
     settle_backends()  # a set lookup: multi-threaded BLAS must not meet a backend's import-time fork
 
     def run(a: Any, b: Any) -> tuple[Any]:
-        y = np.matmul(a, b)
+        y = _product(a, b)
         return (y,) if y.dtype == a.dtype else (y.astype(a.dtype),)  # bfloat16 comes back as float32
 
     return run
@@ -51,7 +68,7 @@ def _gemm(info: NodeInfo) -> Kernel:
             b = b_const
         elif trans_b:
             b = b.T
-        y = np.matmul(a, b)
+        y = _product(a, b)
         if alpha != 1.0:
             np.multiply(y, alpha, out=y, casting="unsafe")
         if use_c:

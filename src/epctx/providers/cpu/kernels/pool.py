@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from epctx.ep import Kernel
-from epctx.providers.cpu.kernels.conv import (
+from epctx.providers.cpu.kernels.windows import (
     Geometry,
     ints,
     pad_input,

@@ -18,7 +18,7 @@ import numpy as np
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu.fallback import reference_kernel
-from epctx.providers.cpu.kernels.conv import pad_input, spatial_geometry, window_view
+from epctx.providers.cpu.kernels.windows import pad_input, spatial_geometry, window_view
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []

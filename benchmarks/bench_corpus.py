@@ -1,0 +1,340 @@
+"""The real-model corpus on every EP: compiles?, where the nodes run, error, compile, warm load, steady latency.
+
+    python benchmarks/bench_corpus.py [--models a,b] [--eps cpu,openvino,iree] [--budget 120] [--json PATH]
+                                      [--threads N] [--openblas-coretype auto] [--out FILE]
+
+Models come from ``benchmarks/corpus`` (wheels and exporters, made once into a temporary folder). Each
+(model, EP) cell runs in its own process under a time budget (``--budget`` seconds; a cell past it reads
+``timeout``), beside onnxruntime CPU in the same process, which is the numeric oracle and the latency
+baseline. Per cell:
+
+- ``compiles``: ``yes``, or the typed error epctx raised (class and message), at creation or at the first run;
+- ``nodes``: nodes per EP from ``get_partitions()`` (a compiled partition counts its nodes);
+- ``max err``: max abs difference of all outputs against onnxruntime;
+- ``compile s``: creating the session from the .onnx with ``ep.context_enable=1`` (compiles and writes the
+  context model); for the CPU EP, plain session creation;
+- ``warm ms``: creating the session from the context model (for the CPU EP: from the .onnx again);
+- ``steady``: median latency of the warm session and of onnxruntime, alternating blocks, and their ratio;
+  ``min ratio``: best run against best run (less sensitive to other processes' load); ``kernel floor`` (CPU EP):
+  the sum over nodes of each kernel's fastest call, against the same sum from onnxruntime's profiler (a ratio
+  that a busy machine inflates least; it leaves out each runtime's time between kernels).
+
+Both runtimes use their default threads unless ``--threads N`` sets both (``intra_op_num_threads``; on a busy
+machine ``--threads 1`` gives steadier ratios); ``--openblas-coretype auto`` unsets an inherited OPENBLAS_CORETYPE
+(and OPENBLAS_L2_SIZE) in the children so numpy's OpenBLAS picks its kernel as on a user's machine (see
+``benchmarks/bench_cpu.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.corpus import CORPUS, Unavailable, feeds, materialise
+
+ROOT = Path(__file__).resolve().parents[1]
+EPS = {
+    "cpu": "CPUExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "iree": "IREEExecutionProvider",
+}
+SHORT = {v: k for k, v in EPS.items()}
+
+
+# -- one cell, in the child ----------------------------------------------------------------------------------
+def _median_loop(run: Callable[[], Any], seconds: float, count: int) -> list[float]:
+    samples: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while len(samples) < count:
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+        if time.perf_counter() > deadline and len(samples) >= 3:
+            break
+    return samples
+
+
+def _nodes_per_ep(session: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for ep, nodes in session.get_partitions():
+        counts[SHORT.get(ep, ep)] = counts.get(SHORT.get(ep, ep), 0) + len(nodes)
+    return counts
+
+
+def _max_error(ours: list[Any], theirs: list[Any]) -> float:
+    err = 0.0
+    for a, b in zip(ours, theirs):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return float("inf")
+        if a.size and a.dtype.kind in "fc":
+            err = max(err, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
+        elif a.size:
+            err = max(err, float(np.count_nonzero(a != b)))
+    return err
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+def _options(threads: int) -> Any:
+    import epctx
+
+    so = epctx.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    return so
+
+
+def _sessions(model: Path, ep: str, work: Path, threads: int) -> tuple[Any, dict[str, Any]]:
+    """The compile (source + ep.context_enable) and the warm load; returns the warm session and times."""
+    import epctx
+
+    row: dict[str, Any] = {}
+    so = _options(threads)
+    ctx = work / f"{model.stem}_ctx.onnx"
+    if ep != EPS["cpu"]:
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_file_path", str(ctx))
+    start = time.perf_counter()
+    first = epctx.InferenceSession(str(model), so, providers=[ep])
+    row["compile_s"] = time.perf_counter() - start
+    row["nodes"] = _nodes_per_ep(first)
+    source = ctx if ctx.exists() else model
+    del first
+    start = time.perf_counter()
+    warm = epctx.InferenceSession(str(source), _options(threads), providers=[ep])
+    row["warm_ms"] = (time.perf_counter() - start) * 1e3
+    return warm, row
+
+
+def kernel_floor_ms(model: Path, feed: dict[str, np.ndarray], threads: int, runs: int) -> float:
+    """CPU EP only: the sum over nodes of each kernel's fastest call in ``runs`` runs (ms). On a busy machine a
+    whole run is preempted more often the longer it lasts, which inflates a slower runtime's ratio; a kernel
+    call is short, so its minimum is close to what it costs on a quiet core (a run's floor, less the time
+    between kernels)."""
+    import epctx
+    from epctx.providers.cpu.provider import CPUExecutionProvider
+
+    best: list[list[float]] = []
+    original = CPUExecutionProvider.create_kernel
+
+    def create_kernel(self: Any, ctx: Any) -> Any:
+        fn, entry = original(self, ctx), [float("inf")]
+        best.append(entry)
+
+        def timed(*inputs: Any) -> Any:
+            start = time.perf_counter()
+            out = fn(*inputs)
+            entry[0] = min(entry[0], time.perf_counter() - start)
+            return out
+
+        return timed
+
+    CPUExecutionProvider.create_kernel = create_kernel  # type: ignore[method-assign]
+    try:
+        session = epctx.InferenceSession(str(model), _options(threads), providers=[EPS["cpu"]])
+    finally:
+        CPUExecutionProvider.create_kernel = original  # type: ignore[method-assign]
+    for entry in best:  # constant folding ran some kernels once at creation: not part of a run
+        entry[0] = float("inf")
+    for _ in range(runs):
+        session.run(None, feed)
+    return sum(e[0] for e in best if e[0] != float("inf")) * 1e3
+
+
+def ort_kernel_floor_ms(model: Path, feed: dict[str, np.ndarray], threads: int, runs: int) -> float:
+    """onnxruntime's counterpart of :func:`kernel_floor_ms`, from its profiler: the sum over nodes of each
+    node's fastest ``kernel_time`` event in ``runs`` runs (ms)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory(prefix="epctx-corpus-profile-") as tmp:
+        options.profile_file_prefix = str(Path(tmp) / "ort")
+        if threads:
+            options.intra_op_num_threads = threads
+        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        session.run(None, feed)
+        for _ in range(runs):
+            session.run(None, feed)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    best: dict[str, float] = {}
+    for event in events:
+        if event.get("cat") == "Node" and str(event.get("name", "")).endswith("_kernel_time"):
+            name = event["name"]
+            best[name] = min(best.get(name, float("inf")), float(event["dur"]))
+    return sum(best.values()) / 1e3
+
+
+def run_cell(name: str, model: Path, ep: str, steady_s: float, threads: int = 0) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    feed = feeds(name)
+    ort_options = ort.SessionOptions()
+    if threads:
+        ort_options.intra_op_num_threads = threads
+    ort_sess = ort.InferenceSession(str(model), ort_options, providers=["CPUExecutionProvider"])
+    expected = ort_sess.run(None, feed)
+    row: dict[str, Any] = {"model": name, "ep": SHORT[ep]}
+    with tempfile.TemporaryDirectory(prefix="epctx-corpus-") as tmp:
+        try:
+            warm, times = _sessions(model, ep, Path(tmp), threads)
+            row.update(times)
+            got = warm.run(None, feed)
+        except Exception as exc:
+            row["compiles"] = _error_text(exc)
+            return row
+        row["compiles"] = "yes"
+        row["max_err"] = _max_error(got, expected)
+        sides = {"epctx": lambda: warm.run(None, feed), "ort": lambda: ort_sess.run(None, feed)}
+        samples: dict[str, list[float]] = {"epctx": [], "ort": []}
+        for _ in range(3):  # alternating blocks: load changes hit both
+            for side, fn in sides.items():
+                samples[side] += _median_loop(fn, steady_s / 6, 200)
+        for side in sides:
+            row[f"{side}_ms"] = statistics.median(samples[side]) * 1e3
+            row[f"{side}_min_ms"] = min(samples[side]) * 1e3
+        row["ratio"] = row["epctx_ms"] / row["ort_ms"]
+        # best run against best run: less sensitive to other processes' load than the medians
+        row["min_ratio"] = row["epctx_min_ms"] / row["ort_min_ms"]
+        if ep == EPS["cpu"]:
+            runs = min(20, len(samples["epctx"]))
+            row["kernel_floor_ms"] = kernel_floor_ms(model, feed, threads, runs)
+            row["ort_kernel_floor_ms"] = ort_kernel_floor_ms(model, feed, threads, runs)
+            row["floor_ratio"] = row["kernel_floor_ms"] / row["ort_kernel_floor_ms"]
+    return row
+
+
+# -- the parent ---------------------------------------------------------------------------------------------
+def _child_env(coretype: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    spec = importlib.util.find_spec("epctx")  # the epctx this process would import (PYTHONPATH first)
+    src = Path(spec.origin).parents[1] if spec and spec.origin else ROOT / "src"
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT), env.get("PYTHONPATH", "")])
+    if coretype == "auto":
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
+    elif coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
+    return env
+
+
+def bench_cell(name: str, model: Path, ep: str, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--cell", name, str(model), ep, str(args.steady)]
+    cmd += ["--threads", str(args.threads)]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=args.budget, env=_child_env(args.openblas_coretype)
+        )
+    except subprocess.TimeoutExpired:
+        return {"model": name, "ep": SHORT[ep], "compiles": f"timeout (budget {args.budget:g} s)"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"model": name, "ep": SHORT[ep], "compiles": f"crashed (rc {proc.returncode}): {tail}"[:300]}
+    return dict(json.loads(lines[-1]))
+
+
+def _fmt(row: dict[str, Any], key: str, spec: str) -> str:
+    value = row.get(key)
+    return "-" if value is None else format(value, spec)
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    header = ["model", "ep", "compiles", "nodes per EP", "max err", "compile s", "warm ms", "epctx ms", "ort ms",
+              "ratio", "min ratio", "kernel floor"]  # fmt: skip
+    table = []
+    for r in rows:
+        nodes = " ".join(f"{k}:{v}" for k, v in sorted(r.get("nodes", {}).items()))
+        table.append([r["model"], r["ep"], r["compiles"] if r["compiles"] == "yes" else "NO", nodes or "-",
+                      _fmt(r, "max_err", ".1e"), _fmt(r, "compile_s", ".2f"), _fmt(r, "warm_ms", ".1f"),
+                      _fmt(r, "epctx_ms", ".2f"), _fmt(r, "ort_ms", ".2f"), _fmt(r, "ratio", ".2f"),
+                      _fmt(r, "min_ratio", ".2f"), _fmt(r, "floor_ratio", ".2f")])  # fmt: skip
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(header)]
+    lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths)), "-+-".join("-" * w for w in widths)]
+    lines += [" | ".join(c.ljust(w) for c, w in zip(t, widths)) for t in table]
+    refusals = [f"  {r['model']} on {r['ep']}: {r['compiles']}" for r in rows if r["compiles"] != "yes"]
+    if refusals:
+        lines += ["", "not run:", *refusals]
+    return "\n".join(lines)
+
+
+def _environment(args: argparse.Namespace) -> str:
+    core = os.environ.get("OPENBLAS_CORETYPE", "auto-detected") if args.openblas_coretype is None else None
+    core = core or ("auto-detected" if args.openblas_coretype == "auto" else args.openblas_coretype)
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    threads = args.threads or "default"
+    budget = f"budget {args.budget:g} s/cell"
+    return f"cpus {os.cpu_count()}  threads {threads}  openblas core {core}  {budget}  load {load}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(CORPUS), help=f"comma-separated, of {list(CORPUS)}")
+    parser.add_argument("--eps", default=",".join(EPS), help=f"comma-separated, of {list(EPS)}")
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds per (model, EP) cell")
+    parser.add_argument("--steady", type=float, default=3.0, help="seconds of steady-latency timing per cell")
+    parser.add_argument(
+        "--openblas-coretype", metavar="NAME", help="'auto' unsets OPENBLAS_CORETYPE in cells"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="intra_op_num_threads of both runtimes (0: their defaults)"
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--out", metavar="PATH", help="also write the table to PATH")
+    parser.add_argument("--cell", nargs=4, metavar=("MODEL", "PATH", "EP", "STEADY"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.model_names = [m for m in args.models.split(",") if m]
+    args.ep_names = [e for e in args.eps.split(",") if e]
+    bad = [m for m in args.model_names if m not in CORPUS] + [e for e in args.ep_names if e not in EPS]
+    if bad and not args.cell:
+        parser.error(f"unknown model(s) / EP(s) {bad}; models {list(CORPUS)}, EPs {list(EPS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.cell:
+        name, path, ep, steady = args.cell
+        print(json.dumps(run_cell(name, Path(path), ep, float(steady), args.threads)))
+        return 0
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="epctx-corpus-models-") as tmp:
+        for name in args.model_names:
+            try:
+                model = materialise(name, Path(tmp))
+            except Unavailable as exc:
+                rows += [{"model": name, "ep": e, "compiles": f"unavailable: {exc}"} for e in args.ep_names]
+                continue
+            for ep in args.ep_names:
+                rows.append(bench_cell(name, model, EPS[ep], args))
+                print(f"{name} / {ep}: {rows[-1]['compiles']}", file=sys.stderr, flush=True)
+    text = f"epctx real-model corpus  {_environment(args)}\n\n{report(rows)}"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

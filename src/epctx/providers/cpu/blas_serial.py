@@ -1,0 +1,92 @@
+"""One-thread BLAS calls for the CPU EP's small GEMMs (``serial``), and OpenBLAS's thread count now.
+
+OpenBLAS splits a GEMM over its threads from m*n*k >= 2^18 on: for the small GEMMs of mobile nets (a 1x1
+conv of 96 -> 576 channels over 7x7) waking a second thread costs more than it saves, and on a busy machine
+far more (a 32x200x192 GEMM: 96 us on one thread, 2-12 ms on two, measured here under load). onnxruntime's
+MLAS sizes its threads by the work too. Below ``SERIAL_MACS`` multiply-adds a kernel calls through ``serial``,
+which runs the call with BLAS on one thread (under ``intra_op_num_threads``, which only lowers the count
+further; ``epctx.ep.blas_thread_limit`` sets that). Setting fewer threads never starts a multi-threaded BLAS
+call, so it is safe beside the import-time forks ``epctx/ep/blas.py`` guards against.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["SERIAL_MACS", "serial"]
+
+_log = logging.getLogger("epctx")
+_lock = threading.Lock()
+
+SERIAL_MACS = 1 << 23
+
+
+class _SerialGate:
+    """Lowers OpenBLAS's process-wide thread count to one while any serial call is in flight (nested and
+    concurrent calls counted, the count restored by the last one out). A no-op where the BLAS is not a
+    pthreads OpenBLAS (OpenMP builds keep a count per thread; other BLAS libraries are left alone)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = 0
+        self.get_threads: Callable[[], int] | None = None
+        self.set_threads: Callable[[int], None] | None = None
+        try:
+            self._find()
+        except Exception as exc:  # no threadpoolctl, or a BLAS it does not know: calls run as they are
+            _log.debug("serial BLAS calls unavailable: %s", exc)
+
+    def _find(self) -> None:
+        import numpy  # noqa: F401  (loads its BLAS)
+        from threadpoolctl import ThreadpoolController
+
+        for lib in ThreadpoolController().lib_controllers:
+            if lib.internal_api != "openblas" or getattr(lib, "threading_layer", "") != "pthreads":
+                continue
+            for prefix, suffix in itertools.product(("", "scipy_"), ("", "64_", "_64")):
+                getter = getattr(lib.dynlib, f"{prefix}openblas_get_num_threads{suffix}", None)
+                setter = getattr(lib.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                if getter is not None and setter is not None:
+                    self.get_threads, self.set_threads = getter, setter
+                    return
+
+    def threads(self) -> int:
+        """OpenBLAS's thread count now (1 while a serial call is in flight; 1 when it cannot be read)."""
+        return 1 if self.get_threads is None else max(1, int(self.get_threads()))
+
+    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        setter = self.set_threads
+        if setter is None or self.get_threads is None:
+            return fn(*args, **kwargs)
+        with self.lock:
+            if self.depth == 0:
+                self.saved = self.get_threads()
+                if self.saved > 1:
+                    setter(1)
+            self.depth += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.depth -= 1
+                if self.depth == 0 and self.saved > 1:
+                    setter(self.saved)
+
+
+_gate: _SerialGate | None = None
+
+
+def serial() -> _SerialGate:
+    """``serial()(fn, *args)`` calls ``fn`` with numpy's BLAS on one thread (see :data:`SERIAL_MACS`).
+    Found once; call it when building a kernel, never at import."""
+    global _gate
+    if _gate is None:
+        with _lock:
+            if _gate is None:
+                _gate = _SerialGate()
+    return _gate

@@ -1,0 +1,53 @@
+"""The real-model corpus (benchmarks/corpus): its scripts make every model, and a row of the corpus benchmark
+is measured for real on a small one (the PP-OCR direction classifier, a Paddle export)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from benchmarks import bench_corpus
+from benchmarks.corpus import CORPUS, Unavailable, feeds, materialise
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_corpus_model_is_made_and_runs_on_onnxruntime(name: str, tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    if name in ("llm_prefill", "llm_decode", "mobilenetv3", "resnet18", "yolo"):
+        pytest.importorskip("torch")
+    try:
+        path = materialise(name, tmp_path)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    model = onnx.load(str(path), load_external_data=False)
+    assert len(model.graph.node) > 0
+    outputs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds(name))
+    assert outputs and all(np.asarray(o).size for o in outputs)
+
+
+def test_corpus_has_ten_models_of_several_kinds() -> None:
+    assert len(CORPUS) >= 10
+    assert {"detector", "ocr", "vad", "embedding", "classifier", "llm"} <= {m.kind for m in CORPUS.values()}
+
+
+def test_bench_row_measures_a_real_model(tmp_path: Path) -> None:
+    path = materialise("ppocr_cls", tmp_path)
+    row = bench_corpus.run_cell("ppocr_cls", path, "CPUExecutionProvider", steady_s=0.3)
+    assert row["compiles"] == "yes", row
+    assert row["max_err"] <= 1e-3
+    assert row["nodes"] == {"cpu": len(onnx.load(str(path)).graph.node)}
+    assert row["epctx_ms"] > 0 and row["ort_ms"] > 0 and row["ratio"] == row["epctx_ms"] / row["ort_ms"]
+    assert 0 < row["kernel_floor_ms"] <= row["epctx_min_ms"] and row["ort_kernel_floor_ms"] > 0
+    table = bench_corpus.report([row, {"model": "x", "ep": "iree", "compiles": "timeout (budget 1 s)"}])
+    assert "ppocr_cls | cpu" in table and "x on iree: timeout (budget 1 s)" in table
+
+
+def test_bench_cell_reports_a_timeout_as_such(tmp_path: Path) -> None:
+    path = materialise("ppocr_cls", tmp_path)
+    args = argparse.Namespace(budget=0.01, steady=0.1, openblas_coretype=None, threads=0)
+    row = bench_corpus.bench_cell("ppocr_cls", path, "CPUExecutionProvider", args)
+    assert row["compiles"].startswith("timeout")
