@@ -6,8 +6,8 @@ failure here, not the end of the test run.
 What is asserted is what the backends validate (docs/trust.md, "Untrusted input without a policy"): an IREE
 module's archive and FlatBuffer structure (IREE verifies both when the module is created, before the VM uses
 it), and an OpenVINO blob's framing at import. What no backend validates (an IREE module's native code, the
-values its bytecode passes to it) is left to a signature and the policy; the fuzzer counts it in
-``benchmarks``-style runs (the command is in docs/trust.md), not here."""
+values its bytecode hands the interpreter) is left to a signature and the policy;
+``benchmarks/fuzz_payloads.py`` counts it, not these tests."""
 
 from __future__ import annotations
 
@@ -101,6 +101,7 @@ def test_iree_module_fuzz_never_crashes_the_load(iree_base: Path, tmp_path: Path
     assert any(c.outcome == "typed" for c in cases)  # the mutations do reach IREE's checks
 
 
+@pytest.mark.slow  # 24 fresh processes
 @requires("openvino")
 @pytest.mark.parametrize("region", ["blob", "truncate"])
 def test_openvino_blob_fuzz_never_crashes(openvino_base: Path, tmp_path: Path, region: str) -> None:
