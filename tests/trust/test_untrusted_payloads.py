@@ -17,6 +17,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -113,3 +114,27 @@ def test_openvino_blob_fuzz_never_crashes(openvino_base: Path, tmp_path: Path, r
     bad = [c for c in cases if c.outcome not in ("typed", "runs")]
     assert not bad, bad
     assert any(c.outcome == "typed" for c in cases)
+
+
+@pytest.mark.slow  # compiles with IREE
+@requires("iree.compiler", "iree.runtime")
+@pytest.mark.parametrize("aligned", [True, False], ids=["mapped", "copied"])
+def test_both_module_paths_verify(iree_base: Path, aligned: bool) -> None:
+    """``load_module`` wraps aligned memory (a mapped binary) and copies unaligned bytes (an embedded context's):
+    IREE verifies the FlatBuffer on both paths; a bad one is InvalidGraph naming the graph."""
+    from epctx.epcontext import ContextBinary
+    from epctx.errors import InvalidGraph
+    from epctx.providers.iree.runtime import load_module
+
+    with ContextBinary.open(iree_base / f"model_{IREE}.bin") as binary:
+        module = bytes(binary.read(next(n for n in binary.names() if n.endswith("/module"))))
+    bad = STRUCTURE["root offset out of bounds"](module)
+    buffer = np.zeros(len(bad) + 65, np.uint8)  # 64-byte aligned at 64 (numpy's data is), unaligned at 65
+    start = 64 - buffer.ctypes.data % 64 + (0 if aligned else 1)
+    buffer[start : start + len(bad)] = np.frombuffer(bad, np.uint8)
+    view = memoryview(buffer[start : start + len(bad)])
+    with pytest.raises(InvalidGraph, match="graph 'g'.*FlatBuffer verification failed"):
+        load_module(view, "graph 'g'")
+    good = buffer.copy()
+    good[start : start + len(module)] = np.frombuffer(module, np.uint8)
+    assert load_module(memoryview(good[start : start + len(module)]), "graph 'g'").function_names
