@@ -12,13 +12,18 @@ import pytest
 from benchmarks import bench_corpus
 from benchmarks.corpus import CORPUS, Unavailable, feeds, materialise
 
+from tests.requires import requires
 
-@pytest.mark.parametrize("name", list(CORPUS))
+_TORCH_MADE = ("llm_prefill", "llm_decode", "mobilenetv3", "resnet18", "yolo")  # exported with torch: slow
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.slow, requires("torch")]) if n in _TORCH_MADE else n for n in CORPUS],
+)
 def test_corpus_model_is_made_and_runs_on_onnxruntime(name: str, tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    if name in ("llm_prefill", "llm_decode", "mobilenetv3", "resnet18", "yolo"):
-        pytest.importorskip("torch")
     try:
         path = materialise(name, tmp_path)
     except Unavailable as exc:
