@@ -16,6 +16,7 @@ from epctx.ep.calls import compile_partitions
 from epctx.ep.compiling import CapabilityContext, CompileContext, CompileGuard
 from epctx.ep.context_io import BinaryLayout
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
+from epctx.ep.partition import ir_nodes
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
@@ -163,14 +164,14 @@ class StepBuilder:
         ran: list[Unit] = []
         for unit in units:
             part = unit.partition
-            if part is None or _worth_compiling(part.nodes):
+            if part is None or _worth_compiling(ir_nodes(part.nodes)):
                 ran.append(unit)
                 continue
             why = (
                 f"cost rule: a body partition of {len(part.nodes)} node(s) with no convolution, matmul or "
                 "recurrent op runs on the kernel EP (a call into a compiled partition costs more)"
             )
-            for node in part.nodes:
+            for node in ir_nodes(part.nodes):
                 declined.setdefault(node, []).append((unit.ep.name, why))
                 ran.append(Unit(self.kernel_ep, (node,)))
         compiled, _ = self.compile_units(ran, None, CompileSetup(self.guard, partitioner.artefacts))

@@ -27,6 +27,7 @@ from epctx.ep import (
     ExecutionProvider,
     Partition,
     initializer_array,
+    ir_nodes,
     is_ep_context,
 )
 from epctx.errors import EPFail, InvalidGraph
@@ -241,7 +242,7 @@ class IREEExecutionProvider(ExecutionProvider):
 
 def _checked(probes: Probes, partition: Partition) -> CompileResult | None:
     """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
-    found = probes.get(frozenset(partition.nodes))
+    found = probes.get(frozenset(ir_nodes(partition.nodes)))
     if found is None:
         return None
     checked, result = found
