@@ -175,7 +175,7 @@ class EPContextNode:
         attrs = [ir.AttrInt64("main_context", self.main_context)]
         if self.ep_cache_context is not None:
             # Binary payloads (embed_mode=1) are not UTF-8; onnx-ir keeps bytes as they are.
-            attrs.append(ir.AttrString("ep_cache_context", self.ep_cache_context))  # type: ignore[arg-type]
+            attrs.append(ir.Attr("ep_cache_context", ir.AttributeType.STRING, self.ep_cache_context))
         attrs.append(ir.AttrInt64("embed_mode", self.embed_mode))
         for name in ("ep_sdk_version", "onnx_model_filename", "hardware_architecture", "partition_name"):
             value = getattr(self, name)

@@ -184,7 +184,7 @@ class ContextLoader:
                 )
             return self._binaries[key]
         if self._read is not None:
-            return self._from_callback(view.cache_path)
+            return self._from_callback(self._read, view.cache_path)
         if self._base is None:
             raise InvalidArgument(
                 f"EPContext node {view.name!r} refers to the file {view.cache_path!r} and the model comes from "
@@ -207,12 +207,12 @@ class ContextLoader:
             binary = self._binaries[reference] = self._binaries[key]
         return binary
 
-    def _from_callback(self, name: str) -> ContextBinary:
+    def _from_callback(self, read: ReadFunc, name: str) -> ContextBinary:
         key = f"callback:{name}"
         if key not in self._binaries:
             from epctx.trust.hooks import read_named_buffer
 
-            data = read_named_buffer(self._read, name)  # type: ignore[arg-type]
+            data = read_named_buffer(read, name)
             self._binaries[key] = ContextBinary.from_bytes(
                 data, where=f"context binary {name!r} (from the EPContext data read callback)"
             )
