@@ -6,7 +6,8 @@
 Per model, in its own process (killed after ``--timeout`` seconds: "no" with the time): does the session
 compile and run; IREE partitions and the nodes left to other EPs; the session's creation time (capability check
 and compile); max abs error against onnxruntime; steady latency (minimum of ``--runs``, epctx and onnxruntime
-interleaved) and its ratio to onnxruntime's.
+interleaved) and its ratio to onnxruntime's; the same for epctx with the CPU EP alone (``[IREE, CPU]`` must never be slower
+than ``[CPU]``: adding an EP never makes a model slower).
 
 Models: silero-vad (``silero_vad``'s ``silero_vad.onnx``, a 512-sample chunk at 16 kHz), rapidocr's PP-OCR
 ``det`` (1x3x640x640), ``rec`` (1x3x48x320) and ``cls`` (6x3x48x192) (Paddle exports), magika's
@@ -74,16 +75,16 @@ def measure(name: str, dynamic: bool, runs: int) -> dict[str, Any]:
     create = time.perf_counter() - start
     parts = sess.get_partitions()
     oracle = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    cpu_only = epctx.InferenceSession(data, providers=["CPUExecutionProvider"])
     got, expected = sess.run(None, feeds), oracle.run(None, feeds)
     error = max(float(np.max(np.abs(g.astype(np.float64) - e))) for g, e in zip(got, expected))
-    ours, theirs = [], []
+    cpu_only.run(None, feeds)
+    ours, theirs, cpu = [], [], []
     for _ in range(runs):
-        start = time.perf_counter()
-        sess.run(None, feeds)
-        ours.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        oracle.run(None, feeds)
-        theirs.append(time.perf_counter() - start)
+        for timed, times in ((sess, ours), (oracle, theirs), (cpu_only, cpu)):
+            start = time.perf_counter()
+            timed.run(None, feeds)
+            times.append(time.perf_counter() - start)
     return {
         "partitions": sum(1 for ep, _ in parts if ep == EP),
         "other_nodes": sum(len(nodes) for ep, nodes in parts if ep != EP),
@@ -91,6 +92,7 @@ def measure(name: str, dynamic: bool, runs: int) -> dict[str, Any]:
         "max_error": error,
         "epctx_ms": min(ours) * 1e3,
         "ort_ms": min(theirs) * 1e3,
+        "cpu_ep_ms": min(cpu) * 1e3,
     }
 
 
@@ -108,14 +110,15 @@ def _row(name: str, dynamic: bool, runs: int, timeout: float) -> str:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"| {name} | no: not done after {timeout:.0f} s | | | | | |"
+        return f"| {name} | no: not done after {timeout:.0f} s | | | | | | |"
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["?"])[-1][:160]
-        return f"| {name} | no ({time.perf_counter() - start:.0f} s): {why} | | | | | |"
+        return f"| {name} | no ({time.perf_counter() - start:.0f} s): {why} | | | | | | |"
     r = json.loads(done.stdout.strip().splitlines()[-1])
     return (
         f"| {name} | yes | {r['partitions']} (+{r['other_nodes']} other nodes) | {r['create_s']:.1f} s "
-        f"| {r['max_error']:.1e} | {r['epctx_ms']:.2f} / {r['ort_ms']:.2f} ms | {r['epctx_ms'] / r['ort_ms']:.2f}x |"
+        f"| {r['max_error']:.1e} | {r['epctx_ms']:.2f} / {r['ort_ms']:.2f} ms | {r['epctx_ms'] / r['ort_ms']:.2f}x "
+        f"| {r['cpu_ep_ms']:.2f} ms ({r['cpu_ep_ms'] / r['ort_ms']:.2f}x) |"
     )
 
 
@@ -135,8 +138,11 @@ def main() -> None:
     print(
         f"IREE ({'dynamic dimensions as shipped' if args.dynamic else 'input shapes stated'}) vs onnxruntime CPU"
     )
-    print("| model | compiles | IREE partitions | create | max error | steady epctx / ort | ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| model | compiles | IREE partitions | create | max error | steady epctx / ort | ratio "
+        "| CPU EP alone |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         print(_row(name, args.dynamic, args.runs, args.timeout), flush=True)
 

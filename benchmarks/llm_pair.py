@@ -62,7 +62,7 @@ SIZES = {
 }
 
 
-def _modules(config: LlamaConfig, seed: int) -> tuple[Any, Any]:
+def _modules(config: LlamaConfig, seed: int, tune: float = 0.0, tune_norms: bool = False) -> tuple[Any, Any]:
     import torch
     from torch import nn
 
@@ -163,6 +163,12 @@ def _modules(config: LlamaConfig, seed: int) -> tuple[Any, Any]:
         for name, p in llama.named_parameters():
             if "norm" not in name:
                 p.normal_(0.0, 0.02 if "embed" in name else config.hidden**-0.5)
+        # A fine-tune stand-in: every matrix moved (as a merged LoRA moves them), the norms with tune_norms.
+        tuner = torch.Generator().manual_seed(seed + 1)
+        for p in llama.parameters():
+            if tune and (p.dim() >= 2 or tune_norms):
+                spread = float(p.std() if p.dim() >= 2 else p.abs().mean())  # the norms start at ones
+                p.add_(torch.randn(p.shape, generator=tuner) * tune * spread)
     llama.eval()
     return Prefill(llama), Decode(llama)
 
@@ -171,12 +177,21 @@ def _names(config: LlamaConfig, prefix: str) -> list[str]:
     return [f"{prefix}.{i}.{kv}" for i in range(config.layers) for kv in ("key", "value")]
 
 
-def export_pair(out_dir: str | os.PathLike[str], size: str = "tiny", *, seed: int = 0) -> tuple[Path, Path]:
-    """Write ``prefill.onnx`` and ``decode.onnx`` of the ``size`` Llama (weights drawn with ``seed``)."""
+def export_pair(
+    out_dir: str | os.PathLike[str],
+    size: str = "tiny",
+    *,
+    seed: int = 0,
+    tune: float = 0.0,
+    tune_norms: bool = False,
+) -> tuple[Path, Path]:
+    """Write ``prefill.onnx`` and ``decode.onnx`` of the ``size`` Llama (weights drawn with ``seed``; ``tune``:
+    then each matrix moved by ``tune`` times its spread of noise, the norms too with ``tune_norms``: the same
+    graph with a fine-tune's weights)."""
     import torch
 
     config = SIZES[size]
-    prefill, decode = _modules(config, seed)
+    prefill, decode = _modules(config, seed, tune, tune_norms)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     presents = _names(config, "present")

@@ -59,6 +59,25 @@ def test_entries_become_typed_fields() -> None:
     assert config.entries["session.some_ort_key"] == "x"  # kept, not read
 
 
+def test_weightless_refit_and_self_heal_fields() -> None:
+    """Issue 18's keys, typed: the weightless mode an int (0 NONE when absent), the source path and the refit's
+    context strings, the self-heal policy one of SELF_HEAL_POLICIES ("" is off, as the trust policy's)."""
+    config = opt.SessionConfig()
+    assert config.ep_enable_weightless_mode == 0 and config.self_heal == "off"
+    assert config.ep_context_source_model_path == "" and config.refit_context == ""
+    config = opt.SessionConfig(
+        {
+            "ep.enable_weightless_mode": "2",
+            "ep.context_source_model_path": "/models/m.onnx",
+            "epctx.refit_context": "old_ctx.onnx",
+            "epctx.self_heal": "background",
+        }
+    )
+    assert config.ep_enable_weightless_mode == 2 and config.self_heal == "background"
+    assert config.ep_context_source_model_path == "/models/m.onnx" and config.refit_context == "old_ctx.onnx"
+    assert opt.SessionConfig({"epctx.self_heal": ""}).self_heal == "off"
+
+
 def test_frozen() -> None:
     config = opt.SessionConfig({"ep.context_enable": "1"})
     with pytest.raises(AttributeError, match="frozen"):
@@ -81,6 +100,10 @@ def test_frozen() -> None:
         ("epctx.trust.policy", "strict", "one of off, warn"),
         ("epctx.context_cach", "/tmp/c", "did you mean 'epctx.context_cache'"),
         ("epctx.no_such_thing", "1", "epctx's own"),
+        ("ep.enable_weightless_mode", "3", r"'0' \(NONE\), '1' \(EXTERNAL_ONLY\) or '2' \(ALL\)"),
+        ("ep.enable_weightless_mode", "", r"'0' \(NONE\)"),
+        ("epctx.self_heal", "sometimes", "one of off, foreground, background"),
+        ("epctx.refit_contex", "m_ctx.onnx", "did you mean 'epctx.refit_context'"),
     ],
 )
 def test_bad_entries_refused_when_added_and_when_parsed(key: str, value: str, match: str) -> None:

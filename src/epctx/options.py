@@ -28,6 +28,17 @@ EP_CONTEXT_NODE_NAME_PREFIX = "ep.context_node_name_prefix"
 EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE = "ep.context_model_external_initializers_file_name"
 EXTERNAL_INITIALIZERS_FOLDER = "session.model_external_initializers_file_folder_path"
 SHARE_EP_CONTEXTS = "ep.share_ep_contexts"
+# Weightless contexts, as onnxruntime: the mode ("0" NONE, "1" EXTERNAL_ONLY, "2" ALL) and where the source
+# model is at load (epctx.ep.weightless).
+EP_ENABLE_WEIGHTLESS_MODE = "ep.enable_weightless_mode"
+EP_CONTEXT_SOURCE_MODEL_PATH = "ep.context_source_model_path"
+# epctx's own: refit. A context model whose compiled code this generation reuses for a model with the same
+# graph and shapes and other weights (EPs with ExecutionProvider.refits; nothing is compiled; ``epctx refit``).
+REFIT_CONTEXT = "epctx.refit_context"
+# epctx's own: self-healing contexts. off (default) | foreground | background: a context model that is
+# EP_UNSUPPORTED or EP_SUPPORTED_PREFER_RECOMPILATION here is compiled again from its source (epctx.cache.heal).
+SELF_HEAL = "epctx.self_heal"
+SELF_HEAL_POLICIES = ("off", "foreground", "background")
 STOP_SHARE_EP_CONTEXTS = "ep.stop_share_ep_contexts"
 DISABLE_MODEL_COMPILE = "session.disable_model_compile"
 DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
@@ -42,6 +53,9 @@ UNAVAILABLE_EP_IS_ERROR = "session.unavailable_ep_is_error"
 # epctx's own: "1" reads context binaries into memory instead of mapping them, for files that may be replaced
 # in place (``cp`` over them) while a session runs: a mapped file changes under the session, or faults.
 CONTEXT_BINARY_COPY = "epctx.context_binary_copy"
+# "0": no cost rule in the partition stage (a compiling EP keeps even the partitions whose boundaries cost more
+# than they save; see epctx.partition.cost). Default "1".
+PARTITION_COST_RULE = "epctx.partition.cost_rule"
 # epctx's own trust policy (``epctx.trust``): PEM keys / certificates (os.pathsep-separated), the policy
 # (off | warn | require | require-native) and the signature's path (default: model.sig beside the model).
 TRUST_KEYS = "epctx.trust.keys"
@@ -76,6 +90,14 @@ class SessionConfig:
     - ``unavailable_ep_is_error`` (session.unavailable_ep_is_error, bool, epctx's own);
     - ``partition_control_flow_bodies`` (session.partition_control_flow_bodies, bool, epctx's own): offer the
       nodes inside If / Loop / Scan bodies to the EPs too;
+    - ``ep_enable_weightless_mode`` (ep.enable_weightless_mode, int 0 / 1 / 2, 0): weightless contexts, NONE /
+      EXTERNAL_ONLY / ALL (``epctx.ep.weightless``);
+    - ``ep_context_source_model_path`` (ep.context_source_model_path, str, ""): where a context's source model
+      is (weightless loads, self-healing);
+    - ``refit_context`` (epctx.refit_context, str, ""): a context model whose code this generation reuses;
+    - ``self_heal`` (epctx.self_heal, one of SELF_HEAL_POLICIES, "off"): compile a stale context again;
+    - ``partition_cost_rule`` (epctx.partition.cost_rule, bool, True): the partition stage's cost rule
+      (``epctx.partition.cost``); "0" turns it off;
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_binary_copy`` (epctx.context_binary_copy, bool): read binaries instead of mapping them;
@@ -102,9 +124,14 @@ class SessionConfig:
         "ep_context_external_initializers_file",
         "ep_context_file_path",
         "ep_context_node_name_prefix",
+        "ep_context_source_model_path",
+        "ep_enable_weightless_mode",
         "external_initializers_folder",
         "fail_on_suboptimal_compiled_model",
         "partition_control_flow_bodies",
+        "partition_cost_rule",
+        "refit_context",
+        "self_heal",
         "share_ep_contexts",
         "stop_share_ep_contexts",
         "trust_keys",
@@ -126,6 +153,11 @@ class SessionConfig:
     fail_on_suboptimal_compiled_model: bool
     unavailable_ep_is_error: bool
     partition_control_flow_bodies: bool
+    ep_enable_weightless_mode: int
+    ep_context_source_model_path: str
+    refit_context: str
+    self_heal: str
+    partition_cost_rule: bool
     context_cache: str
     context_cache_max_mb: float | None
     context_binary_copy: bool
@@ -209,6 +241,24 @@ def _policy(key: str, value: str) -> str:
     return value
 
 
+def _self_heal(key: str, value: str) -> str:
+    value = value or "off"
+    if value not in SELF_HEAL_POLICIES:
+        raise InvalidArgument(
+            f"session config {key!r} must be one of {', '.join(SELF_HEAL_POLICIES)}, got {value!r}"
+        )
+    return value
+
+
+def weightless_mode(key: str, value: str) -> int:
+    """``ep.enable_weightless_mode``: "0" / "1" / "2"; anything else (``3``, "") InvalidArgument."""
+    if value not in ("0", "1", "2"):
+        raise InvalidArgument(
+            f"session config {key!r} must be '0' (NONE), '1' (EXTERNAL_ONLY) or '2' (ALL), got {value!r}"
+        )
+    return int(value)
+
+
 def _paths(key: str, value: str) -> tuple[str, ...]:
     return tuple(p for p in value.split(os.pathsep) if p)
 
@@ -228,6 +278,11 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     FAIL_ON_SUBOPTIMAL_COMPILED_MODEL: ("fail_on_suboptimal_compiled_model", _flag, False),
     UNAVAILABLE_EP_IS_ERROR: ("unavailable_ep_is_error", _flag, False),
     PARTITION_CONTROL_FLOW_BODIES: ("partition_control_flow_bodies", _flag, False),
+    EP_ENABLE_WEIGHTLESS_MODE: ("ep_enable_weightless_mode", weightless_mode, 0),
+    EP_CONTEXT_SOURCE_MODEL_PATH: ("ep_context_source_model_path", _text, ""),
+    REFIT_CONTEXT: ("refit_context", _text, ""),
+    SELF_HEAL: ("self_heal", _self_heal, "off"),
+    PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_BINARY_COPY: ("context_binary_copy", _flag, False),

@@ -3,6 +3,7 @@ runs in epctx, directory hashes agree, and epctx refuses paths that leave the pa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -197,3 +198,43 @@ def test_selection_skips_what_cannot_run_here(tmp_path: Path) -> None:
     epctx.InferenceSession(str(root)).run(None, _feeds())
     with pytest.raises(InvalidArgument, match="no variant of component 'net' can run here"):
         epctx.InferenceSession(str(root), providers=["ExampleExecutionProvider"])
+
+
+def test_the_device_policy_breaks_a_tie_between_equal_variants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two variants of one EP, equal verdicts, for a CPU and a GPU device: the session's device policy picks, the
+    manifest's order when there is none. This machine has no GPU: the CPU EP is given one in the device list
+    (what get_ep_devices would report on a machine with a GPU that EP serves)."""
+    from epctx.ep.devices import EpDevice, HardwareDevice, HardwareDeviceType
+    from epctx.package.select import rank_variants
+    from epctx.providers import registry
+
+    devices = registry.get_ep_devices()
+    gpu = HardwareDevice(type=HardwareDeviceType.GPU, vendor_id=0x10DE, device_id=1, vendor="NVIDIA")
+    cpu_ep = next(d for d in devices if d.ep_name == "CPUExecutionProvider")
+    monkeypatch.setattr(
+        registry, "get_ep_devices", lambda: [*devices, dataclasses.replace(cpu_ep, device=gpu)]
+    )
+    root = _manifest(tmp_path / "pkg", "m.onnx")
+    onnx.save(_model(), root / "cpu" / "m.onnx")
+    manifest = json.loads((root / "manifest.json").read_text())
+    cpu = manifest["components"]["net"]["variants"].pop("cpu")
+    manifest["components"]["net"]["variants"] = {
+        "on-gpu": {**cpu, "variant_directory": "cpu", "device": "gpu"},
+        "on-cpu": {**cpu, "variant_directory": "cpu", "device": "cpu"},
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    component = read_package(root).component("net")
+    policy = epctx.OrtExecutionProviderDevicePolicy
+    assert [r.variant.name for r in rank_variants(component)] == ["on-gpu", "on-cpu"]
+    assert [r.variant.name for r in rank_variants(component, policy=policy.PREFER_CPU)] == [
+        "on-cpu",
+        "on-gpu",
+    ]
+    assert [r.variant.name for r in rank_variants(component, policy=policy.PREFER_GPU)] == [
+        "on-gpu",
+        "on-cpu",
+    ]
+    assert all(r.eligible for r in rank_variants(component, policy=policy.PREFER_CPU))
+    assert isinstance(cpu_ep, EpDevice)

@@ -1,6 +1,7 @@
-"""The IREE EP's capability check (``providers/iree/capability.py``) with IREE's compiles stood in for by a rule:
-which node sets "compile". The real compiles are tested in ``test_iree_ep.py``; here, the bisection and the
-check that what was claimed apart also compiles together, whatever IREE's reasons."""
+"""The IREE EP's capability check (``providers/iree/probing.py``) with IREE's compiles stood in for by a rule:
+which node sets "compile" (with which flags). The real compiles are tested in ``test_iree_ep.py``; here: the
+whole set first, the layout fallback, the bisection with cheap probes within a budget, and the check that the
+partitions the partitioner will form from the claim compile, whatever IREE's reasons."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from epctx.ep import CompileGuard, Partition
-from epctx.providers.iree import capability
+from epctx.providers.iree import probing
 from epctx.providers.iree.compile import CompileResult
 
 EP = "IREEExecutionProvider"
@@ -31,9 +32,21 @@ def _relu_chain(n: int) -> ir.Graph:
     return ir.serde.deserialize_model(model).graph
 
 
+LAYOUT = "--channels-last"
+
+
 def _check(
-    monkeypatch: pytest.MonkeyPatch, graph: ir.Graph, compiles: Callable[[set[str]], bool]
-) -> tuple[capability.Verdict, list[set[str]]]:
+    monkeypatch: pytest.MonkeyPatch,
+    graph: ir.Graph,
+    compiles: Callable[[set[str]], bool],
+    *,
+    flags: Sequence[str] = (),
+    budget_s: float = 30,
+    full_only: Callable[[set[str], Sequence[str]], bool] = lambda names, flags: True,
+    skip: frozenset[str] = frozenset(),
+) -> tuple[probing.Verdict, list[set[str]]]:
+    """``compiles``: whether a node set passes; ``full_only``: what fails only in a full compile (not a probe),
+    or with the flags given. ``asked``: the node sets of full compiles."""
     asked: list[set[str]] = []
 
     def fake(
@@ -43,13 +56,24 @@ def _check(
         results = []
         for p in partitions:
             names = {n.name or "" for n in p.nodes}
-            asked.append(names)
-            ok = compiles(names)
+            probe = probing.PROBE_FLAG in flags
+            if not probe:
+                asked.append(names)
+            ok = compiles(names) and (probe or full_only(names, flags))
             results.append(CompileResult(ok, stage="" if ok else "compile", error="" if ok else "error: no"))
         return results
 
-    monkeypatch.setattr(capability, "compile_partitions", fake)
-    verdict = capability.check_nodes(EP, graph, {"": 17}, list(graph), [], CompileGuard())
+    monkeypatch.setattr(probing, "compile_partitions", fake)
+    verdict = probing.check_nodes(
+        EP,
+        graph,
+        {"": 17},
+        [n for n in graph if n.name not in skip],
+        flags,
+        CompileGuard(),
+        layout_flag=LAYOUT,
+        budget_s=budget_s,
+    )
     return verdict, asked
 
 
@@ -59,8 +83,13 @@ def test_a_node_iree_cannot_compile_is_declined_and_the_rest_checked_together(
     verdict, asked = _check(monkeypatch, _relu_chain(4), lambda names: "r2" not in names)
     assert [n.name for n in verdict.claimed] == ["r0", "r1", "r3"]
     assert {n.name for n in verdict.declined} == {"r2"}
-    assert asked[-1] == {"r0", "r1", "r3"}  # the claimed set compiled as one, as the framework will ask
-    assert frozenset(verdict.claimed) in verdict.compiled
+    # r2 runs on the next EP between them: the partitioner forms {r0, r1} and {r3}; those are compiled, not the
+    # claimed set as one (which is not a partition anyone will ask for)
+    assert asked[1:] == [{"r0", "r1"}, {"r3"}]
+    assert {frozenset(n.name for n in k) for k in verdict.probes.compiled} == {
+        frozenset({"r0", "r1"}),
+        frozenset({"r3"}),
+    }
 
 
 def test_groups_that_compile_apart_but_not_together_are_declined(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,7 +99,49 @@ def test_groups_that_compile_apart_but_not_together_are_declined(monkeypatch: py
     assert {n.name for n in verdict.declined} == {"r2", "r3"}
     why = verdict.declined[next(n for n in verdict.declined if n.name == "r2")]
     assert why.startswith("IREE compile failed: error: no") and "not with the nodes before them" in why
-    assert frozenset(verdict.claimed) in verdict.compiled
+    assert frozenset(verdict.claimed) in verdict.probes.compiled
+
+
+def test_a_partition_that_fails_only_in_a_full_compile_is_declined(monkeypatch: pytest.MonkeyPatch) -> None:
+    # r3 passes the cheap probes, fails in code generation: declined after the partitions' own compile.
+    verdict, _ = _check(
+        monkeypatch,
+        _relu_chain(4),
+        lambda names: "r1" not in names,
+        full_only=lambda names, flags: "r3" not in names,
+    )
+    # probes: r1 fails alone, {r2, r3} passes; the partition {r2, r3} then fails its full compile and is declined
+    # as one piece (the bisection's granularity)
+    assert [n.name for n in verdict.claimed] == ["r0"]
+    assert {n.name for n in verdict.declined} == {"r1", "r2", "r3"}
+    why = verdict.declined[next(n for n in verdict.declined if n.name == "r3")]
+    assert "not in the partition they would form" in why
+    assert all(frozenset(g) in verdict.probes.compiled for g in _groups(verdict))
+
+
+def _groups(verdict: probing.Verdict) -> list[frozenset[ir.Node]]:
+    graph = verdict.claimed[0].graph if verdict.claimed else None
+    assert graph is not None
+    return [frozenset(g) for g in probing.fused_groups(graph, verdict.claimed)]
+
+
+def test_channels_last_dropped_when_only_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict, asked = _check(
+        monkeypatch,
+        _relu_chain(3),
+        lambda names: True,
+        flags=[LAYOUT],
+        full_only=lambda n, f: LAYOUT not in f,
+    )
+    assert [n.name for n in verdict.claimed] == ["r0", "r1", "r2"] and not verdict.declined
+    assert verdict.probes.flags == () and len(asked) == 2  # the whole set, with and without the layout flag
+
+
+def test_the_budget_bounds_the_bisection(monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict, _ = _check(monkeypatch, _relu_chain(8), lambda names: "r5" not in names, budget_s=0)
+    assert not verdict.claimed
+    assert all("capability budget of 0 s was spent" in why for why in verdict.declined.values())
+    assert len(verdict.declined) == 8
 
 
 def test_a_set_that_compiles_whole_is_compiled_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,3 +149,14 @@ def test_a_set_that_compiles_whole_is_compiled_once(monkeypatch: pytest.MonkeyPa
     assert (
         len(asked) == 1 and [n.name for n in verdict.claimed] == ["r0", "r1", "r2"] and not verdict.declined
     )
+    assert frozenset(verdict.claimed) in verdict.probes.compiled
+
+
+def test_a_set_that_compiles_whole_but_is_split_is_checked_as_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """r1 is no candidate (another EP runs it): the set {r0, r2, r3} compiles as one, but the partitioner forms
+    {r0} and {r2, r3}; those are what is compiled (rapidocr's recognizer failed so: checked as one set, split
+    when compiled)."""
+    verdict, asked = _check(monkeypatch, _relu_chain(4), lambda names: True, skip=frozenset({"r1"}))
+    assert [n.name for n in verdict.claimed] == ["r0", "r2", "r3"] and not verdict.declined
+    assert asked == [{"r0", "r2", "r3"}, {"r0"}, {"r2", "r3"}]
+    assert all(frozenset(g) in verdict.probes.compiled for g in _groups(verdict))

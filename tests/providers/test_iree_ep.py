@@ -163,8 +163,10 @@ def _relu_compress() -> onnx.ModelProto:
 def test_nodes_iree_cannot_compile_fall_back_with_the_reason(caplog: pytest.LogCaptureFixture) -> None:
     model = _relu_compress()
     feeds = {"x": np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)}
+    so = epctx.SessionOptions()
+    so.add_session_config_entry("epctx.partition.cost_rule", "0")  # one-node partitions: kept for this test
     with caplog.at_level("INFO", logger="epctx"):
-        sess = epctx.InferenceSession(model.SerializeToString(), providers=[EP])
+        sess = epctx.InferenceSession(model.SerializeToString(), so, providers=[EP])
     placement = {n: ep for ep, names in sess.get_partitions() for n in names}
     assert placement == {"relu": EP, "compress": "CPUExecutionProvider", "sigmoid": EP}
     reasons = sess.get_fallback_reasons()

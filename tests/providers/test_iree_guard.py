@@ -91,9 +91,9 @@ def test_a_session_that_must_not_compile_starts_no_iree_worker(
 def test_partitions_of_one_ep_compile_in_one_call_in_parallel(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, started: list[list[str]]
 ) -> None:
-    """Relu -> Neg -> Relu with Neg disabled: two IREE partitions around a CPU node, compiled in one call (the
-    capability check compiled both Relus as one set, which the framework does not ask for), in two workers;
-    progress is reported per partition."""
+    """Relu -> Neg -> Relu with Neg disabled (and no cost rule): two IREE partitions around a CPU node. The
+    capability check compiles both Relus as one set, then the two partitions the framework will form (in two
+    workers, in parallel); the compile, one call for both, reuses them and reports progress per partition."""
     calls: list[int] = []
     original = IREEExecutionProvider.compile
 
@@ -104,11 +104,15 @@ def test_partitions_of_one_ep_compile_in_one_call_in_parallel(
     monkeypatch.setattr(IREEExecutionProvider, "compile", spy)
     model = _model(("Relu", "Neg", "Relu"))
     with caplog.at_level(logging.INFO, logger="epctx"):
-        sess = epctx.InferenceSession(model.SerializeToString(), providers=[(EP, {"disabled_ops": "Neg"})])
+        so = epctx.SessionOptions()
+        so.add_session_config_entry("epctx.partition.cost_rule", "0")
+        sess = epctx.InferenceSession(
+            model.SerializeToString(), so, providers=[(EP, {"disabled_ops": "Neg"})]
+        )
     assert [ep for ep, _ in sess.get_partitions()] == [EP, "CPUExecutionProvider", EP]
     assert calls == [2]
     workers = [c for c in started if "epctx.providers.iree.worker" in c]
-    assert len(workers) == 1 + 2  # the capability check's one compile, then both partitions
+    assert len(workers) == 1 + 2  # the capability check's compile of the set, then of both partitions
     done = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled partition")]
     assert [m.split()[2] for m in done] == ["1/2", "2/2"]
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)

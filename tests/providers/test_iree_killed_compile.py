@@ -32,7 +32,8 @@ _COMPILE = textwrap.dedent(
 
 
 def _processes_under(folder: Path) -> dict[int, str]:
-    """Live (not zombie) processes whose command line names ``folder``: pid -> command line."""
+    """Live (not zombie) processes whose command line names ``folder`` or that run in it (iree-compile runs in
+    its job folder on relative names): pid -> command line."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -40,11 +41,20 @@ def _processes_under(folder: Path) -> dict[int, str]:
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        if str(folder) in cmdline and state != "Z":
+        inside = str(folder) in cmdline or cwd == str(folder) or cwd.startswith(f"{folder}/")
+        if inside and state != "Z":
             found[int(entry.name)] = cmdline
     return found
+
+
+def _ended(folder: Path) -> bool:
+    """A job folder whose compile ran to its end: a result, or a module with bytes in it (iree-compile creates
+    its output file, empty, when it starts)."""
+    module = folder / "module.vmfb"
+    return (folder / "result.json").exists() or (module.exists() and module.stat().st_size > 0)
 
 
 def _wait_for(condition, timeout: float, step: float = 0.05):  # type: ignore[no-untyped-def]
@@ -82,7 +92,8 @@ def test_killed_compile_leaves_no_process_and_no_folder(tmp_path: Path) -> None:
         assert compiling, "no iree-compile started within 120 s"
         for pid in compiling:  # iree-compile itself (exec'd by its lifeline), frozen mid-compile (SIGSTOP)
             os.kill(pid, signal.SIGSTOP)
-        assert not list(tmpdir.glob("*/module.vmfb")), "the compile ended before it was frozen"
+        # iree-compile opens its output at start: the compile has ended only when the worker wrote its result
+        assert not [f for f in tmpdir.iterdir() if _ended(f)], "the compile ended before it was frozen"
         workers = _processes_under(tmpdir)  # the worker and iree-compile (through its lifeline)
         assert any("epctx.providers.iree.worker" in c for c in workers.values()), workers
         for pid in workers:
@@ -97,9 +108,7 @@ def test_killed_compile_leaves_no_process_and_no_folder(tmp_path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
     folders = [p for p in tmpdir.iterdir() if p != bystander]
     # Ended, not run to their end by orphans (once resumed): no module was written.
-    assert folders and not [
-        f for f in folders if (f / "module.vmfb").exists() or (f / "result.json").exists()
-    ]
+    assert folders and not [f for f in folders if _ended(f)]
     assert all(f.name.startswith(f"epctx-iree-{child.pid}-") for f in folders)  # named for their owner
 
     tiny = tmp_path / "tiny.onnx"

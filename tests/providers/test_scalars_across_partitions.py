@@ -71,6 +71,7 @@ def test_scalars_cross_partition_boundaries(ep: str, tmp_path: Path) -> None:
     onnx.save(model, source)
     so = epctx.SessionOptions()
     so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("epctx.partition.cost_rule", "0")  # small partitions, kept for this test
     sess = epctx.InferenceSession(str(source), so, providers=[(ep, OPTIONS)])
     assert [e for e, _ in sess.get_partitions()] == [ep, "CPUExecutionProvider", ep], sess.get_partitions()
     _check(sess, model)

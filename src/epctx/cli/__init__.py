@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         devices,
         inspect,
         merge,
+        refit,
         run,
         share,
         sign,
@@ -37,7 +38,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"epctx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for verb in (compile, run, merge, share, inspect, check, cache, devices, conformance, demo, sign, verify):
+    for verb in (
+        compile,
+        run,
+        merge,
+        share,
+        inspect,
+        check,
+        cache,
+        devices,
+        conformance,
+        demo,
+        sign,
+        verify,
+        refit,
+    ):
         verb.add_parser(sub)
     from epctx.cli import package  # epctx package select|build|inspect|validate
 

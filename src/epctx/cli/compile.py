@@ -1,5 +1,9 @@
-"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [-o OUT] [--embed] [--prefix P] [--force]``:
-write a context model.
+"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [--dim NAME=N]... [-o OUT] [--embed] [--prefix P]
+[--force]``: write a context model.
+
+``--dim NAME=N`` compiles for a stated size of a dynamic dimension (onnxruntime's free dimension override by
+name; ``INPUT:AXIS=N`` for a dimension without a name): a compiler then sees static shapes (IREE takes a model
+with dynamic dimensions whole only where it can; the log names the ``--dim`` that would help).
 
 The output (default ``<stem>_ctx.onnx`` beside MODEL) is checked before compiling: its folder must exist (it is
 not created) and an existing output is replaced only with ``--force``. Without ``-p`` the compiling EP is the one
@@ -35,6 +39,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("model")
     add_provider_arguments(p)
     p.add_argument("-o", "--output", help="output model path (default: <stem>_ctx.onnx beside MODEL)")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="compile for this size of a dynamic dimension (repeatable): NAME=N or INPUT:AXIS=N",
+    )
     p.add_argument("--embed", action="store_true", help="embed binaries in the model (embed mode 1)")
     p.add_argument("--prefix", default="", help="ep.context_node_name_prefix (for merging)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output")
@@ -51,6 +62,52 @@ def parse_provider(spec: str) -> tuple[str, dict[str, str]]:
     from epctx.providers.selection import parse_provider_spec
 
     return parse_provider_spec(spec)
+
+
+def dimension_sizes(items: list[str]) -> dict[str, int]:
+    """``--dim NAME=N`` arguments as sizes; a malformed, repeated or negative one is a usage error."""
+    from epctx.cli.failures import UsageError
+
+    sizes: dict[str, int] = {}
+    for item in items:
+        name, _, text = item.partition("=")
+        if not name or not text.isdigit():
+            raise UsageError(f"--dim expects NAME=N (N an integer >= 0), got {item!r}", "epctx compile")
+        if name in sizes:
+            raise UsageError(f"--dim gives {name!r} twice", "epctx compile")
+        sizes[name] = int(text)
+    return sizes
+
+
+def check_dimension_names(source: Path, sizes: dict[str, int]) -> None:
+    """A ``--dim`` that names no dynamic dimension of the model's inputs is a usage error listing those there are
+    (onnxruntime ignores such an override silently; a typo would compile for dynamic shapes)."""
+    import onnx
+
+    from epctx.cli.failures import UsageError
+
+    try:
+        graph = onnx.load(str(source), load_external_data=False).graph
+    except Exception:  # the compile itself reports an unreadable model, with its own message
+        return
+    keys: list[str] = []  # accepted: a dynamic dimension's name, or INPUT:AXIS for any dynamic dimension
+    shown: list[str] = []  # listed: the name where it is one, else INPUT:AXIS
+    for value in graph.input:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value >= 0:
+                continue
+            keys.append(f"{value.name}:{axis}")
+            named = dim.dim_param and dim.dim_param != "?"
+            keys += [dim.dim_param] if named else []
+            shown.append(dim.dim_param if named else f"{value.name}:{axis}")
+    unknown = [name for name in sizes if name not in keys]
+    if unknown:
+        there = ", ".join(dict.fromkeys(shown)) or "none"
+        raise UsageError(
+            f"--dim {', '.join(unknown)}: no dynamic dimension of the model's inputs has that name; they are: "
+            f"{there}",
+            "epctx compile",
+        )
 
 
 def default_compiling_providers() -> list[str]:
@@ -91,6 +148,11 @@ def compile_model(args: argparse.Namespace) -> int:
         so.add_session_config_entry("ep.context_node_name_prefix", args.prefix)
     if args.sign:
         so.add_session_config_entry("epctx.trust.sign_key", args.sign)
+    sizes = dimension_sizes(args.dim)
+    if sizes:
+        check_dimension_names(source, sizes)
+    for name, size in sizes.items():
+        so.add_free_dimension_override_by_name(name, size)
     providers = providers_from_args(args)
     talk = not (args.quiet or args.json)
     if not providers:

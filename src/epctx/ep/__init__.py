@@ -58,12 +58,27 @@ from epctx.ep.hardware import cpu_device
 from epctx.ep.memory import byte_view, mapped_file, release_pages
 from epctx.ep.options import RESERVED_OPTION_PREFIX, Option, parse_options
 from epctx.ep.partition import ir_nodes, ir_values
+from epctx.ep.weightless import (
+    NO_WEIGHTLESS,
+    SUPPORTED_MODES_KEY,
+    WEIGHTLESS_SUPPORT_KEY,
+    SourceFile,
+    SourcePlanner,
+    WeightlessMode,
+    WeightlessSetting,
+    WeightRef,
+    file_digest,
+    open_source_fd,
+    open_sources,
+    setting_for,
+)
 
 if TYPE_CHECKING:
     from epctx.ep.blas import backend_import
     from epctx.ep.blas import settle as settle_backends
     from epctx.ep.blas import thread_limit as blas_thread_limit
     from epctx.ep.factory import EP_API_VERSION, PluginEpFactory
+    from epctx.ep.grouping import fused_groups
     from epctx.ep.onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
     from epctx.model.tensors import to_numpy
@@ -78,6 +93,7 @@ _LAZY = {
         for name in ("ExternalRef", "WeightsFile", "initializer_array", "plan_weights_file")
     },
     "partition_model": "epctx.ep.onnx_export",
+    "fused_groups": "epctx.ep.grouping",
     # the API's version and the base of a plugin library's factory (registration only)
     **{name: "epctx.ep.factory" for name in ("EP_API_VERSION", "PluginEpFactory")},
     "node_subgraphs": "epctx.model.scopes",
@@ -116,6 +132,7 @@ __all__ = [
     "NodeContext",
     "SubgraphRunner",
     "make_partition",
+    "fused_groups",
     "opset_of",
     "ir_nodes",
     "ir_values",
@@ -144,6 +161,19 @@ __all__ = [
     "HardwareDeviceType",
     "ExecutionProviderDevicePolicy",
     "VIRTUAL_METADATA_KEY",
+    # weightless contexts (onnxruntime's modes; weights mapped from the source's files, bound by digest)
+    "WeightlessMode",
+    "WeightlessSetting",
+    "NO_WEIGHTLESS",
+    "SUPPORTED_MODES_KEY",
+    "WEIGHTLESS_SUPPORT_KEY",
+    "SourceFile",
+    "SourcePlanner",
+    "WeightRef",
+    "file_digest",
+    "open_source_fd",
+    "open_sources",
+    "setting_for",
     # compatibility verdicts (onnxruntime's names)
     "CompatibilityVerdict",
     "DeviceIncompatibility",

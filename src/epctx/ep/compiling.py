@@ -21,7 +21,7 @@ import contextlib
 import contextvars
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx.errors import ModelRequiresCompilation
@@ -29,7 +29,7 @@ from epctx.errors import ModelRequiresCompilation
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep.context_io import BinaryLayout
+    from epctx.ep.context_io import BinaryLayout, ContextReader
     from epctx.ep.partition import Partition
 
 __all__ = [
@@ -89,9 +89,13 @@ class CompileGuard:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CapabilityContext:
-    """What ``get_capability`` is given besides the graph: the guard its probe compiles must pass."""
+    """What ``get_capability`` is given besides the graph: the guard its probe compiles must pass, and when the
+    session refits a context (``epctx.refit_context``), the graphs of that context by EP name: an EP whose
+    code does not hold its weights (``ExecutionProvider.refits``) claims the nodes they were compiled from and
+    hands their code to ``compile`` as artefacts, compiling nothing."""
 
     guard: CompileGuard = CompileGuard()
+    reuse: Mapping[str, Sequence[ContextReader]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

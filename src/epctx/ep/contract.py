@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from epctx import errors
 from epctx.ep.partition import Partition
+from epctx.ep.weightless import NO_WEIGHTLESS, WeightlessSetting
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,6 +89,18 @@ class ExecutionProvider(abc.ABC):
     # is > 0 and the user did not set that option): the CPU EP's BLAS limit, OpenVINO's ``num_of_threads``
     # (INFERENCE_NUM_THREADS), IREE's task topology. None: the EP takes no thread count.
     intra_op_threads_option: ClassVar[str | None] = None
+    # Weightless modes this EP covers (onnxruntime's ``weightless_supported_modes``: "none", "external_only",
+    # "all", "all_or_external_only"); its devices report the same. The framework refuses a mode not covered
+    # before compiling, and sets ``weightless`` (the mode asked for, and where the source's files are).
+    weightless_supported_modes: ClassVar[str] = "none"
+    weightless: WeightlessSetting = NO_WEIGHTLESS
+    # True: a compiled partition's code does not depend on its weights, so a context can be refit to a model
+    # with the same graph and other weights (``epctx.refit_context``, ``epctx refit``) without compiling.
+    refits: ClassVar[bool] = False
+    # The partition stage's cost rule (``epctx.partition.cost``) for a compiling EP: a partition that is not the
+    # whole graph, holds no heavy op (convolution, matrix product, recurrence, attention) and has fewer nodes
+    # than this is left to the next EP (crossing its boundaries costs more than compiling it saves). 0: no rule.
+    min_partition_nodes: ClassVar[int] = 0
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options: dict[str, str] = {k: str(v) for k, v in (options or {}).items()}
@@ -130,6 +143,12 @@ class ExecutionProvider(abc.ABC):
         ``GetCompiledModelCompatibilityInfo``): what :meth:`validate_compatibility_info` needs to judge the
         binaries later (SDK version, target, the options that change the code)."""
         return f"sdk={self.sdk_version()};hardware={self.hardware()}"
+
+    @classmethod
+    def options_from_compatibility_info(cls, info: str) -> dict[str, str]:
+        """The provider options a context was compiled with, as far as its compatibility string tells them
+        (a refit compiles nothing, and must record the same string): {} by default."""
+        return {}
 
     @classmethod
     def validate_compatibility_info(cls, info: str, devices: Sequence[Any]) -> CompatibilityVerdict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from epctx.ep.context_io import BinaryLayout
 from epctx.ep.context_node import DOMAIN, OPSET_VERSION, EPContextNode
 from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext import paths
-from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
+from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, SOURCE_FILES_KEY, graph_identity
 from epctx.epcontext.io_names import IO_KEY, io_document
 from epctx.epcontext.store import ContextStore
 from epctx.epcontext.transaction import Transaction, rename_references
@@ -179,6 +180,13 @@ def build_context_model(
     metadata = dict(model.metadata_props)
     for name, ep in sorted(eps.items()):
         metadata[f"ep_compatibility_info.{name}"] = ep.compatibility_info()
+    if (
+        source_path is not None
+    ):  # the source, bound by digest: what a stale context heals from (cache/heal.py)
+        metadata[SOURCE_FILES_KEY] = source_files_record(source_path, model)
+    modes = {int(ep.weightless.mode) for ep in eps.values()} - {0}
+    if modes:  # onnxruntime's "weightless_mode" metadata: the one mode the session asked for
+        metadata["weightless_mode"] = str(max(modes))
     for key, value in sorted(metadata.items()):
         out.metadata_props.add(key=key, value=value)
     g = out.graph
@@ -364,3 +372,22 @@ def _write_group(group: GenerationGroup) -> None:
         for pending in group.models:
             rename_references(pending.model, names)
             tx.commit_model(pending.path, pending.model, overwrite=pending.overwrite)
+
+
+def source_files_record(source_path: Path, model: ir.Model) -> str:
+    """JSON [[location, size, xxh3-128], ...]: the source ``.onnx`` (its file name) then its external data files
+    (locations relative to its folder), as they were when this context was compiled from them."""
+    from epctx.ep.weightless import file_digest
+
+    folder = source_path.resolve().parent
+    files = [source_path.resolve()]
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        location = getattr(tensor, "location", None)
+        path = getattr(tensor, "path", None)
+        if isinstance(location, str) and location and path is not None:
+            resolved = Path(path).resolve()
+            if resolved not in files and folder in resolved.parents:
+                files.append(resolved)
+    rows = [[f.relative_to(folder).as_posix(), *file_digest(f)] for f in files]
+    return json.dumps(rows, separators=(",", ":"))

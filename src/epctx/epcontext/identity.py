@@ -16,9 +16,12 @@ from collections.abc import Iterable, Mapping
 
 import xxhash
 
-__all__ = ["IDENTITY_ATTRIBUTE", "graph_identity"]
+__all__ = ["IDENTITY_ATTRIBUTE", "SOURCE_FILES_KEY", "graph_identity"]
 
 IDENTITY_ATTRIBUTE = "epctx_payload_identity"
+# Model metadata: the source the context was compiled from, bound by digest (JSON [[location, size, xxh3-128]],
+# the .onnx first, then its external data files): what a stale context heals from (epctx.cache.heal).
+SOURCE_FILES_KEY = "epctx.source_files"
 _SCHEME = "xxh3_128"
 
 

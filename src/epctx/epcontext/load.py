@@ -108,6 +108,24 @@ class ContextLoader:
 
     def load(self, ep: ExecutionProvider, node: NodeView, partition: Partition) -> CompiledPartition:
         view = self._views[node]
+        source, where = self.open_graph(ep, node)
+        try:
+            check_io_names(source.read(IO_KEY) if IO_KEY in source else None, view, where)
+            return ep.load_partition(source, view, partition)
+        except InvalidGraph as exc:  # e.g. a checksum mismatch in the binary: say which node it broke
+            message = str(exc.args[0]) if exc.args else str(exc)
+            raise InvalidGraph(message if message.startswith(where) else f"{where}: {message}") from exc
+        except EPCtxError:
+            raise
+        except Exception as exc:  # a backend's own error while importing: keep it as the cause
+            raise InvalidGraph(
+                f"{where}: {ep.name} failed to load graph {source.graph_name!r}: {exc}"
+            ) from exc
+
+    def open_graph(self, ep: ExecutionProvider, node: NodeView) -> tuple[ContextSource, str]:
+        """The entries of a routed node's graph, once its binary, identity and verdict are checked (what
+        ``load`` hands the EP; a refit reads the code from it), and the node's name for errors."""
+        view = self._views[node]
         graph_name = view.partition_name or view.name
         binary = self._binary_for(ep, view, graph_name)
         where = f"EPContext node {view.name!r} (source {view.source!r})"
@@ -128,17 +146,7 @@ class ContextLoader:
         reason = ep.check_context(view, binary.sdk_version, binary.hardware)
         if reason is not None:
             raise InvalidGraph(f"{where} cannot be loaded by this {ep.name}: {reason}")
-        source = ContextSource(binary, graph_name)
-        try:
-            check_io_names(source.read(IO_KEY) if IO_KEY in source else None, view, where)
-            return ep.load_partition(source, view, partition)
-        except InvalidGraph as exc:  # e.g. a checksum mismatch in the binary: say which node it broke
-            message = str(exc.args[0]) if exc.args else str(exc)
-            raise InvalidGraph(message if message.startswith(where) else f"{where}: {message}") from exc
-        except EPCtxError:
-            raise
-        except Exception as exc:  # a backend's own error while importing: keep it as the cause
-            raise InvalidGraph(f"{where}: {ep.name} failed to load graph {graph_name!r}: {exc}") from exc
+        return ContextSource(binary, graph_name), where
 
     def _judge(self, ep: ExecutionProvider, binary: ContextBinary, where: str) -> None:
         """The EP's compatibility verdict on the node (``ep/compatibility.py``), before its EP loads anything:

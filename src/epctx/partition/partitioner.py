@@ -17,6 +17,7 @@ from epctx.ep.contract import ExecutionProvider, Partition, make_partition
 from epctx.errors import InvalidGraph, NotImplemented
 from epctx.model.scopes import outer_scope_values
 from epctx.model.view import NodeView
+from epctx.partition.cost import cost_rule_reason
 from epctx.partition.grouping import group_units
 
 __all__ = ["GraphPartitioner", "Unit"]
@@ -35,9 +36,14 @@ class Unit:
 
 
 class GraphPartitioner:
-    def __init__(self, providers: Sequence[ExecutionProvider], *, cpu_fallback: bool) -> None:
+    def __init__(
+        self, providers: Sequence[ExecutionProvider], *, cpu_fallback: bool, cost_rule: bool = True
+    ) -> None:
         self.providers = list(providers)
         self.cpu_fallback = cpu_fallback
+        # A compiling EP's small partitions with no heavy op go to the next EP (``cost``); a later EP must be
+        # there to take them: when none does, the graph is partitioned again without the rule.
+        self.cost_rule = cost_rule
         # After partition(): node -> [(EP name, why it declined the node)] for nodes that EPs declined with a
         # reason (``Capability.declined``) before another EP took them (or none did).
         self.declined: dict[ir.Node, list[tuple[str, str]]] = {}
@@ -88,12 +94,14 @@ class GraphPartitioner:
                 if at is not None and owner[at] is None:
                     self.declined.setdefault(node, []).append((ep.name, why))
             if ep.compiles and mine:
-                for members in self._group(node_succ, unit_of, set(mine)):
-                    head = members[0]
-                    for i in members:
-                        unit_of[i] = head
-                    fused[head] = (ep, members)
+                self._fuse(ep, mine, nodes, node_succ, unit_of, owner, fused)
         missing = [nodes[i] for i, ep in enumerate(owner) if ep is None]
+        if missing and self.cost_rule and any(_by_cost_rule(self.declined.get(n, ())) for n in missing):
+            logger.info(
+                "no EP after the one the cost rule refused takes its nodes: partitioning without the rule"
+            )
+            self.cost_rule, self.declined, self.artefacts = False, {}, {}
+            return self.partition(graph, opset_imports, preassigned=preassigned, ctx=ctx)
         if missing:
             raise self._unassigned_error(missing, opset_imports)
         for node, reasons in self.declined.items():
@@ -102,6 +110,37 @@ class GraphPartitioner:
                 "; ".join(f"{ep} declined it: {why}" for ep, why in reasons),
             )  # fmt: skip
         return self._ordered_units(graph, nodes, node_succ, unit_of, owner, fused, loaded, opset_imports, key)
+
+    def _fuse(
+        self,
+        ep: ExecutionProvider,
+        mine: list[int],
+        nodes: list[ir.Node],
+        node_succ: list[set[int]],
+        unit_of: list[int],
+        owner: list[ExecutionProvider | None],
+        fused: dict[int, tuple[ExecutionProvider, list[int]]],
+    ) -> None:
+        """Group a compiling EP's new nodes into partitions; those the cost rule refuses are left unowned."""
+        for members in self._group(node_succ, unit_of, set(mine)):
+            refused = self._cost_reason(ep, [nodes[i] for i in members], len(nodes))
+            if refused is not None:
+                for i in members:
+                    owner[i] = None
+                    self.declined.setdefault(nodes[i], []).append((ep.name, refused))
+                continue
+            head = members[0]
+            for i in members:
+                unit_of[i] = head
+            fused[head] = (ep, members)
+
+    def _cost_reason(self, ep: ExecutionProvider, members: list[ir.Node], graph_size: int) -> str | None:
+        if not self.cost_rule or ep is self.providers[-1]:
+            return None
+        why = cost_rule_reason(members, graph_size, ep.min_partition_nodes)
+        if why is not None:
+            logger.info("%s: %d node(s) left to the next EP (%s)", ep.name, len(members), why)
+        return why
 
     @staticmethod
     def _group(node_succ: list[set[int]], unit_of: list[int], owned_nodes: set[int]) -> list[list[int]]:
@@ -191,6 +230,10 @@ class GraphPartitioner:
         if len(units) != len(heads):
             raise InvalidGraph("partitioning produced a cycle between fused partitions (internal error)")
         return units
+
+
+def _by_cost_rule(reasons: Sequence[tuple[str, str]]) -> bool:
+    return any(why.startswith("cost rule:") for _, why in reasons)
 
 
 def _node_successors(nodes: list[ir.Node], index: Mapping[NodeView, int]) -> list[set[int]]:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from epctx import options as opt
 from epctx._warnings import warn_and_log
 from epctx.ep.devices import EpDevice, ExecutionProviderDevicePolicy, HardwareDeviceType
+from epctx.ep.weightless import setting_for
 from epctx.errors import EPCtxError, Fail, InvalidArgument
 from epctx.providers import registry
 
@@ -394,4 +395,7 @@ def resolve_providers(
         raise InvalidArgument(f"a provider is listed twice: {names}")
     if registry.CPU_EP not in names and not config.disable_cpu_ep_fallback:
         result.append(registry.create_provider(registry.CPU_EP, _threads(registry.CPU_EP, {}, threads)))
+    model_path = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
+    for ep in result:  # weightless mode: checked against what each EP covers before anything compiles
+        ep.weightless = setting_for(ep.name, ep.compiles, ep.weightless_supported_modes, config, model_path)
     return result

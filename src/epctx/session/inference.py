@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from epctx import options as opt
 from epctx._warnings import warn_and_log
 from epctx.errors import Fail, InvalidArgument
+from epctx.providers.registry import create_provider
 from epctx.session.feeds import FeedBinder, InputSpec
 from epctx.session.iobinding import SessionIOBinding
 from epctx.session.logs import severity_scope
@@ -62,6 +64,7 @@ class InferenceSession:
         self._options = sess_options if sess_options is not None else opt.SessionOptions()
         self._profiler: Profiler | None = None
         self._loaded: LoadedModel | None = None
+        self._overwrite_context = False  # a self-heal compiles a context model again in place
         with severity_scope(self._options.log_severity_level):
             self._create(providers, provider_options)
 
@@ -77,6 +80,15 @@ class InferenceSession:
         with _span(profiler, "session_initialization"):
             self._providers = _resolve_providers(providers, provider_options, options, source, config)
             loading = "model_loading_array" if isinstance(source, (bytes, bytearray)) else "model_loading_uri"
+            if (
+                config.self_heal != "off"
+                and not config.context_cache
+                and isinstance(source, (str, os.PathLike))
+            ):
+                healed = self._self_heal(Path(source), loading, (providers, provider_options), config)
+                if healed is None:  # this session compiled the stale context again from its source
+                    return
+                source, options, config = healed
             if config.context_cache:  # the transparent cache: load what it holds, or compile into it
                 cached = self._through_cache(source, loading, config)
                 if cached is None:
@@ -107,6 +119,39 @@ class InferenceSession:
             yield
         finally:
             self._options = user
+
+    def _self_heal(
+        self, ctx: Path, loading: str, spec: tuple[Any, Any], config: opt.SessionConfig
+    ) -> tuple[str | os.PathLike[str], opt.SessionOptions, opt.SessionConfig] | None:
+        """``epctx.self_heal``: what to load (the context, or its source on the CPU EP while a background heal
+        runs), or None when this session compiled the context again and serves it (``cache/heal.py``)."""
+        from epctx.cache import heal
+
+        options = self._options
+        plan = heal.plan_heal(ctx, config)
+        if plan is None:
+            return ctx, options, config
+        logger.warning(
+            "epctx.self_heal: %s is %s here (%s); compiling it again from %s (%s)",
+            ctx, plan.status, plan.reasons, plan.source, config.self_heal,
+        )  # fmt: skip
+        if config.self_heal == "foreground":
+            with heal.heal_lock(ctx, wait=True):
+                if heal.plan_heal(ctx, config) is None:  # healed by another session meanwhile
+                    return ctx, options, config
+                self._overwrite_context = True
+                derived = _heal_options(plan, options)
+                with self._options_as(derived):
+                    self._create_full(str(plan.source), loading, None, opt.SessionConfig.of(derived))
+            logger.warning("epctx.self_heal: %s compiled again; this session serves it", ctx)
+            return None
+        heal.start_background(plan, functools.partial(_heal_in_place, spec=spec, options=options))
+        if plan.runs_here:
+            return ctx, options, config
+        logger.warning("epctx.self_heal: until then %s is served from %s on the CPU EP", ctx, plan.source)
+        self._providers = [create_provider("CPUExecutionProvider")]
+        changes: dict[str, str | None] = {opt.SELF_HEAL: None, opt.EP_CONTEXT_ENABLE: None}
+        return str(plan.source), opt.with_config(options, changes), config.replace(changes)
 
     def _through_cache(
         self, source: str | os.PathLike[str] | bytes, loading: str, config: opt.SessionConfig
@@ -144,7 +189,8 @@ class InferenceSession:
                 pipeline.builder.phase, pipeline.builder.ended = profiler.phase, profiler.ended
             loaded = self._loaded = pipeline.loaded
             ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
-            if ctx_path is not None and check_writable(ctx_path, what="the context model"):
+            exists = ctx_path is not None and check_writable(ctx_path, what="the context model")
+            if exists and not self._overwrite_context:
                 raise Fail(
                     f"the context model {str(ctx_path)!r} exists already; remove it or set another "
                     f"{opt.EP_CONTEXT_FILE_PATH}"
@@ -153,7 +199,7 @@ class InferenceSession:
             if generate:
                 if ctx_path is None:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
-                elif generate_context_model(pipeline.result(), ctx_path, overwrite=False):
+                elif generate_context_model(pipeline.result(), ctx_path, overwrite=self._overwrite_context):
                     logger.info("wrote context model %s", ctx_path)
                     if config.trust_sign_key:
                         from epctx.trust.sign import sign_generated
@@ -493,3 +539,32 @@ def _write_optimized_model(model: ir.Model, path: str | os.PathLike[str]) -> Non
 
     ir.save(model, target)
     logger.info("wrote the optimized model %s", target)
+
+
+def _heal_options(plan: Any, options: opt.SessionOptions) -> opt.SessionOptions:
+    """A session's options to compile the context of ``plan`` again, in place, as it was (embedded or not)."""
+    return opt.with_config(
+        options,
+        {
+            opt.EP_CONTEXT_ENABLE: "1",
+            opt.EP_CONTEXT_FILE_PATH: str(plan.context),
+            opt.EP_CONTEXT_EMBED_MODE: "1" if plan.embed else "0",
+            opt.SELF_HEAL: None,
+        },
+    )
+
+
+def _heal_in_place(plan: Any, *, spec: tuple[Any, Any], options: opt.SessionOptions) -> None:
+    """A background heal: a session of its own compiles the context again over the old one (a transaction)."""
+    derived = _heal_options(plan, options)
+    session = InferenceSession.__new__(InferenceSession)
+    session._source, session._options, session._profiler, session._loaded = (
+        str(plan.source),
+        derived,
+        None,
+        None,
+    )
+    session._overwrite_context = True
+    config = opt.SessionConfig.of(derived)
+    session._providers = _resolve_providers(spec[0], spec[1], derived, str(plan.source), config)
+    session._create_full(str(plan.source), "model_loading_uri", None, config)

@@ -11,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from epctx.errors import InvalidArgument
+from epctx.model.dims import axis_key
 
 __all__ = ["apply_dimension_overrides", "apply_initializers"]
 
@@ -33,6 +34,8 @@ def apply_dimension_overrides(
             size = by_denotation.get(shape.get_denotation(i) or "") if value in graph.inputs else None
             if not isinstance(dim, int) and dim.value is not None and dim.value in by_name:
                 size = by_name[dim.value]
+            elif size is None and not isinstance(dim, int) and value in graph.inputs:
+                size = by_name.get(axis_key(value.name or "", i))  # epctx's INPUT:AXIS, an unnamed dimension
             if size is None:
                 continue
             if isinstance(dim, int) and dim >= 0 and dim != size:

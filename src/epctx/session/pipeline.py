@@ -13,6 +13,7 @@ from epctx.ep.compiling import CapabilityContext, CompileGuard
 from epctx.ep.context_io import BinaryLayout
 from epctx.ep.contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext.load import ContextLoader
+from epctx.errors import InvalidArgument
 from epctx.model import LoadedModel, load_model
 from epctx.partition import CompiledModel, GraphPartitioner, Unit
 from epctx.partition.placement import NodePlacement, node_placement
@@ -67,6 +68,7 @@ class Pipeline:
             data=data,
             external_data_folder=config.external_initializers_folder or None,
             infer_types=any(ep.compiles for ep in providers),
+            free_dims=options.free_dimension_overrides,  # before type inference: sizes reach every value
         )
         graph = loaded.model.graph
         opsets = dict(loaded.model.opset_imports)
@@ -83,19 +85,36 @@ class Pipeline:
             read_func=options.ep_context_data_read_func,
         )
         routed = loader.route(graph, providers)
-        partitioner = GraphPartitioner(providers, cpu_fallback=not config.disable_cpu_ep_fallback)
+        partitioner = GraphPartitioner(
+            providers,
+            cpu_fallback=not config.disable_cpu_ep_fallback,
+            cost_rule=config.partition_cost_rule,
+        )
         # The guard of every compile of this session, capability probes included (given to EPs as a value).
         guard = CompileGuard.current(disable_model_compile=config.disable_model_compile)
-        units = partitioner.partition(graph, opsets, preassigned=routed, ctx=CapabilityContext(guard))
+        reuse = _reuse(config, providers)
+        if (
+            reuse
+        ):  # a refit compiles nothing: the EPs that refit hand their context's code to the compile point
+            guard = CompileGuard()
+        units = partitioner.partition(
+            graph, opsets, preassigned=routed, ctx=CapabilityContext(guard, reuse=reuse)
+        )
         fold = level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
         kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
             "CPUExecutionProvider"
         )
         builder = StepBuilder(opsets, kernel_ep, fold)
         builder.guard = guard
-        if config.partition_control_flow_bodies and not routed and not config.disable_model_compile:
+        if (
+            config.partition_control_flow_bodies
+            and not routed
+            and not config.disable_model_compile
+            and not reuse
+        ):
             # Control-flow bodies are offered to the EPs too; never in a context model (its bodies were not
-            # compiled when it was made, and loading one never compiles) nor where compiling is disabled.
+            # compiled when it was made, and loading one never compiles), where compiling is disabled, nor in a
+            # refit (it compiles nothing).
             builder.body_providers = providers
         pipeline = cls(loaded, providers, config, units, builder, loader)
         pipeline.declined = {node.name or "": dict(reasons) for node, reasons in partitioner.declined.items()}
@@ -151,3 +170,21 @@ def resolve_providers(
     from epctx.providers.selection import resolve_providers as resolve
 
     return resolve(providers, provider_options, options, source=source, config=config)
+
+
+def _reuse(config: opt.SessionConfig, providers: Sequence[ExecutionProvider]) -> dict[str, Any]:
+    """Refit (``epctx.refit_context``): that context's graphs by EP; every compiling EP of the session must
+    have some, so that no partition is compiled."""
+    if not config.refit_context:
+        return {}
+    from epctx.epcontext.reuse import reusable_graphs
+
+    rest = config.replace({opt.REFIT_CONTEXT: None})
+    reuse = reusable_graphs(config.refit_context, providers, rest)
+    idle = [ep.name for ep in providers if ep.compiles and ep.name not in reuse]
+    if idle:
+        raise InvalidArgument(
+            f"{opt.REFIT_CONTEXT}: {', '.join(idle)} would compile, and the context has no code of theirs to "
+            "reuse: list only the EPs of the context"
+        )
+    return reuse

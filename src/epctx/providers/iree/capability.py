@@ -1,26 +1,21 @@
-"""Which nodes IREE runs, as IREE itself says: no hand-kept op list.
-
-The candidates (standard-domain nodes whose values all have a known tensor type, no control flow, not
-disabled) are compiled as one partition (import + ``iree-compile``, out of process). When that fails, the set
-is split in halves, each compiled again, down to single nodes: the nodes whose own compile fails are declined
-with IREE's message, the others claimed. With k failing nodes among n that is about k * log2(n) small
-compiles, in parallel. The groups claimed apart are then compiled together (IREE may fail on a combination of
-nodes it compiles apart), adding them in graph order and declining a group that breaks the compile. Every
-successful compile is kept: the partition the framework then asks to compile is usually exactly the claimed
-set, compiled once.
-"""
+"""Which nodes IREE may run: the candidates (standard-domain nodes whose values all have a known tensor type, no
+control flow, not disabled) and IREE's message in one line. ``probing`` asks IREE itself which of them it takes:
+no hand-kept op list."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
-from epctx.ep import CompileGuard, Partition, is_ep_context, make_partition, outer_scope_values
-from epctx.providers.iree.compile import CompileResult, compile_partitions
+from epctx.ep import is_ep_context, outer_scope_values
 
-__all__ = ["Verdict", "candidate_nodes", "check_nodes", "short_error"]
+if TYPE_CHECKING:
+    from epctx.providers.iree.compile import CompileResult
+
+__all__ = ["candidate_nodes", "dynamic_dims", "short_error"]
 
 _DOMAINS = ("", "ai.onnx")
 _GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
@@ -80,86 +75,13 @@ def short_error(result: CompileResult) -> str:
     return f"IREE {result.stage or 'compile'} failed: {line}"
 
 
-class Verdict:
-    """What ``check_nodes`` found: the claimed nodes, why the others were declined, and the compiles that
-    succeeded (partition node set -> (partition, result)), which ``compile`` reuses (the capability's
-    artefacts)."""
-
-    def __init__(self) -> None:
-        self.claimed: list[ir.Node] = []
-        self.declined: dict[ir.Node, str] = {}
-        self.compiled: dict[frozenset[ir.Node], tuple[Partition, CompileResult]] = {}
-
-
-def check_nodes(
-    ep_name: str,
-    graph: ir.Graph,
-    opset_imports: Mapping[str, int],
-    nodes: Sequence[ir.Node],
-    flags: Sequence[str],
-    guard: CompileGuard,
-) -> Verdict:
-    """Compile ``nodes`` (graph order), bisecting on failure down to the nodes IREE cannot take; every compile
-    passes ``guard`` first."""
-    verdict = Verdict()
-    pending: list[list[ir.Node]] = [list(nodes)] if nodes else []
-    level = 0
-    while pending:
-        parts = [
-            make_partition(f"{ep_name}_check{level}_{k}", ep_name, graph, group, opset_imports)
-            for k, group in enumerate(pending)
-        ]
-        results = compile_partitions(parts, flags, guard, ep_name=ep_name, what="capability check")
-        following: list[list[ir.Node]] = []
-        for group, part, result in zip(pending, parts, results):
-            if result.ok:
-                verdict.compiled[frozenset(group)] = (part, result)
-                verdict.claimed.extend(group)
-            elif len(group) == 1:
-                verdict.declined[group[0]] = short_error(result)
-            else:
-                half = len(group) // 2
-                following += [group[:half], group[half:]]
-        pending = following
-        level += 1
-    order = {node: i for i, node in enumerate(graph)}
-    verdict.claimed.sort(key=order.__getitem__)
-    if verdict.claimed and frozenset(verdict.claimed) not in verdict.compiled:
-        _check_together(ep_name, graph, opset_imports, verdict, flags, guard, order)
-    return verdict
-
-
-def _check_together(
-    ep_name: str,
-    graph: ir.Graph,
-    opset_imports: Mapping[str, int],
-    verdict: Verdict,
-    flags: Sequence[str],
-    guard: CompileGuard,
-    order: Mapping[ir.Node, int],
-) -> None:
-    """The groups claimed after a bisection compiled apart; the framework compiles them as one partition. Compile
-    them together; when IREE fails on the combination (each part alone compiles), keep the groups, in graph
-    order, that compile with the ones kept before them and decline the others with IREE's message."""
-    union = make_partition(f"{ep_name}_together", ep_name, graph, verdict.claimed, opset_imports)
-    (result,) = compile_partitions([union], flags, guard, ep_name=ep_name, what="capability check")
-    if result.ok:  # the usual case: one more compile, reused when the partition is this set
-        verdict.compiled[frozenset(verdict.claimed)] = (union, result)
-        return
-    groups = sorted(
-        (sorted(group, key=order.__getitem__) for group in verdict.compiled),
-        key=lambda g: order[g[0]],
-    )
-    kept = groups[0]
-    for k, group in enumerate(groups[1:], start=1):
-        trial = sorted([*kept, *group], key=order.__getitem__)
-        part = make_partition(f"{ep_name}_together{k}", ep_name, graph, trial, opset_imports)
-        (result,) = compile_partitions([part], flags, guard, ep_name=ep_name, what="capability check")
-        if result.ok:
-            verdict.compiled[frozenset(trial)] = (part, result)
-            kept = trial
+def dynamic_dims(graph: ir.Graph) -> list[str]:
+    """The ``--dim`` keys of the graph inputs' dynamic dimensions: a symbolic name, or ``INPUT:AXIS``."""
+    keys: dict[str, None] = {}
+    for value in graph.inputs:
+        if value.const_value is not None or value.shape is None:
             continue
-        why = f"{short_error(result)} (its nodes compile apart, not with the nodes before them)"
-        for node in group:
-            verdict.declined[node] = why
-    verdict.claimed = kept
+        for axis, dim in enumerate(value.shape):
+            if not isinstance(dim, int):
+                keys.setdefault(dim.value if dim.value else f"{value.name}:{axis}", None)
+    return list(keys)

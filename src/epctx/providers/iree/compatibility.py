@@ -38,7 +38,7 @@ from epctx.ep import (
 from epctx.errors import InvalidGraph
 from epctx.providers.iree.targets import PRESETS, Target, host_features, host_triple, parse_hardware
 
-__all__ = ["compatibility_info", "device_incompatibility", "iree_version", "validate"]
+__all__ = ["compatibility_info", "device_incompatibility", "iree_version", "options_from_info", "validate"]
 
 _SDK = "iree-"
 _RECOMPILE_HERE = "recompile the context from its source model on this machine (IREE option target=host)"
@@ -152,3 +152,10 @@ def device_incompatibility(device: HardwareDevice) -> DeviceIncompatibility:
             f"IREEExecutionProvider compiles for CPUs (llvm-cpu); this device is a {device.type.name}",
         )
     return DeviceIncompatibility()
+
+
+def options_from_info(info: str) -> dict[str, str]:
+    """The provider options the string records (target, opt_level, channels_last); the extra compile flags are
+    recorded as a digest only, so they cannot be recovered."""
+    fields = parse_info(info)
+    return {k: fields[k] for k in ("target", "opt_level", "channels_last") if fields.get(k)}

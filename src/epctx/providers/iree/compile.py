@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +30,12 @@ logger = logging.getLogger("epctx")
 MIN_OPSET = 17  # IREE's ONNX importer fails on older Softmax / ReduceX semantics: upgrade below this
 _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external data, not in the protobuf
 _TIMEOUT_S = 3600
+CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
+# Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
+# second session of the same model, or the compile after a capability check, does not compile again.
+_CACHE: dict[str, CompileResult] = {}
+_CACHE_SIZE = 64
+_CACHE_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -38,6 +46,8 @@ class CompileResult:
     ok: bool
     vmfb: bytes = b""
     params: tuple[tuple[str, str], ...] = ()
+    # ONNX initializer name -> the permutation of its array IREE's parameter holds (filters stored channels-last)
+    transposed: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     stage: str = ""
     error: str = ""
     seconds: float = 0.0
@@ -54,7 +64,11 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
     if plan.arrays:
         plan.write(folder)
     (folder / "model.onnx").write_bytes(model.SerializeToString())
-    (folder / "job.json").write_text(json.dumps({"flags": list(flags), "min_opset": MIN_OPSET}))
+    # Channels-last convolutions: their filters are stored in that layout (``worker.prelayout_filters``), not
+    # transposed by the module at each load.
+    prelayout = any(CHANNELS_LAST_PASS in f for f in flags)
+    job = {"flags": list(flags), "min_opset": MIN_OPSET, "prelayout": prelayout}
+    (folder / "job.json").write_text(json.dumps(job))
 
 
 def _worker_env() -> dict[str, str]:
@@ -65,32 +79,57 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
+def _job_key(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     start = time.perf_counter()
-    logger.info("%s: compiling %d node(s) with IREE", label, len(partition.nodes))
     with job_folder() as name:  # removed after, or by a later compile when this process dies first
         folder = Path(name)
         _write_job(partition, folder, flags)
-        command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder), str(os.getpid())]
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, env=_worker_env(), timeout=_TIMEOUT_S
-            )
-        except subprocess.TimeoutExpired:
-            return CompileResult(False, stage="compile", error=f"timed out after {_TIMEOUT_S} s")
-        result_file = folder / "result.json"
-        if done.returncode != 0 or not result_file.is_file():
-            detail = (done.stderr or done.stdout).strip()[-2000:]
-            raise EPFail(f"{label}: the IREE compile worker failed (exit status {done.returncode}): {detail}")
-        doc = json.loads(result_file.read_text())
-        seconds = time.perf_counter() - start
-        if not doc["ok"]:
-            logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)
-            return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds)
-        vmfb = (folder / "module.vmfb").read_bytes()
+        key = _job_key(folder)
+        with _CACHE_LOCK:
+            known = _CACHE.get(key)
+        if known is not None:
+            logger.info("%s: %d node(s), compiled before in this process (%s)", label, len(partition.nodes),
+                        "ok" if known.ok else "failed")  # fmt: skip
+            return known
+        logger.info("%s: compiling %d node(s) with IREE", label, len(partition.nodes))
+        result = _compile_job(folder, label, start)
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = result
+    return result
+
+
+def _compile_job(folder: Path, label: str, start: float) -> CompileResult:
+    command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder), str(os.getpid())]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=_worker_env(), timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return CompileResult(False, stage="compile", error=f"timed out after {_TIMEOUT_S} s")
+    result_file = folder / "result.json"
+    if done.returncode != 0 or not result_file.is_file():
+        detail = (done.stderr or done.stdout).strip()[-2000:]
+        raise EPFail(f"{label}: the IREE compile worker failed (exit status {done.returncode}): {detail}")
+    doc = json.loads(result_file.read_text())
+    seconds = time.perf_counter() - start
+    if not doc["ok"]:
+        logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)
+        return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds)
+    vmfb = (folder / "module.vmfb").read_bytes()
     logger.info("%s: compiled in %.1f s (%d bytes of code)", label, seconds, len(vmfb))
     params = tuple((str(a), str(b)) for a, b in doc["params"])
-    return CompileResult(True, vmfb=vmfb, params=params, seconds=seconds)
+    transposed = {str(k): tuple(int(i) for i in v) for k, v in doc.get("transposed", {}).items()}
+    return CompileResult(True, vmfb=vmfb, params=params, transposed=transposed, seconds=seconds)
 
 
 def compile_partitions(

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from epctx.ep import VIRTUAL_METADATA_KEY, EpDevice, HardwareDevice, HardwareDeviceType
+from epctx.ep import (
+    SUPPORTED_MODES_KEY,
+    VIRTUAL_METADATA_KEY,
+    WEIGHTLESS_SUPPORT_KEY,
+    EpDevice,
+    HardwareDevice,
+    HardwareDeviceType,
+)
 from epctx.providers.iree.targets import PRESETS
 
 __all__ = ["TARGET_KEY", "supported_devices", "virtual_devices"]
@@ -18,7 +25,12 @@ _VENDOR = "IREE"
 def _metadata() -> dict[str, str]:
     from epctx.providers.iree.compatibility import iree_version
 
-    return {"version": iree_version()}
+    # onnxruntime's weightless keys: the newer one, and the earlier one with the value it would have had
+    return {
+        "version": iree_version(),
+        SUPPORTED_MODES_KEY: "all_or_external_only",
+        WEIGHTLESS_SUPPORT_KEY: "all",
+    }
 
 
 def supported_devices(ep_name: str, ep_vendor: str, hardware: Sequence[HardwareDevice]) -> list[EpDevice]:

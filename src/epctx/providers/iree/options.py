@@ -8,9 +8,13 @@
 | ``opt_level`` | ``O2`` | ``O0`` ... ``O3`` (``--iree-opt-level``) |
 | ``disabled_ops`` | none | comma-separated op types never claimed (they fall back to the next EP) |
 | ``channels_last`` | ``1`` | convolutions converted to channels-last (NHWC) before IREE compiles them: ResNet-18 \
-runs about 3x faster here; the module's initializer then transposes the filters when it loads (+25-30 ms, and a \
-copy of them in memory per session instead of the mapped weights); 0: the model's layout |
+runs about 3x faster here; 2-D ungrouped conv filters are stored in that layout at compile (flagged per weight in \
+the binary), so loading transposes nothing and sessions share them; grouped / depthwise filters are still \
+transposed by the module at load; dropped for a model whose dynamic dimensions IREE's conversion fails on; 0: the \
+model's layout |
 | ``compile_flags`` | none | more ``iree-compile`` flags, space-separated (tuning; they change code, not results) |
+| ``capability_budget_s`` | ``30`` | seconds the capability check may spend finding which nodes IREE takes \
+when the model does not compile whole (the nodes not decided then run on the next EP) |
 | ``num_threads`` | IREE's | task workers of the loaded module's device (IREE's default: one per physical core); \
 ``SessionOptions.intra_op_num_threads`` sets it when given |
 """
@@ -40,6 +44,12 @@ OPTIONS = (
     Option("disabled_ops", "list", default=frozenset(), doc="op types never claimed"),
     Option("channels_last", "bool", default=True, doc="convolutions compiled channels-last (NHWC)"),
     Option("compile_flags", "str", default="", doc="more iree-compile flags, space-separated"),
+    Option(
+        "capability_budget_s",
+        "int",
+        default=30,
+        doc="seconds the capability check may spend when the model does not compile whole",
+    ),
     Option("num_threads", "int", default=0, doc="task workers of IREE's CPU device (a positive integer)"),
 )
 
@@ -53,6 +63,7 @@ class IREEOptions:
     disabled_ops: frozenset[str]
     channels_last: bool
     compile_flags: str
+    capability_budget_s: int
     num_threads: int  # 0: IREE's own topology
 
     def resolved(self) -> Target:

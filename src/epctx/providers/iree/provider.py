@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
 
 from epctx.ep import (
     Capability,
@@ -26,9 +28,13 @@ from epctx.ep import (
     CompiledPartition,
     ExecutionProvider,
     Partition,
+    SourceFile,
+    SourcePlanner,
+    WeightRef,
     initializer_array,
     ir_nodes,
     is_ep_context,
+    open_sources,
 )
 from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree import compatibility
@@ -51,9 +57,10 @@ if TYPE_CHECKING:
         HardwareDevice,
     )
     from epctx.providers.iree.compile import CompileResult
+    from epctx.providers.iree.probing import Probes
 
-    # The capability's artefacts: the check's successful compiles, node set -> (partition checked, result).
-    Probes = Mapping[frozenset[ir.Node], tuple[Partition, CompileResult]]
+    # The check's successful compiles, node set -> (partition checked, result).
+    Checked = Mapping[frozenset[ir.Node], tuple[Partition, CompileResult]]
 
 __all__ = ["IREEExecutionProvider", "iree_version"]
 
@@ -64,7 +71,7 @@ logger = logging.getLogger("epctx")
 # weights are parameters, unknown when compiling), a copy per session.
 CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
     "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))"
-)
+)  # 2-D ungrouped conv filters are stored in that layout at compile (worker.prelayout_filters): no load copy
 
 
 def _parameter_sources(partition: Partition) -> dict[str, ir.TensorProtocol]:
@@ -90,6 +97,13 @@ class IREEExecutionProvider(ExecutionProvider):
     compiles = True
     compiled_type = CompiledIREE
     intra_op_threads_option = "num_threads"  # the task workers of IREE's CPU device
+    # An IREE module does not hold its weights (they are parameters): in weightless mode they are mapped from
+    # the source's files at load (external data in EXTERNAL_ONLY, the .onnx too in ALL).
+    weightless_supported_modes = "all_or_external_only"
+    refits = True  # the same code serves other weights (refit.py)
+    # A call into an IREE module and the copies at its boundary cost tens of microseconds: a partition of a few
+    # light ops (shape arithmetic, element-wise glue between CPU nodes) is left to the next EP.
+    min_partition_nodes = 8
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -108,15 +122,30 @@ class IREEExecutionProvider(ExecutionProvider):
     ) -> Capability:
         if any(is_ep_context(n) and self._owns(n) for n in graph):
             return Capability()  # a context model: its other nodes were offered to IREE when it was generated
+        if ctx.reuse.get(self.name):  # refit: the nodes the context's graphs were compiled from, checked
+            from epctx.providers.iree.refit import claim
+
+            claimed, refits = claim(graph, ctx.reuse[self.name], self.name)
+            return Capability(tuple(claimed), {}, artefacts=refits)
         # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
-        from epctx.providers.iree.capability import candidate_nodes, check_nodes
+        from epctx.providers.iree.capability import candidate_nodes
+        from epctx.providers.iree.probing import check_nodes
 
         nodes, declined = candidate_nodes(graph, self.config.disabled_ops)
-        verdict = check_nodes(self.name, graph, opset_imports, nodes, self.flags(), ctx.guard)
+        verdict = check_nodes(
+            self.name,
+            graph,
+            opset_imports,
+            nodes,
+            self.flags(),
+            ctx.guard,
+            layout_flag=CHANNELS_LAST if self.config.channels_last else None,
+            budget_s=self.config.capability_budget_s,
+        )
         declined.update(verdict.declined)
         for node, why in declined.items():
             logger.info("%s declines node %r (%s): %s", self.name, node.name, node.op_type, why)
-        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.compiled)
+        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.probes)
 
     def _owns(self, node: ir.Node) -> bool:
         value = getattr(node.attributes.get("source"), "value", None)
@@ -127,16 +156,22 @@ class IREEExecutionProvider(ExecutionProvider):
         """All partitions at once: those the capability check compiled are reused, the others compile in
         parallel workers, each reported as its worker ends."""
         from epctx.providers.iree.compile import compile_partitions
+        from epctx.providers.iree.refit import Refits
 
-        probes: Probes = ctx.artefacts or {}
-        results: list[CompileResult | None] = [_checked(probes, p) for p in partitions]
+        if isinstance(ctx.artefacts, Refits):  # refit: the context's code, nothing compiled
+            reused = [ctx.artefacts.result_for(p) for p in partitions]
+            for partition in partitions:
+                ctx.progress(partition)
+            return [self._build(p, r) for p, r in zip(partitions, reused)]
+        probes = cast("Probes | None", ctx.artefacts)
+        flags = list(probes.flags) if probes is not None else self.flags()
+        checked = probes.compiled if probes is not None else {}
+        results: list[CompileResult | None] = [_checked(checked, p) for p in partitions]
         todo = [p for p, r in zip(partitions, results) if r is None]
         for partition, result in zip(partitions, results):
             if result is not None:
                 ctx.progress(partition)
-        fresh = iter(
-            compile_partitions(todo, self.flags(), ctx.guard, ep_name=self.name, on_done=ctx.progress)
-        )
+        fresh = iter(compile_partitions(todo, flags, ctx.guard, ep_name=self.name, on_done=ctx.progress))
         done = [r if r is not None else next(fresh) for r in results]
         return [self._build(p, r) for p, r in zip(partitions, done)]
 
@@ -148,32 +183,65 @@ class IREEExecutionProvider(ExecutionProvider):
             raise EPFail(f"{where}: {short_error(result)}")
         tensors = _parameter_sources(partition)
         weights = []
+        transposed: dict[str, tuple[int, ...]] = {}
         for name, key in result.params:
             tensor = tensors.get(name)
             array = initializer_array(tensor) if tensor is not None else None
+            perm = result.transposed.get(name)
+            if array is not None and perm is not None:  # stored as IREE reads it, not as in the source model
+                array = np.ascontiguousarray(array.transpose(perm))
+                transposed[key] = perm
             if array is None:
                 raise EPFail(
                     f"{where}: IREE made a parameter of {name!r}, which is neither a tensor initializer nor the "
                     "value of a Constant node of the partition"
                 )
-            weights.append((key, array))
+            weights.append((key, array, tensor))
+        refs, sources = self._weightless_refs(weights, where)
+        from epctx.providers.iree.refit_record import record
+
+        refit = record(partition, result, tensors)
         hardware = self.hardware()
         why = missing_features(hardware, where)
         runner = None
         if why is None:
-            runner = Runner(
-                load_module(result.vmfb, where), Parameters(weights), where, self.config.num_threads
-            )
+            params = Parameters((k, a) for k, a, _ in weights)
+            runner = Runner(load_module(result.vmfb, where), params, where, self.config.num_threads)
         return CompiledIREE(
             vmfb=result.vmfb,
-            weights=weights,
+            weights=[(k, a) for k, a, _ in weights],
+            refs=refs,
+            sources=sources,
+            refit=refit,
             inputs=[v.name or "" for v in partition.inputs],
             outputs=[v.name or "" for v in partition.outputs],
             hardware=hardware,
             where=where,
             runner=runner,
             unavailable=why or "",
+            transposed=transposed,
         )
+
+    def _weightless_refs(
+        self, weights: Sequence[tuple[str, Any, Any]], where: str
+    ) -> tuple[list[WeightRef | None], tuple[SourceFile, ...]]:
+        """Weightless mode: where each weight lies, unchanged, in the source's files (None: it is stored)."""
+        if not self.weightless.mode:
+            return [], ()
+        planner = SourcePlanner(self.weightless, where)
+        try:
+            refs = [planner.ref(tensor, array) for _, array, tensor in weights]
+        finally:
+            planner.close()
+        kept = sum(r is None for r in refs)
+        logger.info(
+            "%s: weightless mode %d, %d of %d weights mapped from the source",
+            where,
+            self.weightless.mode,
+            len(refs) - kept,
+            len(refs),
+        )
+        return refs, tuple(planner.files)
 
     # -- EP context cache -----------------------------------------------------------------------------
     def sdk_version(self) -> str:
@@ -185,6 +253,10 @@ class IREEExecutionProvider(ExecutionProvider):
     def compatibility_info(self) -> str:
         c = self.config
         return compatibility.compatibility_info(self.target, c.opt_level, c.channels_last, c.compile_flags)
+
+    @classmethod
+    def options_from_compatibility_info(cls, info: str) -> dict[str, str]:
+        return compatibility.options_from_info(info)
 
     @classmethod
     def validate_compatibility_info(
@@ -212,6 +284,10 @@ class IREEExecutionProvider(ExecutionProvider):
             inputs=compiled.input_names,
             outputs=compiled.output_names,
             hardware=compiled.hardware,
+            refs=compiled.refs,
+            sources=compiled.sources,
+            refit=compiled.refit,
+            transposed=compiled.transposed,
         )
 
     def load_partition(
@@ -227,7 +303,11 @@ class IREEExecutionProvider(ExecutionProvider):
         why = missing_features(meta.hardware, where)
         if why is not None:
             raise InvalidGraph(f"{where}: {why}")
-        parameters = Parameters((key, source.read(entry)) for entry, key in meta.params)
+        entries: list[tuple[str, Any]] = [(key, source.read(entry)) for entry, key in meta.params]
+        if meta.sources:  # weightless: the source's files mapped (digests checked) and pointed into
+            maps = [memoryview(m) for m in open_sources(meta.sources, self.weightless, where)]
+            entries += [(key, maps[r.file][r.offset : r.offset + r.length]) for key, r in meta.external]
+        parameters = Parameters(entries)
         runner = Runner(load_module(source.read("module"), where), parameters, where, self.config.num_threads)
         return CompiledIREE(
             vmfb=b"",
@@ -237,10 +317,11 @@ class IREEExecutionProvider(ExecutionProvider):
             hardware=meta.hardware,
             where=where,
             runner=runner,
+            transposed=meta.transposed,
         )
 
 
-def _checked(probes: Probes, partition: Partition) -> CompileResult | None:
+def _checked(probes: Checked, partition: Partition) -> CompileResult | None:
     """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
     found = probes.get(frozenset(ir_nodes(partition.nodes)))
     if found is None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from epctx.ep import SourceFile, WeightRef
 from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree.runtime_import import iree_runtime
 
@@ -148,9 +149,21 @@ class CompiledIREE:
         where: str,
         runner: Runner | None,
         unavailable: str = "",
+        refs: Sequence[WeightRef | None] = (),
+        sources: Sequence[SourceFile] = (),
+        refit: Any = None,
+        transposed: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         self.vmfb = vmfb
+        self.refit = refit  # what the code depends on (refit.RefitRecord), saved with it
+        self.refs = tuple(
+            refs
+        )  # weightless mode: where each weight lies in the source's files (None: stored)
+        self.sources = tuple(sources)
         self.weights = tuple(weights)
+        # IREE parameter key -> the permutation of the source initializer this weight holds (conv filters stored
+        # channels-last at compile); a weight not named here is the source's array as it is
+        self.transposed = {k: tuple(v) for k, v in (transposed or {}).items()}
         self.input_names = tuple(inputs)
         self.output_names = tuple(outputs)
         self.hardware = hardware

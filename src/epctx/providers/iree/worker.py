@@ -2,7 +2,8 @@
 module of this EP that imports ``iree.compiler``, never in the process that asked for the compile).
 
 The job folder holds ``model.onnx`` (the partition; large weights as external data next to it) and
-``job.json`` (``flags``: iree-compile flags; ``min_opset``). The worker (``worker <job folder> <caller pid>``)
+``job.json`` (``flags``: iree-compile flags; ``min_opset``; ``prelayout``: store conv filters channels-last, see
+``prelayout_filters``). The worker (``worker <job folder> <caller pid>``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
@@ -11,7 +12,8 @@ ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
    ``#stream.parameter.named<"model"::"<key>">`` (no ``.irpa`` is written: the EP stores the weights itself);
 3. runs ``iree-compile`` on the MLIR.
 
-It writes ``result.json``: ``{"ok": true, "params": [[onnx initializer name, parameter key], ...]}`` or
+It writes ``result.json``: ``{"ok": true, "params": [[onnx initializer name, parameter key], ...],
+"transposed": {onnx initializer name: permutation}}`` or
 ``{"ok": false, "stage": "import" | "compile", "error": "..."}``; the ``.vmfb`` is ``module.vmfb``.
 """
 
@@ -43,14 +45,53 @@ def _fail(folder: Path, stage: str, error: str) -> int:
     return 0
 
 
-def _load(folder: Path, min_opset: int) -> Any:
+def _load(folder: Path, min_opset: int, prelayout: bool) -> tuple[Any, dict[str, list[int]]]:
     import onnx
 
     model = onnx.load(str(folder / "model.onnx"))
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if version is not None and version < min_opset:
         model = onnx.version_converter.convert_version(model, min_opset)
-    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    transposed = prelayout_filters(model.graph) if prelayout else {}
+    return onnx.shape_inference.infer_shapes(model, data_prop=True), transposed
+
+
+# ONNX's OIHW filter -> HWIO ("HWCF"), the layout IREE's channels-last conversion gives a 2-D convolution's filter.
+TO_HWCF = [2, 3, 1, 0]
+_FROM_HWCF = [3, 2, 0, 1]
+
+
+def prelayout_filters(graph: Any) -> dict[str, list[int]]:
+    """Store each 2-D, ungrouped ``Conv`` filter initializer (read by that node only) in the layout IREE's
+    channels-last conversion wants, behind a ``Transpose`` back to ONNX's: IREE folds the two transposes, and the
+    module reads the parameter as stored, with no transpose in its initializer at each load. Returns the
+    initializers changed: name -> permutation of the source array (the EP stores the weight so)."""
+    from onnx import helper, numpy_helper
+
+    uses: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    initializers = {t.name: t for t in graph.initializer}
+    changed: dict[str, list[int]] = {}
+    added = []
+    for node in graph.node:
+        group = next((a.i for a in node.attribute if a.name == "group"), 1)
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or group != 1 or len(node.input) < 2:
+            continue
+        weight = initializers.get(node.input[1])
+        if weight is None or len(weight.dims) != 4 or uses.get(weight.name) != 1 or weight.name in changed:
+            continue
+        array = numpy_helper.to_array(weight)
+        weight.CopyFrom(numpy_helper.from_array(array.transpose(TO_HWCF).copy(), weight.name))
+        source = f"{weight.name}__oihw"
+        added.append(helper.make_node("Transpose", [weight.name], [source], perm=_FROM_HWCF))
+        node.input[1] = source
+        changed[weight.name] = TO_HWCF
+    nodes = [*added, *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return changed
 
 
 def _import(model: Any) -> tuple[str, list[list[str]]]:
@@ -94,7 +135,7 @@ def main(argv: list[str]) -> int:
     folder = Path(argv[0])
     job = json.loads((folder / "job.json").read_text())
     try:
-        model = _load(folder, int(job["min_opset"]))
+        model, transposed = _load(folder, int(job["min_opset"]), bool(job.get("prelayout")))
         asm, keys = _import(model)
     except Exception as exc:  # the importer raises whatever its ops raise: all are "cannot import"
         return _fail(folder, "import", f"{type(exc).__name__}: {exc}")
@@ -107,7 +148,7 @@ def main(argv: list[str]) -> int:
     done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ), cwd=folder)
     if done.returncode != 0:
         return _fail(folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}")
-    (folder / "result.json").write_text(json.dumps({"ok": True, "params": keys}))
+    (folder / "result.json").write_text(json.dumps({"ok": True, "params": keys, "transposed": transposed}))
     return 0
 
 

@@ -57,6 +57,7 @@ class CompiledOpenVINO:
         self.output_names = tuple(output_names)
         self.where = where
         self._keep_alive = keep_alive  # memory OpenVINO may read: source weights, the imported blob
+        self.source_file: Any = None  # EXTERNAL_ONLY: the source's data file the blob references (SourceFile)
         self._tensor = ov.Tensor
         self.rebind(compiled_model, weights=weights)
 

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from epctx.ep import ContextWriter, WeightsFile, dump_document, load_document
+from epctx.ep import ContextWriter, SourceFile, WeightsFile, dump_document, load_document
 from epctx.errors import InvalidGraph
 
 __all__ = [
@@ -47,12 +47,13 @@ __all__ = [
 
 FORMAT = "epctx.openvino"
 FORMAT_VERSION = 1
+SOURCE_VERSION = 2  # meta with 'source' (weights in the source's data file; older epctx refuses it)
 
 
 class BlobMeta:
     """The parsed ``meta`` entry."""
 
-    __slots__ = ("config", "device", "inputs", "outputs", "weights", "weights_size")
+    __slots__ = ("config", "device", "inputs", "outputs", "source", "weights", "weights_size")
 
     def __init__(
         self,
@@ -63,7 +64,9 @@ class BlobMeta:
         outputs: Sequence[str],
         weights: Sequence[tuple[str, int, int]] = (),
         weights_size: int = 0,
+        source: SourceFile | None = None,
     ) -> None:
+        self.source = source  # EXTERNAL_ONLY: the source's data file the blob references (source_weights.py)
         self.device = device
         self.config = dict(config)
         self.inputs = tuple(inputs)
@@ -80,7 +83,10 @@ class BlobMeta:
             "weights": [{"key": k, "offset": o, "size": s} for k, o, s in self.weights],
             "weights_size": self.weights_size,
         }
-        return dump_document(doc, format=FORMAT, version=FORMAT_VERSION)
+        if self.source is None:
+            return dump_document(doc, format=FORMAT, version=FORMAT_VERSION)
+        doc["source"] = self.source.to_json()
+        return dump_document(doc, format=FORMAT, version=SOURCE_VERSION)
 
 
 def _strs(value: Any) -> tuple[str, ...]:
@@ -135,7 +141,9 @@ def _check_config(config: Any, where: str) -> dict[str, Any]:
 def read_meta(data: memoryview, where: str) -> BlobMeta:
     """Parse and check ``meta``; anything malformed, or an OpenVINO property outside ``CONFIG_ALLOWED``, is
     InvalidGraph naming ``where``."""
-    doc = load_document(data, format=FORMAT, version=FORMAT_VERSION, where=f"{where}: 'meta'")
+    version = SOURCE_VERSION if b'"source"' in bytes(data) else FORMAT_VERSION
+    doc = load_document(data, format=FORMAT, version=version, where=f"{where}: 'meta'")
+    source = SourceFile.from_json(doc["source"], where) if "source" in doc else None
     config = _check_config(doc.get("config"), where)
     try:
         weights = []
@@ -157,6 +165,7 @@ def read_meta(data: memoryview, where: str) -> BlobMeta:
             outputs=_strs(doc["outputs"]),
             weights=weights,
             weights_size=size,
+            source=source,
         )
     except (KeyError, TypeError) as exc:
         raise InvalidGraph(f"{where}: malformed 'meta': {exc!r}") from exc
@@ -171,6 +180,7 @@ def write_entries(
     inputs: Sequence[str],
     outputs: Sequence[str],
     weights: WeightsFile | None,
+    source: SourceFile | None = None,
 ) -> None:
     entries: list[tuple[str, int, int]] = []
     if weights is not None:
@@ -186,6 +196,7 @@ def write_entries(
         outputs=outputs,
         weights=entries,
         weights_size=weights.size if weights is not None else 0,
+        source=source,
     )
     store.add("meta", meta.to_json(), kind="metadata")
     store.add("blob", blob, kind="graph")

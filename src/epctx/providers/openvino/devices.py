@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from epctx.ep import EpDevice, HardwareDevice, HardwareDeviceType
+from epctx.ep import SUPPORTED_MODES_KEY, WEIGHTLESS_SUPPORT_KEY, EpDevice, HardwareDevice, HardwareDeviceType
 
 __all__ = ["OPENVINO_DEVICE_KEY", "discover_hardware", "supported_devices"]
 
@@ -72,7 +72,12 @@ def supported_devices(ep_name: str, ep_vendor: str, hardware: Sequence[HardwareD
 
     core = _core()
     available = list(core.available_devices)
-    metadata = {"version": ov.get_version()}
+    # onnxruntime's weightless keys (source_weights.py; measured on the CPU plugin)
+    metadata = {
+        "version": ov.get_version(),
+        SUPPORTED_MODES_KEY: "external_only",
+        WEIGHTLESS_SUPPORT_KEY: "external_only",
+    }
     devices = []
     for hw in hardware:
         if hw.is_virtual:

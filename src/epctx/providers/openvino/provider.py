@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -29,8 +30,9 @@ from epctx.ep import (
     ExecutionProvider,
     Partition,
     is_ep_context,
+    open_source_fd,
 )
-from epctx.errors import EPFail, InvalidGraph
+from epctx.errors import EPFail, InvalidArgument, InvalidGraph
 from epctx.providers.openvino import compatibility
 from epctx.providers.openvino.compiled import CompiledOpenVINO
 from epctx.providers.openvino.context import exported_blob, read_meta, shared_tensor, write_entries
@@ -82,6 +84,9 @@ def device_hardware(device: str) -> str:
 class OpenVINOExecutionProvider(ExecutionProvider):
     name = "OpenVINOExecutionProvider"
     compiles = True
+    # onnxruntime's weightless modes: EXTERNAL_ONLY (source_weights.py); its own option weightless=1 keeps the
+    # weights in the binary instead
+    weightless_supported_modes = "external_only"
     compiled_type = CompiledOpenVINO
     intra_op_threads_option = "num_of_threads"  # INFERENCE_NUM_THREADS
 
@@ -149,6 +154,8 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         inputs = [v.name or "" for v in partition.inputs]
         outputs = [v.name or "" for v in partition.outputs]
         config = self.config.compile_config()
+        if self.weightless.mode:  # onnxruntime's EXTERNAL_ONLY: the blob references the source's data file
+            return self._compile_external_only(partition, inputs, outputs, where)
         if self.config.weightless:
             plan = self._compile_layout(partition, target).plan(partition)
             compiled = self._compile_weightless(partition, plan, where)
@@ -159,6 +166,37 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         except RuntimeError as exc:
             raise EPFail(f"{where}: OpenVINO failed to compile it: {exc}") from exc
         return CompiledOpenVINO(compiled, inputs, outputs, where=where, keep_alive=keep)
+
+    def _compile_external_only(
+        self, partition: Partition, inputs: list[str], outputs: list[str], where: str
+    ) -> CompiledOpenVINO:
+        from epctx.providers.openvino.onnx_bridge import read_partition
+        from epctx.providers.openvino.source_weights import source_model_folder, source_refs
+
+        if self.config.weightless:
+            raise InvalidArgument(
+                f"{self.name}: the provider option weightless=1 (weights in the binary) and "
+                "ep.enable_weightless_mode (weights in the source's data file) exclude each other: give one"
+            )
+        found = source_refs(partition, where)
+        config = {**self.config.compile_config(), "CACHE_MODE": "OPTIMIZE_SIZE"}
+        try:
+            if found is None:  # nothing outside the .onnx: the blob holds every weight
+                model, keep = read_partition(self.core, partition)
+                return CompiledOpenVINO(
+                    self.core.compile_model(model, self.config.device, config), inputs, outputs,
+                    where=where, keep_alive=keep,
+                )  # fmt: skip
+            source, data, refs = found
+            with source_model_folder(partition, refs, data) as path:
+                compiled_model = self.core.compile_model(
+                    self.core.read_model(path), self.config.device, config
+                )
+        except RuntimeError as exc:
+            raise EPFail(f"{where}: OpenVINO failed to compile it: {exc}") from exc
+        compiled = CompiledOpenVINO(compiled_model, inputs, outputs, where=where)
+        compiled.source_file = source
+        return compiled
 
     def _compile_weightless(self, partition: Partition, plan: WeightsFile, where: str) -> Any:
         from epctx.providers.openvino.onnx_bridge import weightless_model_folder
@@ -231,6 +269,7 @@ class OpenVINOExecutionProvider(ExecutionProvider):
             inputs=compiled.input_names,
             outputs=compiled.output_names,
             weights=compiled.weights,
+            source=compiled.source_file,
         )
 
     def _place_weights(self, partition: Partition, compiled: CompiledOpenVINO, store: ContextWriter) -> None:
@@ -265,7 +304,15 @@ class OpenVINOExecutionProvider(ExecutionProvider):
         config.update(
             (k, v) for k, v in self.config.runtime_config().items() if k != "INFERENCE_PRECISION_HINT"
         )
-        if meta.weights:
+        if meta.source is not None:  # EXTERNAL_ONLY: the source's data file, checked, mapped by OpenVINO
+            config["CACHE_MODE"] = "OPTIMIZE_SIZE"
+            fd = open_source_fd(meta.source, self.weightless, where)
+            try:
+                config["WEIGHTS_PATH"] = f"/proc/self/fd/{fd}"
+                compiled = self.core.import_model(tensor, meta.device, config)
+            finally:
+                os.close(fd)
+        elif meta.weights:
             config["CACHE_MODE"] = "OPTIMIZE_SIZE"
             with weights_file(source, meta) as path:
                 config["WEIGHTS_PATH"] = path

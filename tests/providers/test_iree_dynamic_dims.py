@@ -1,0 +1,104 @@
+"""IREE on models with dynamic dimensions, as shipped and with the sizes stated (issue 21): the model compiles
+whole in one IREE partition, not bisected for minutes into fragments; a second session of the same model in the
+process compiles nothing (the probe cache); ``epctx compile --dim`` compiles for the stated sizes."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import epctx
+from epctx.cli import main
+from epctx.testing import no_compile
+from tests.oracle import run_ort
+from tests.requires import requires
+
+pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler")]
+
+EP = "IREEExecutionProvider"
+
+
+def _depthwise_model() -> bytes:
+    """x[N, 8, H, W] -> depthwise Conv -> Relu -> pointwise Conv -> y (declared without a shape)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["a"], group=8, pads=[1, 1, 1, 1], name="dw"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Conv", ["b", "w2"], ["y"], name="pw"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "depthwise", [x], [y], [w, w2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_dynamic_depthwise_model_whole_on_iree_and_cached(caplog: pytest.LogCaptureFixture) -> None:
+    data = _depthwise_model()
+    sess = epctx.InferenceSession(data, providers=[EP])
+    assert sess.get_partitions() == [(EP, ["dw", "relu", "pw"])]
+    rng = np.random.default_rng(1)
+    for shape in [(1, 8, 5, 7), (3, 8, 9, 4)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (got,) = sess.run(None, {"x": x})
+        (expected,) = run_ort(data, {"x": x})
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    with caplog.at_level(logging.INFO, logger="epctx"):
+        again = epctx.InferenceSession(data, providers=[EP])
+    assert again.get_partitions() == sess.get_partitions()
+    assert "compiled before in this process" in caplog.text
+    assert "compiling 3 node(s)" not in caplog.text
+
+
+def _cls_model() -> Path:
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("rapidocr_onnxruntime is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+    if not path.is_file():
+        pytest.skip("rapidocr_onnxruntime ships no cls model")
+    return path
+
+
+def _cls_input(batch: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return ((rng.integers(0, 256, (batch, 3, 48, 192)) / 255.0 - 0.5) / 0.5).astype(np.float32)
+
+
+def test_rapidocr_cls_as_shipped_compiles_whole() -> None:
+    """Was: the capability check bisected for more than 500 s."""
+    path = _cls_model()
+    start = time.perf_counter()
+    sess = epctx.InferenceSession(str(path), providers=[EP])
+    seconds = time.perf_counter() - start
+    assert [ep for ep, _ in sess.get_partitions()] == [EP], sess.get_partitions()
+    assert seconds < 180, seconds  # one compile (about 40 s on a loaded 2-core machine)
+    for batch in (1, 6):
+        x = _cls_input(batch)
+        (got,) = sess.run(None, {"x": x})
+        (expected,) = run_ort(path.read_bytes(), {"x": x})
+        np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+def test_compile_dim_states_the_sizes(tmp_path: Path) -> None:
+    path = _cls_model()
+    out = tmp_path / "cls_ctx.onnx"
+    dims = ["--dim", "x:0=6", "--dim", "x:2=48", "--dim", "x:3=192"]
+    assert main(["compile", str(path), "-p", EP, *dims, "-o", str(out), "-q"]) == 0
+    with no_compile():
+        sess = epctx.InferenceSession(str(out), providers=[EP])
+    assert sess.get_inputs()[0].shape == [6, 3, 48, 192]
+    assert len(onnx.load(str(out)).graph.node) == 1  # one EPContext node: the model whole
+    x = _cls_input(6)
+    (got,) = sess.run(None, {"x": x})
+    (expected,) = run_ort(path.read_bytes(), {"x": x})
+    np.testing.assert_allclose(got, expected, atol=1e-4)
