@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -24,6 +23,7 @@ from epctx.partition import Unit
 from epctx.partition.placement import BodyPartitioning
 from epctx.session.compile_guard import NO_COMPILE_ENV, no_compile
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
+from epctx.session.profiling import Phase, no_phase
 
 # NO_COMPILE_ENV, no_compile: the guard's names, kept for callers
 __all__ = ["NO_COMPILE_ENV", "CompileSetup", "StepBuilder", "no_compile"]
@@ -49,7 +49,7 @@ class StepBuilder:
         self.kernel_ep = kernel_ep
         self.fold = fold
         # Wraps each partition's context load: phase(kind, name, EP name) -> context (profiles).
-        self.phase: Callable[[str, str, str], contextlib.AbstractContextManager[Any]] = _no_phase
+        self.phase: Phase = no_phase
         # Called as each partition's compile ends: (kind, name, EP name, seconds since its EP's compile began).
         self.ended: Callable[[str, str, str, float], None] = _no_end
         # The EPs control-flow bodies (If / Loop / Scan) are partitioned among, as the main graph is; empty (the
@@ -190,10 +190,6 @@ _MIN_BODY_NODES = 16
 
 def _worth_compiling(nodes: Sequence[ir.Node]) -> bool:
     return len(nodes) >= _MIN_BODY_NODES or any(n.op_type in _HEAVY_OPS for n in nodes)
-
-
-def _no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:
-    return contextlib.nullcontext()
 
 
 def _no_end(kind: str, name: str, ep: str, seconds: float) -> None:

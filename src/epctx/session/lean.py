@@ -6,11 +6,10 @@ per node. Neither onnx nor onnx-ir, the CPU kernels nor anything of generation i
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from epctx import options as opt
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
@@ -20,15 +19,9 @@ from epctx.model.source import read_model_file
 from epctx.session.feeds import InputSpec
 from epctx.session.node_arg import ModelMetadata, NodeArg, model_metadata, node_arg
 from epctx.session.plan import ExecutionPlan, PlanStep, build_plan
+from epctx.session.profiling import Phase, no_phase
 
 __all__ = ["LeanSession", "open_lean"]
-
-# phase(kind, name, EP name) -> a context around one partition's load (StepBuilder.phase's signature).
-Phase = Callable[[str, str, str], contextlib.AbstractContextManager[Any]]
-
-
-def _no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:
-    return contextlib.nullcontext()
 
 
 class LeanSession(NamedTuple):
@@ -64,7 +57,7 @@ def open_lean(
     model = read_context_model(data)
     if model is None:
         return data if path is not None else None
-    return _build(model, path, providers, config, phase or _no_phase, read_func)
+    return _build(model, path, providers, config, phase or no_phase, read_func)
 
 
 def _build(
