@@ -27,7 +27,7 @@ def _node(**attrs: object) -> ir.Node:
 
 def test_defaults_and_binary_payload_round_trip():
     payload = bytes(range(256)) * 4  # not UTF-8
-    view = EPContextNode.from_ir(_node(ep_cache_context=payload, source="ExampleExecutionProvider"))
+    view = EPContextNode.from_node(_node(ep_cache_context=payload, source="ExampleExecutionProvider"))
     assert (view.main_context, view.embed_mode, view.max_size) == (1, 1, 0)
     assert view.ep_cache_context == payload
     x = ir.Value(name="x")
@@ -37,11 +37,11 @@ def test_defaults_and_binary_payload_round_trip():
     attrs = {a.name: a for a in proto.attribute}
     assert attrs["ep_cache_context"].s == payload
     assert [a.name for a in proto.attribute] == ["main_context", "ep_cache_context", "embed_mode", "source"]
-    assert EPContextNode.from_ir(node).ep_cache_context == payload
+    assert EPContextNode.from_node(node).ep_cache_context == payload
 
 
 def test_extra_attributes_are_kept():
-    view = EPContextNode.from_ir(
+    view = EPContextNode.from_node(
         _node(ep_cache_context=b"a.bin", embed_mode=0, source="QNN", is_multi_soc_ep_context=1)
     )
     assert view.extra == {"is_multi_soc_ep_context": 1}
@@ -61,5 +61,5 @@ def test_extra_attributes_are_kept():
 )
 def test_invalid_nodes_name_node_and_attribute(attrs, match):
     with pytest.raises(epctx.InvalidGraph, match=match) as info:
-        EPContextNode.from_ir(_node(**attrs))
+        EPContextNode.from_node(_node(**attrs))
     assert "ctx0" in str(info.value)

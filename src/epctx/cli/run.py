@@ -85,7 +85,7 @@ def _context_sources(model: str) -> list[tuple[str, str]]:
     if lean is not None:
         return [
             (n.name, str(n.attributes["source"].value) if "source" in n.attributes else "")
-            for n in lean.nodes
+            for n in lean.graph
         ]
     from epctx.tools.inspect import inspect_model
 

@@ -57,6 +57,7 @@ from epctx.ep.documents import dump_document, load_document
 from epctx.ep.hardware import cpu_device
 from epctx.ep.memory import byte_view, mapped_file, release_pages
 from epctx.ep.options import RESERVED_OPTION_PREFIX, Option, parse_options
+from epctx.ep.partition import ir_nodes, ir_values
 from epctx.ep.weightless import (
     NO_WEIGHTLESS,
     SUPPORTED_MODES_KEY,
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     from epctx.ep.onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
     from epctx.model.tensors import to_numpy
+    from epctx.model.view import AttrView, DimView, GraphView, ModelView, NodeView, ShapeView, ValueView
 
 # Imported on first use: the ONNX export helper (onnx), the graph helpers (onnx-ir), and what only compiling
 # or inspecting needs, so an EP that loads context binaries imports none of it.
@@ -97,6 +99,11 @@ _LAZY = {
     "node_subgraphs": "epctx.model.scopes",
     "outer_scope_values": "epctx.model.scopes",
     "to_numpy": "epctx.model.tensors",
+    # the model view both load paths give (typing only: epctx/model/view.py)
+    **{
+        name: "epctx.model.view"
+        for name in ("AttrView", "DimView", "GraphView", "ModelView", "NodeView", "ShapeView", "ValueView")
+    },
     # numpy's BLAS versus backends that fork at import (epctx/ep/blas.py)
     "backend_import": "epctx.ep.blas",
     "settle_backends": "epctx.ep.blas",
@@ -127,6 +134,16 @@ __all__ = [
     "make_partition",
     "fused_groups",
     "opset_of",
+    "ir_nodes",
+    "ir_values",
+    # the model view: what a Partition holds on either load path
+    "ValueView",
+    "NodeView",
+    "AttrView",
+    "GraphView",
+    "ModelView",
+    "ShapeView",
+    "DimView",
     "outer_scope_values",
     "node_subgraphs",
     # provider options

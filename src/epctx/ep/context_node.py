@@ -17,6 +17,8 @@ from epctx.errors import InvalidGraph
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from epctx.model.view import NodeView
+
 __all__ = ["DOMAIN", "OP_TYPE", "OPSET_VERSION", "EPContextNode", "is_ep_context"]
 
 DOMAIN = "com.microsoft"
@@ -92,16 +94,15 @@ class EPContextNode:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_ir(cls, node: ir.Node) -> EPContextNode:
-        """Read and validate ``node``; a wrong type or value is InvalidGraph naming the node and attribute."""
-        import onnx_ir as ir
-
+    def from_node(cls, node: NodeView) -> EPContextNode:
+        """Read and validate ``node`` (either loader's); a wrong type or value is InvalidGraph naming the node
+        and attribute."""
         where = f"EPContext node {node.name!r}"
         if not is_ep_context(node):
             raise InvalidGraph(f"{where} is {node.domain}::{node.op_type}, not {DOMAIN}::{OP_TYPE}")
         attributes: dict[str, tuple[int, Any]] = {}
         for name, attr in node.attributes.items():
-            if not isinstance(attr, ir.Attr):
+            if attr.ref_attr_name is not None:
                 raise InvalidGraph(f"{where}: attribute {name!r} is a reference, expected a value")
             attributes[name] = (int(attr.type), attr.value)
         return cls.from_parts(
@@ -174,7 +175,7 @@ class EPContextNode:
         attrs = [ir.AttrInt64("main_context", self.main_context)]
         if self.ep_cache_context is not None:
             # Binary payloads (embed_mode=1) are not UTF-8; onnx-ir keeps bytes as they are.
-            attrs.append(ir.AttrString("ep_cache_context", self.ep_cache_context))  # type: ignore[arg-type]
+            attrs.append(ir.Attr("ep_cache_context", ir.AttributeType.STRING, self.ep_cache_context))
         attrs.append(ir.AttrInt64("embed_mode", self.embed_mode))
         for name in ("ep_sdk_version", "onnx_model_filename", "hardware_architecture", "partition_name"):
             value = getattr(self, name)

@@ -21,6 +21,7 @@ import onnx
 import onnx_ir as ir
 
 from epctx.ep.contract import Partition
+from epctx.ep.partition import ir_nodes, ir_values
 from epctx.ep.weights_file import ExternalRef
 from epctx.errors import InvalidArgument
 
@@ -78,13 +79,13 @@ def partition_model(
     opsets.setdefault("", 1)
     refs = weights or {}
     graph = onnx.GraphProto(name=graph_name or partition.name or "partition")
-    for value in partition.inputs:
+    for value in ir_values(partition.inputs):
         graph.input.append(_value_info(value, f"input {value.name!r}"))
-    for value in partition.outputs:
+    for value in ir_values(partition.outputs):
         graph.output.append(_value_info(value, f"output {value.name!r}"))
-    for value in partition.initializers:
+    for value in ir_values(partition.initializers):
         graph.initializer.append(_initializer_proto(value, refs.get(value.name or "")))
-    for node in partition.nodes:
+    for node in ir_nodes(partition.nodes):
         graph.node.append(ir.serde.serialize_node(node))
     opset_list = [onnx.helper.make_opsetid(domain, version) for domain, version in sorted(opsets.items())]
     if ir_version is None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from epctx import options as opt
 from epctx.ep.context_node import EPContextNode, is_ep_context
@@ -18,13 +18,11 @@ from epctx.epcontext.store import ContextSource
 from epctx.errors import EPCtxError, Fail, InvalidArgument, InvalidGraph
 
 if TYPE_CHECKING:
-    import onnx_ir as ir
-
+    from epctx.model.view import GraphView, NodeView
     from epctx.trust.hooks import ReadFunc
 
 __all__ = ["ContextLoader"]
 
-_Node = TypeVar("_Node", bound=Hashable)
 logger = logging.getLogger("epctx")
 
 
@@ -48,7 +46,7 @@ class ContextLoader:
             self._base = Path(config.ep_context_file_path).resolve().parent
         else:
             self._base = None
-        self._views: dict[Hashable, EPContextNode] = {}  # node (onnx-ir's or the lean reader's) -> its view
+        self._views: dict[NodeView, EPContextNode] = {}  # node (onnx-ir's or the lean reader's) -> its view
         self._mains: dict[str, list[EPContextNode]] = {}  # EP name -> its main context nodes
         self._binaries: dict[str, ContextBinary] = {}  # resolved path or node name -> opened binary
         self._share = config.share_ep_contexts
@@ -60,29 +58,15 @@ class ContextLoader:
         self._verified: dict[str, list[int] | None] = {}  # trust policy: file -> stamp when verified
 
     def route(
-        self, graph: ir.Graph, providers: Sequence[ExecutionProvider]
-    ) -> dict[ir.Node, ExecutionProvider]:
-        """Each EPContext node goes to the first EP that accepts its ``source``; none is InvalidGraph."""
-        views = [(node, EPContextNode.from_ir(node)) for node in graph if is_ep_context(node)]
-        external: list[Path] = []
+        self, graph: GraphView, providers: Sequence[ExecutionProvider]
+    ) -> dict[NodeView, ExecutionProvider]:
+        """Each EPContext node of ``graph`` (either loader's) goes to the first EP that accepts its
+        ``source``; none is InvalidGraph. With a trust policy (``epctx.trust``), the files the nodes reference
+        (and the graph's external data) are checked here, before any EP or backend reads a byte of them."""
+        views = [(node, EPContextNode.from_node(node)) for node in graph if is_ep_context(node)]
         if views and self._config.trust_policy != "off":  # the fallback's external data is covered too
-            external = _external_files(graph)
-        return self.route_views(views, providers, external=external)
-
-    def route_views(
-        self,
-        views: Iterable[tuple[_Node, EPContextNode]],
-        providers: Sequence[ExecutionProvider],
-        *,
-        external: Sequence[Path] = (),
-    ) -> dict[_Node, ExecutionProvider]:
-        """``route`` for nodes already read (the lean reader's): keyed by the caller's node objects. With a
-        trust policy (``epctx.trust``), the files the nodes reference (and ``external`` data) are checked
-        here, before any EP or backend reads a byte of them."""
-        views = list(views)
-        if views and self._config.trust_policy != "off":
-            self._check_trust([view for _, view in views], external)
-        routed: dict[_Node, ExecutionProvider] = {}
+            self._check_trust([view for _, view in views], _external_files(graph))
+        routed: dict[NodeView, ExecutionProvider] = {}
         for node, view in views:
             source = view.source or ""
             ep = next((p for p in providers if p.compiles and p.accepts_source(source)), None)
@@ -122,7 +106,7 @@ class ContextLoader:
             self._model_path, files, model_native, self._config, from_callback=from_callback
         )
 
-    def load(self, ep: ExecutionProvider, node: Hashable, partition: Partition) -> CompiledPartition:
+    def load(self, ep: ExecutionProvider, node: NodeView, partition: Partition) -> CompiledPartition:
         view = self._views[node]
         source, where = self.open_graph(ep, node)
         try:
@@ -138,7 +122,7 @@ class ContextLoader:
                 f"{where}: {ep.name} failed to load graph {source.graph_name!r}: {exc}"
             ) from exc
 
-    def open_graph(self, ep: ExecutionProvider, node: Hashable) -> tuple[ContextSource, str]:
+    def open_graph(self, ep: ExecutionProvider, node: NodeView) -> tuple[ContextSource, str]:
         """The entries of a routed node's graph, once its binary, identity and verdict are checked (what
         ``load`` hands the EP; a refit reads the code from it), and the node's name for errors."""
         view = self._views[node]
@@ -208,7 +192,7 @@ class ContextLoader:
                 )
             return self._binaries[key]
         if self._read is not None:
-            return self._from_callback(view.cache_path)
+            return self._from_callback(self._read, view.cache_path)
         if self._base is None:
             raise InvalidArgument(
                 f"EPContext node {view.name!r} refers to the file {view.cache_path!r} and the model comes from "
@@ -231,12 +215,12 @@ class ContextLoader:
             binary = self._binaries[reference] = self._binaries[key]
         return binary
 
-    def _from_callback(self, name: str) -> ContextBinary:
+    def _from_callback(self, read: ReadFunc, name: str) -> ContextBinary:
         key = f"callback:{name}"
         if key not in self._binaries:
             from epctx.trust.hooks import read_named_buffer
 
-            data = read_named_buffer(self._read, name)  # type: ignore[arg-type]
+            data = read_named_buffer(read, name)
             self._binaries[key] = ContextBinary.from_bytes(
                 data, where=f"context binary {name!r} (from the EPContext data read callback)"
             )
@@ -290,8 +274,13 @@ def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str,
         )
 
 
-def _external_files(graph: ir.Graph) -> list[Path]:
+def _external_files(graph: GraphView) -> list[Path]:
+    if not hasattr(graph, "subgraphs"):  # the lean reader's graph: no initializers (and no onnx-ir import)
+        return []
     import onnx_ir as ir
+
+    if not isinstance(graph, ir.Graph):
+        return []
 
     found: dict[str, Path] = {}
     for g in (graph, *graph.subgraphs()):

@@ -13,14 +13,23 @@ users see. So a file is never accepted here that the full loader would refuse.""
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping
 
 from epctx.model.wire import LEN, VARINT, WireError, fields, signed, text, varints
 
-__all__ = ["LeanAttribute", "LeanModel", "LeanNode", "LeanValue", "read_context_model"]
+__all__ = [
+    "LeanAttribute",
+    "LeanDim",
+    "LeanGraph",
+    "LeanModel",
+    "LeanNode",
+    "LeanTensorType",
+    "LeanValue",
+    "read_context_model",
+]
 
 _EP_CONTEXT = ("com.microsoft", "EPContext")
+_PAYLOAD = "ep_cache_context"  # bytes on both load paths: a binary or the UTF-8 path of one
 # IR versions taken here: those of the onnx releases epctx supports (onnx 1.23 writes and checks IR 14);
 # anything else goes to the full loader, whose onnx checks decide.
 _IR_VERSIONS = range(3, 15)
@@ -34,35 +43,84 @@ class _NotLean(Exception):
 
 
 # Plain slotted classes rather than dataclasses: this module is on the path of every process that loads a
-# context model, and building a frozen, slotted dataclass costs about 0.8 ms at import.
-class LeanValue:
-    """A graph input or output: ``elem_type`` is ONNX's TensorProto.DataType, ``dims`` None when unranked,
-    each dim an int (>= 0), a symbolic name, or None. Compared by identity, as onnx-ir values are."""
+# context model, and building a frozen, slotted dataclass costs about 0.8 ms at import. Each satisfies its
+# protocol of ``epctx.model.view`` (checked by mypy in tests/typing_view.py), as onnx-ir's classes do.
+class LeanDim:
+    """A symbolic dimension (``view.DimView``): equal to its name, as onnx-ir's SymbolicDim is."""
 
-    __slots__ = ("dims", "elem_type", "name")
-    const_value = None  # the plan's view of a value: never a constant here
+    __slots__ = ("value",)
 
-    def __init__(self, name: str, elem_type: int, dims: tuple[int | str | None, ...] | None) -> None:
-        self.name = name
-        self.elem_type = elem_type
-        self.dims = dims
+    def __init__(self, value: str | None) -> None:
+        self.value = value
 
-    def producer(self) -> None:
-        return None
+    def __eq__(self, other: object) -> bool:
+        if other is None or isinstance(other, str):
+            return self.value == other
+        return self.value == getattr(other, "value", self)  # another symbolic dim (onnx-ir's SymbolicDim)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
 
     def __repr__(self) -> str:
-        return f"LeanValue({self.name!r}, {self.elem_type}, {self.dims!r})"
+        return f"LeanDim({self.value!r})"
 
 
-class LeanAttribute(NamedTuple):
-    """An attribute as onnx-ir gives it: ``type`` is AttributeProto's type number; STRING values are ``str``
-    when UTF-8, else ``bytes`` (EPContext payloads)."""
+class LeanTensorType:
+    """A tensor type (the lean reader takes tensor inputs and outputs only): ``dtype`` as ONNX numbers it."""
 
-    type: int
-    value: object
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: int) -> None:
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"LeanTensorType({self.dtype})"
+
+
+class LeanValue:
+    """A value (``view.ValueView``): ``dtype`` ONNX's TensorProto.DataType (None when not known: an
+    intermediate value), ``shape`` None when unranked, each dim an int (>= 0) or a LeanDim. Compared by
+    identity, as onnx-ir values are."""
+
+    __slots__ = ("_producer", "dtype", "name", "shape")
+    const_value = None  # never a constant here
+
+    def __init__(self, name: str, dtype: int | None, shape: tuple[int | LeanDim, ...] | None) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.shape = shape
+        self._producer: LeanNode | None = None
+
+    @property
+    def type(self) -> LeanTensorType | None:
+        return None if self.dtype is None else LeanTensorType(self.dtype)
+
+    def producer(self) -> LeanNode | None:
+        return self._producer
+
+    def __repr__(self) -> str:
+        return f"LeanValue({self.name!r}, {self.dtype}, {self.shape!r})"
+
+
+class LeanAttribute:
+    """An attribute as onnx-ir gives it (``view.AttrView``): ``type`` is AttributeProto's type number; STRING
+    values are ``str`` when UTF-8, else ``bytes``; ``ep_cache_context`` is always ``bytes`` (as the full
+    loader keeps it)."""
+
+    __slots__ = ("type", "value")
+    ref_attr_name = None  # never a reference (function attributes are the full loader's business)
+
+    def __init__(self, type: int, value: object) -> None:
+        self.type = type
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"LeanAttribute({self.type}, {self.value!r})"
 
 
 class LeanNode:
+    """A node (``view.NodeView``); its inputs and outputs are the graph's LeanValue objects."""
+
     __slots__ = ("attributes", "domain", "inputs", "name", "op_type", "outputs")
 
     def __init__(
@@ -70,8 +128,8 @@ class LeanNode:
         name: str,
         domain: str,
         op_type: str,
-        inputs: tuple[str, ...],
-        outputs: tuple[str, ...],
+        inputs: tuple[LeanValue, ...],
+        outputs: tuple[LeanValue, ...],
         attributes: Mapping[str, LeanAttribute],
     ) -> None:
         self.name = name
@@ -82,24 +140,37 @@ class LeanNode:
         self.attributes = attributes
 
     def __repr__(self) -> str:
-        return f"LeanNode({self.name!r}, {self.domain}::{self.op_type}, {self.inputs} -> {self.outputs})"
+        names = (tuple(v.name for v in self.inputs), tuple(v.name for v in self.outputs))
+        return f"LeanNode({self.name!r}, {self.domain}::{self.op_type}, {names[0]} -> {names[1]})"
+
+
+class LeanGraph:
+    """The graph (``view.GraphView``): iterating it gives its nodes in order."""
+
+    __slots__ = ("doc_string", "inputs", "name", "nodes", "outputs")
+
+    def __init__(self) -> None:
+        self.name = ""
+        self.doc_string = ""
+        self.inputs: list[LeanValue] = []
+        self.outputs: list[LeanValue] = []
+        self.nodes: list[LeanNode] = []
+
+    def __iter__(self) -> Iterator[LeanNode]:
+        return iter(self.nodes)
 
 
 class LeanModel:
-    """What a session needs of the model; the graph's fields are filled as the reader goes."""
+    """What a session needs of the model (``view.ModelView``)."""
 
     __slots__ = (
         "doc_string",
         "domain",
-        "graph_doc_string",
-        "graph_name",
-        "inputs",
+        "graph",
         "ir_version",
         "metadata_props",
         "model_version",
-        "nodes",
         "opset_imports",
-        "outputs",
         "producer_name",
     )
 
@@ -121,11 +192,12 @@ class LeanModel:
         self.doc_string = doc_string
         self.opset_imports = opset_imports
         self.metadata_props = metadata_props
-        self.graph_name = ""
-        self.graph_doc_string = ""
-        self.inputs: list[LeanValue] = []
-        self.outputs: list[LeanValue] = []
-        self.nodes: list[LeanNode] = []
+        self.graph = LeanGraph()
+
+
+# A node as read, before its names are wired to values: name, domain, op type, input and output names,
+# attributes.
+_RawNode = tuple[str, str, str, tuple[str, ...], tuple[str, ...], dict[str, "LeanAttribute"]]
 
 
 def read_context_model(data: bytes | memoryview) -> LeanModel | None:
@@ -137,7 +209,8 @@ def read_context_model(data: bytes | memoryview) -> LeanModel | None:
 
 
 def _model(buf: memoryview) -> LeanModel:
-    head: dict[int, object] = {}
+    numbers: dict[int, int] = {}  # ir_version, model_version
+    texts: dict[int, str] = {}  # producer name and version, domain, doc string
     graph: memoryview | None = None
     opsets: dict[str, int] = {}
     metadata: dict[str, str] = {}
@@ -155,47 +228,48 @@ def _model(buf: memoryview) -> LeanModel:
             key, val = _entry(_len(value))
             metadata[key] = val
         elif number in (1, 5):
-            head[number] = signed(_int(kind, value))
+            numbers[number] = signed(_int(kind, value))
         elif number in (2, 3, 4, 6):
-            head[number] = text(value)
+            texts[number] = text(value)
         else:  # training info, functions, configuration...: the full loader's business
             raise _NotLean
-    ir_version = head.get(1, 0)
+    ir_version = numbers.get(1, 0)
     if graph is None or ir_version not in _IR_VERSIONS or opsets.get(_EP_CONTEXT[0], 0) < 1:
         raise _NotLean
     model = LeanModel(
-        ir_version=int(ir_version),  # type: ignore[call-overload]
-        producer_name=str(head.get(2, "")),
-        domain=str(head.get(4, "")),
-        model_version=int(head.get(5, 0)),  # type: ignore[call-overload]
-        doc_string=str(head.get(6, "")),
+        ir_version=ir_version,
+        producer_name=texts.get(2, ""),
+        domain=texts.get(4, ""),
+        model_version=numbers.get(5, 0),
+        doc_string=texts.get(6, ""),
         opset_imports=opsets,
         metadata_props=metadata,
     )
-    _graph(graph, model)
-    _check_wiring(model)
+    _wire(model.graph, _graph(graph, model.graph))
     return model
 
 
-def _graph(buf: memoryview, model: LeanModel) -> None:
+def _graph(buf: memoryview, graph: LeanGraph) -> list[_RawNode]:
+    nodes: list[_RawNode] = []
     for number, _, value in fields(buf):
         if number == 1:
-            model.nodes.append(_node(_len(value)))
+            nodes.append(_node(_len(value)))
         elif number == 2:
-            model.graph_name = text(value)
+            graph.name = text(value)
         elif number == 10:
-            model.graph_doc_string = text(value)
+            graph.doc_string = text(value)
         elif number == 11:
-            model.inputs.append(_value_info(_len(value)))
+            graph.inputs.append(_value_info(_len(value)))
         elif number == 12:
-            model.outputs.append(_value_info(_len(value)))
+            graph.outputs.append(_value_info(_len(value)))
         elif number == 13:
             continue  # value_info of intermediate values: not needed to run EPContext nodes
         else:  # initializers, sparse initializers, annotations: the full loader's business
             raise _NotLean
+    return nodes
 
 
-def _node(buf: memoryview) -> LeanNode:
+def _node(buf: memoryview) -> _RawNode:
     inputs: list[str] = []
     outputs: list[str] = []
     attributes: dict[str, LeanAttribute] = {}
@@ -222,7 +296,7 @@ def _node(buf: memoryview) -> LeanNode:
             raise _NotLean
     if (domain, op_type) != _EP_CONTEXT:
         raise _NotLean
-    return LeanNode(name, domain, op_type, tuple(inputs), tuple(outputs), attributes)
+    return name, domain, op_type, tuple(inputs), tuple(outputs), attributes
 
 
 def _attribute(buf: memoryview) -> tuple[str, LeanAttribute]:
@@ -240,7 +314,7 @@ def _attribute(buf: memoryview) -> tuple[str, LeanAttribute]:
         elif number == 3:
             scalars[3] = signed(_int(kind, value))
         elif number == 4:
-            scalars[4] = _string(_len(value))
+            scalars[4] = _len(value)  # decoded below: the payload stays bytes
         elif number == 7:
             repeated.extend(_floats(kind, value))
         elif number == 8:
@@ -258,7 +332,10 @@ def _attribute(buf: memoryview) -> tuple[str, LeanAttribute]:
         if repeated or set(scalars) - {scalar_field}:
             raise _NotLean
         default: object = {_FLOAT: 0.0, _INT: 0, _STRING: ""}[kind_of]
-        return name, LeanAttribute(kind_of, scalars.get(scalar_field, default))
+        found = scalars.get(scalar_field, default)
+        if isinstance(found, memoryview):  # a payload is bytes, as the full loader gives it (never decoded)
+            found = bytes(found) if name == _PAYLOAD else _string(found)
+        return name, LeanAttribute(kind_of, found)
     if kind_of in (_FLOATS, _INTS, _STRINGS) and not scalars:
         return name, LeanAttribute(kind_of, repeated)
     raise _NotLean
@@ -280,7 +357,7 @@ def _value_info(buf: memoryview) -> LeanValue:
     return LeanValue(name, elem_type, dims)
 
 
-def _tensor_type(buf: memoryview) -> tuple[int, tuple[int | str | None, ...] | None]:
+def _tensor_type(buf: memoryview) -> tuple[int, tuple[int | LeanDim, ...] | None]:
     tensor: memoryview | None = None
     for number, _, value in fields(buf):
         if number == 1 and tensor is None:
@@ -290,7 +367,7 @@ def _tensor_type(buf: memoryview) -> tuple[int, tuple[int | str | None, ...] | N
     if tensor is None:
         raise _NotLean
     elem_type = 0
-    dims: tuple[int | str | None, ...] | None = None
+    dims: tuple[int | LeanDim, ...] | None = None
     for number, kind, value in fields(tensor):
         if number == 1:
             elem_type = _int(kind, value)
@@ -303,7 +380,7 @@ def _tensor_type(buf: memoryview) -> tuple[int, tuple[int | str | None, ...] | N
     return elem_type, dims
 
 
-def _dim(buf: memoryview) -> int | str | None:
+def _dim(buf: memoryview) -> int | LeanDim:
     dim: int | str | None = None
     for number, kind, value in fields(buf):
         if number == 1:
@@ -313,24 +390,36 @@ def _dim(buf: memoryview) -> int | str | None:
             dim = text(value) or None
         elif number != 3:  # denotation
             raise _NotLean
-    return dim
+    return dim if isinstance(dim, int) else LeanDim(dim)
 
 
-def _check_wiring(model: LeanModel) -> None:
-    """Inputs unique; each node reads graph inputs or earlier nodes' outputs; every graph output is made."""
-    known = {v.name for v in model.inputs}
-    if len(known) != len(model.inputs) or not model.nodes:
+def _wire(graph: LeanGraph, raw: list[_RawNode]) -> None:
+    """Nodes made of values, as onnx-ir's: inputs unique; each node reads graph inputs or earlier nodes'
+    outputs; every graph output is a graph input or a node's output value (its producer set)."""
+    known = {v.name: v for v in graph.inputs}
+    if len(known) != len(graph.inputs) or not raw:
         raise _NotLean
-    for node in model.nodes:
-        if not node.inputs or not node.outputs or any(name not in known for name in node.inputs):
+    declared = {v.name: v for v in graph.outputs}
+    if not declared or len(declared) != len(graph.outputs):
+        raise _NotLean
+    for name, domain, op_type, input_names, output_names, attributes in raw:
+        if not input_names or not output_names or any(n not in known for n in input_names):
             raise _NotLean
-        for name in node.outputs:
-            if not name or name in known:
+        outputs: list[LeanValue] = []
+        for n in output_names:
+            if not n or n in known:
                 raise _NotLean
-            known.add(name)
-    outputs = [v.name for v in model.outputs]
-    if not outputs or len(set(outputs)) != len(outputs) or any(name not in known for name in outputs):
+            known[n] = declared.get(n) or LeanValue(n, None, None)
+            outputs.append(known[n])
+        node = LeanNode(
+            name, domain, op_type, tuple(known[n] for n in input_names), tuple(outputs), attributes
+        )
+        for value in outputs:
+            value._producer = node
+        graph.nodes.append(node)
+    if any(name not in known for name in declared):
         raise _NotLean
+    graph.outputs = [known[v.name] for v in graph.outputs]  # a graph input read out: the input's value
 
 
 def _opset(buf: memoryview) -> tuple[str, int]:

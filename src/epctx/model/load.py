@@ -341,7 +341,9 @@ def _restore_payloads(model: ir.Model, payloads: dict[int, bytes]) -> None:
     for index, node in enumerate(model.graph):
         if index in payloads:
             # Binary payloads are bytes in a STRING attribute (onnxruntime's format); onnx-ir keeps them as is.
-            node.attributes["ep_cache_context"] = ir.AttrString("ep_cache_context", payloads[index])  # type: ignore[arg-type]
+            node.attributes["ep_cache_context"] = ir.Attr(
+                "ep_cache_context", ir.AttributeType.STRING, payloads[index]
+            )
 
 
 def _checkable(proto: onnx.ModelProto, data: bytes, *, stripped: bool) -> tuple[bytes, bytes]:

@@ -16,6 +16,7 @@ from epctx.ep.compiling import CapabilityContext
 from epctx.ep.contract import ExecutionProvider, Partition, make_partition
 from epctx.errors import InvalidGraph, NotImplemented
 from epctx.model.scopes import outer_scope_values
+from epctx.model.view import NodeView
 from epctx.partition.cost import cost_rule_reason
 from epctx.partition.grouping import group_units
 
@@ -54,7 +55,7 @@ class GraphPartitioner:
         graph: ir.Graph,
         opset_imports: Mapping[str, int],
         *,
-        preassigned: Mapping[ir.Node, ExecutionProvider] | None = None,
+        preassigned: Mapping[NodeView, ExecutionProvider] | None = None,
         ctx: CapabilityContext | None = None,
     ) -> list[Unit]:
         """Assign every node of ``graph``; return the units in a valid execution order.
@@ -62,7 +63,7 @@ class GraphPartitioner:
         ``ctx`` is given to each EP's ``get_capability`` (the session's compile guard)."""
         ctx = ctx or CapabilityContext()
         nodes = list(graph)
-        index = {node: i for i, node in enumerate(nodes)}
+        index: dict[NodeView, int] = {node: i for i, node in enumerate(nodes)}
         owner: list[ExecutionProvider | None] = [None] * len(nodes)
         node_succ = _node_successors(nodes, index)
         # unit_of[i]: the unit node i belongs to; units start as single nodes and merge as EPs fuse.
@@ -210,13 +211,13 @@ class GraphPartitioner:
             if h in loaded:
                 ep, _ = fused[h]
                 part = make_partition(nodes[h].name or "", ep.name, graph, [nodes[h]], opset_imports)
-                units.append(Unit(ep, part.nodes, part, from_context=True))
+                units.append(Unit(ep, (nodes[h],), part, from_context=True))
             elif h in fused:
                 ep, members = fused[h]
                 name = f"{ep.name}_{key}_{counts[ep.name]}"
                 counts[ep.name] += 1
                 part = make_partition(name, ep.name, graph, [nodes[i] for i in members], opset_imports)
-                units.append(Unit(ep, part.nodes, part))
+                units.append(Unit(ep, tuple(nodes[i] for i in members), part))
             else:
                 kernel_ep = owner[h]
                 if kernel_ep is None:  # every node was checked to have an owner before ordering
@@ -235,7 +236,7 @@ def _by_cost_rule(reasons: Sequence[tuple[str, str]]) -> bool:
     return any(why.startswith("cost rule:") for _, why in reasons)
 
 
-def _node_successors(nodes: list[ir.Node], index: dict[ir.Node, int]) -> list[set[int]]:
+def _node_successors(nodes: list[ir.Node], index: Mapping[NodeView, int]) -> list[set[int]]:
     """Data edges between nodes, including reads of outer values from inside subgraphs."""
     succ: list[set[int]] = [set() for _ in nodes]
     for j, node in enumerate(nodes):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -16,6 +15,7 @@ from epctx.ep.calls import compile_partitions
 from epctx.ep.compiling import CapabilityContext, CompileContext, CompileGuard
 from epctx.ep.context_io import BinaryLayout
 from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
+from epctx.ep.partition import ir_nodes
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
@@ -23,6 +23,7 @@ from epctx.partition import Unit
 from epctx.partition.placement import BodyPartitioning
 from epctx.session.compile_guard import NO_COMPILE_ENV, no_compile
 from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_plan
+from epctx.session.profiling import Phase, no_phase
 
 # NO_COMPILE_ENV, no_compile: the guard's names, kept for callers
 __all__ = ["NO_COMPILE_ENV", "CompileSetup", "StepBuilder", "no_compile"]
@@ -48,7 +49,7 @@ class StepBuilder:
         self.kernel_ep = kernel_ep
         self.fold = fold
         # Wraps each partition's context load: phase(kind, name, EP name) -> context (profiles).
-        self.phase: Callable[[str, str, str], contextlib.AbstractContextManager[Any]] = _no_phase
+        self.phase: Phase = no_phase
         # Called as each partition's compile ends: (kind, name, EP name, seconds since its EP's compile began).
         self.ended: Callable[[str, str, str, float], None] = _no_end
         # The EPs control-flow bodies (If / Loop / Scan) are partitioned among, as the main graph is; empty (the
@@ -163,14 +164,14 @@ class StepBuilder:
         ran: list[Unit] = []
         for unit in units:
             part = unit.partition
-            if part is None or _worth_compiling(part.nodes):
+            if part is None or _worth_compiling(ir_nodes(part.nodes)):
                 ran.append(unit)
                 continue
             why = (
                 f"cost rule: a body partition of {len(part.nodes)} node(s) with no convolution, matmul or "
                 "recurrent op runs on the kernel EP (a call into a compiled partition costs more)"
             )
-            for node in part.nodes:
+            for node in ir_nodes(part.nodes):
                 declined.setdefault(node, []).append((unit.ep.name, why))
                 ran.append(Unit(self.kernel_ep, (node,)))
         compiled, _ = self.compile_units(ran, None, CompileSetup(self.guard, partitioner.artefacts))
@@ -189,10 +190,6 @@ _MIN_BODY_NODES = 16
 
 def _worth_compiling(nodes: Sequence[ir.Node]) -> bool:
     return len(nodes) >= _MIN_BODY_NODES or any(n.op_type in _HEAVY_OPS for n in nodes)
-
-
-def _no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:
-    return contextlib.nullcontext()
 
 
 def _no_end(kind: str, name: str, ep: str, seconds: float) -> None:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from epctx.errors import InvalidArgument
-from epctx.session.node_arg import tensor_type_string, type_string
+from epctx.session.node_arg import is_tensor_type, tensor_type_string, type_string
 from epctx.session.ortvalue import OrtValue
 
 if TYPE_CHECKING:
-    import onnx_ir as ir
-
-    from epctx.model.lean import LeanValue
+    from epctx.model.view import ValueView
 
 __all__ = ["FeedBinder", "InputSpec"]
 
@@ -44,27 +43,24 @@ class InputSpec:
             self.dims = tuple((i, d) for i, d in enumerate(shape) if isinstance(d, int) and d >= 0)
 
     @classmethod
-    def from_ir(cls, value: ir.Value) -> InputSpec:
-        import onnx_ir as ir
-
-        from epctx.model.tensors import to_numpy
-
-        dtype: np.dtype[Any] | None = None
-        if isinstance(value.type, ir.TensorType):
-            try:
-                dtype = np.dtype(value.type.dtype.numpy())
-            except Exception:
-                dtype = None
-        default = to_numpy(value.const_value) if value.const_value is not None else None
-        shape = list(value.shape) if value.shape is not None else None
-        return cls(value.name or "", type_string(value.type), dtype, shape, default)
-
-    @classmethod
-    def from_lean(cls, value: LeanValue) -> InputSpec:
+    def from_value(cls, value: ValueView) -> InputSpec:
+        """The spec of a graph input of either loader; a constant input's value is its default."""
         from epctx.model.dtypes import numpy_dtype
 
-        dtype = numpy_dtype(value.elem_type)
-        return cls(value.name, tensor_type_string(value.elem_type), dtype, value.dims)
+        dtype: np.dtype[Any] | None = None
+        if is_tensor_type(value.type) and value.dtype is not None:
+            dtype = numpy_dtype(int(value.dtype))
+            numpy = getattr(value.dtype, "numpy", None)  # onnx-ir's DataType knows float8 / int4 too
+            if dtype is None and numpy is not None:
+                with contextlib.suppress(Exception):
+                    dtype = np.dtype(numpy())
+        default = None
+        if value.const_value is not None:
+            from epctx.model.tensors import to_numpy
+
+            default = to_numpy(value.const_value)
+        shape = list(value.shape) if value.shape is not None else None
+        return cls(value.name or "", type_string(value.type), dtype, shape, default)
 
 
 class FeedBinder:

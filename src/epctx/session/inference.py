@@ -18,7 +18,7 @@ from epctx.providers.registry import create_provider
 from epctx.session.feeds import FeedBinder, InputSpec
 from epctx.session.iobinding import SessionIOBinding
 from epctx.session.logs import severity_scope
-from epctx.session.node_arg import ModelMetadata, NodeArg, node_arg
+from epctx.session.node_arg import ModelMetadata, NodeArg, model_metadata, node_arg
 from epctx.session.ortvalue import OrtValue, owned_array
 from epctx.session.profiling import Profiler
 
@@ -248,9 +248,9 @@ class InferenceSession:
         self._inputs = [node_arg(v) for v in graph.inputs if v.const_value is None]
         self._overridable = [node_arg(v) for v in graph.inputs if v.const_value is not None]
         self._outputs = [node_arg(v) for v in graph.outputs]
-        self._binder = FeedBinder([InputSpec.from_ir(v) for v in graph.inputs])
+        self._binder = FeedBinder([InputSpec.from_value(v) for v in graph.inputs])
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
-        self._metadata = _metadata(pipeline.loaded.model)
+        self._metadata = model_metadata(pipeline.loaded.model)
         self._prepare_run()
         logger.debug(
             "session ready: %d units on %s", len(pipeline.units), ", ".join(ep.name for ep in self._providers)
@@ -473,18 +473,6 @@ def _lean_placement(partitions: Sequence[tuple[str, Sequence[str]]]) -> list[Nod
         )
         for k, (ep, nodes) in enumerate(partitions)
     ]
-
-
-def _metadata(model: ir.Model) -> ModelMetadata:
-    return ModelMetadata(
-        producer_name=model.producer_name or "",
-        graph_name=model.graph.name or "",
-        domain=model.domain or "",
-        description=model.doc_string or "",
-        graph_description=model.graph.doc_string or "",
-        version=model.model_version or 0,
-        custom_metadata_map=dict(model.metadata_props),
-    )
 
 
 def _op_type(unit: Any) -> str:

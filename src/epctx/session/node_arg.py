@@ -6,11 +6,17 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import onnx_ir as ir
+    from epctx.model.view import ModelView, ValueView
 
-    from epctx.model.lean import LeanValue
-
-__all__ = ["ModelMetadata", "NodeArg", "lean_node_arg", "node_arg", "tensor_type_string", "type_string"]
+__all__ = [
+    "ModelMetadata",
+    "NodeArg",
+    "is_tensor_type",
+    "model_metadata",
+    "node_arg",
+    "tensor_type_string",
+    "type_string",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,12 +66,27 @@ def tensor_type_string(elem_type: int, fallback: str = "") -> str:
     return f"tensor({_ELEM_NAMES.get(int(elem_type), fallback or str(elem_type))})"
 
 
-def type_string(t: ir.TypeProtocol | None) -> str:
-    """onnxruntime's spelling: tensor(float), seq(tensor(int64)), optional(tensor(float)), map(...)."""
+def is_tensor_type(t: object) -> bool:
+    """Whether a value's ``type`` (either loader's) is a tensor type; onnx-ir is asked only for its own."""
+    from epctx.model.lean import LeanTensorType
+
+    if t is None or isinstance(t, LeanTensorType):
+        return t is not None
     import onnx_ir as ir
+
+    return isinstance(t, ir.TensorType)
+
+
+def type_string(t: object) -> str:
+    """onnxruntime's spelling: tensor(float), seq(tensor(int64)), optional(tensor(float)), map(...)."""
+    from epctx.model.lean import LeanTensorType
 
     if t is None:
         return "unknown"
+    if isinstance(t, LeanTensorType):  # the lean reader's: no onnx-ir
+        return tensor_type_string(t.dtype)
+    import onnx_ir as ir
+
     if isinstance(t, ir.TensorType):
         return tensor_type_string(t.dtype, t.dtype.name.lower())
     if isinstance(t, ir.SparseTensorType):
@@ -77,7 +98,8 @@ def type_string(t: ir.TypeProtocol | None) -> str:
     return str(t)
 
 
-def node_arg(value: ir.Value) -> NodeArg:
+def node_arg(value: ValueView) -> NodeArg:
+    """get_inputs() / get_outputs()'s entry for a value of either loader."""
     shape: list[int | str | None] | None = None
     if value.shape is not None:
         shape = []
@@ -85,14 +107,18 @@ def node_arg(value: ir.Value) -> NodeArg:
             if isinstance(dim, int):
                 shape.append(dim if dim >= 0 else None)  # a negative size means dynamic
             else:
-                shape.append(dim.value if getattr(dim, "value", None) is not None else None)
+                shape.append(dim.value)
     return NodeArg(name=value.name or "", type=type_string(value.type), shape=shape)
 
 
-def lean_node_arg(value: LeanValue) -> NodeArg:
-    """The same NodeArg as :func:`node_arg` gives, for a value of the lean reader (epctx.model.lean)."""
-    return NodeArg(
-        name=value.name,
-        type=tensor_type_string(value.elem_type),
-        shape=None if value.dims is None else list(value.dims),
+def model_metadata(model: ModelView) -> ModelMetadata:
+    """get_modelmeta()'s answer for a model of either loader."""
+    return ModelMetadata(
+        producer_name=model.producer_name or "",
+        graph_name=model.graph.name or "",
+        domain=model.domain or "",
+        description=model.doc_string or "",
+        graph_description=model.graph.doc_string or "",
+        version=model.model_version or 0,
+        custom_metadata_map=dict(model.metadata_props),
     )

@@ -12,7 +12,7 @@ from epctx.errors import EPCtxError, Fail
 from epctx.model.tensors import to_numpy
 
 if TYPE_CHECKING:
-    import onnx_ir as ir
+    from epctx.model.view import ValueView
 
 __all__ = ["ExecutionPlan", "PlanStep", "build_plan"]
 
@@ -27,8 +27,8 @@ class PlanStep:
     """A unit to execute: ``fn(*inputs)`` returns one value per entry of ``outputs``."""
 
     fn: Callable[..., Sequence[Any]]
-    inputs: tuple[ir.Value | None, ...]
-    outputs: tuple[ir.Value, ...]
+    inputs: tuple[ValueView | None, ...]
+    outputs: tuple[ValueView, ...]
     foldable: bool = False  # may run once at build time when every input is constant
     label: str = ""
     op_type: str = ""  # for profiles: the node's op type, or "EPContext" / the compiled partition's name
@@ -128,17 +128,17 @@ def _describe(step: PlanStep) -> str:
 
 
 def build_plan(
-    inputs: Sequence[ir.Value],
-    outputs: Sequence[ir.Value],
+    inputs: Sequence[ValueView],
+    outputs: Sequence[ValueView],
     steps: Sequence[PlanStep],
     *,
     fold_constants: bool = True,
 ) -> ExecutionPlan:
     """Lay out slots: slot 0 is always None (omitted optional inputs); then inputs, constants, results."""
-    slot_of: dict[ir.Value, int] = {}
+    slot_of: dict[ValueView, int] = {}
     template: list[Any] = [None]
 
-    def slot(value: ir.Value) -> int:
+    def slot(value: ValueView) -> int:
         s = slot_of.get(value)
         if s is None:
             s = slot_of[value] = len(template)
@@ -147,9 +147,9 @@ def build_plan(
 
     input_slots = tuple(slot(v) for v in inputs)
     known_inputs = set(inputs)
-    constant: dict[ir.Value, Any] = {}
+    constant: dict[ValueView, Any] = {}
 
-    def const_of(value: ir.Value | None) -> Any:
+    def const_of(value: ValueView | None) -> Any:
         if value is None:
             return None
         if value in constant:
@@ -160,7 +160,7 @@ def build_plan(
             return array
         raise KeyError(value)
 
-    def is_const(value: ir.Value | None) -> bool:
+    def is_const(value: ValueView | None) -> bool:
         if value is None or value in constant:
             return True
         return value.const_value is not None and value not in known_inputs
@@ -185,7 +185,7 @@ def build_plan(
 
     # Last use of each value, so its slot is released right after (graph outputs are kept).
     keep = set(outputs) | set(inputs)
-    last_use: dict[ir.Value, int] = {}
+    last_use: dict[ValueView, int] = {}
     for k, step in enumerate(live_steps):
         for v in step.inputs:
             if v is not None:

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from epctx.partition.placement import NodePlacement
 
-__all__ = ["Profiler"]
+__all__ = ["Phase", "Profiler", "no_phase"]
+
+# phase(kind, name, EP name) -> a context around one partition's compile or context load (profiles).
+Phase = Callable[[str, str, str], contextlib.AbstractContextManager[Any]]
+
+
+def no_phase(kind: str, name: str, ep: str) -> contextlib.AbstractContextManager[Any]:
+    """The phase when nothing is recorded."""
+    return contextlib.nullcontext()
 
 
 class Profiler:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from epctx.ep import Partition
+from epctx.ep import Partition, ir_nodes, ir_values
 from epctx.errors import InvalidGraph
 from epctx.providers.example.interpreter import CompiledProgram, build_op
 from epctx.providers.example.program import Instruction, Program, WeightSpec
@@ -27,7 +27,7 @@ class _Lowering:
         self.count = 0
         self.constants: dict[int, np.ndarray] = {}  # id -> value known at compile time
         self.code: list[tuple[str, tuple[int, ...], int, dict[str, Any]]] = []
-        for value in partition.inputs:
+        for value in ir_values(partition.inputs):
             self.ids[value] = self._new()
 
     def _new(self) -> int:
@@ -58,7 +58,7 @@ class _Lowering:
         return out
 
     def finish(self, partition: Partition) -> CompiledProgram:
-        out_ids = [self.ref(v) for v in partition.outputs]
+        out_ids = [self.ref(v) for v in ir_values(partition.outputs)]
         live = set(out_ids)
         kept = []
         for op, ins, out, attrs in reversed(self.code):  # dead code elimination
@@ -67,7 +67,7 @@ class _Lowering:
                 live.update(ins)
         kept.reverse()
         weight_ids = sorted(k for k in self.constants if k in live)
-        slot = {self.ids[v]: s for s, v in enumerate(partition.inputs)}
+        slot = {self.ids[v]: s for s, v in enumerate(ir_values(partition.inputs))}
         slot.update({k: len(slot) + j for j, k in enumerate(weight_ids)})
         instructions = []
         for op, ins, out, attrs in kept:
@@ -145,6 +145,6 @@ _LOWER: Mapping[str, Callable[[_Lowering, ir.Node], int]] = {
 def lower_partition(partition: Partition) -> CompiledProgram:
     """Lower the partition's nodes, in order, into a program and build it."""
     lw = _Lowering(partition)
-    for node in partition.nodes:
+    for node in ir_nodes(partition.nodes):
         lw.ids[node.outputs[0]] = _LOWER.get(node.op_type, _lower_plain)(lw, node)
     return lw.finish(partition)

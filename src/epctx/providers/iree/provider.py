@@ -32,6 +32,7 @@ from epctx.ep import (
     SourcePlanner,
     WeightRef,
     initializer_array,
+    ir_nodes,
     is_ep_context,
     open_sources,
 )
@@ -322,7 +323,7 @@ class IREEExecutionProvider(ExecutionProvider):
 
 def _checked(probes: Checked, partition: Partition) -> CompileResult | None:
     """The capability check's compile of exactly this partition (same nodes, inputs and outputs)."""
-    found = probes.get(frozenset(partition.nodes))
+    found = probes.get(frozenset(ir_nodes(partition.nodes)))
     if found is None:
         return None
     checked, result = found

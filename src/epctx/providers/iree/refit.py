@@ -39,7 +39,9 @@ class Refits:
     found: Mapping[frozenset[ir.Node], tuple[tuple[str, ...], tuple[str, ...], CompileResult]]
 
     def result_for(self, partition: Partition) -> CompileResult:
-        entry = self.found.get(frozenset(partition.nodes))
+        from epctx.ep import ir_nodes
+
+        entry = self.found.get(frozenset(ir_nodes(partition.nodes)))
         names = ([v.name for v in partition.inputs], [v.name for v in partition.outputs])
         if entry is None or (list(entry[0]), list(entry[1])) != names:
             raise InvalidGraph(

@@ -82,5 +82,7 @@ def record(partition: Partition, result: CompileResult, tensors: Mapping[str, An
         tensor = tensors[name]
         weights.append((key, name, str(tensor.dtype), tuple(int(d) for d in tensor.shape)))
     inlined = [(name, tensor_digest(t)) for name, t in sorted(tensors.items()) if name not in params]
-    nodes = tuple((node.name or "", node_digest(node)) for node in partition.nodes)
+    from epctx.ep import ir_nodes
+
+    nodes = tuple((node.name or "", node_digest(node)) for node in ir_nodes(partition.nodes))
     return RefitRecord(nodes, tuple(weights), tuple(inlined))

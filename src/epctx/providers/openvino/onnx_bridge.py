@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from epctx.ep import ExternalRef, Partition, WeightsFile, initializer_array, partition_model
+from epctx.ep import ExternalRef, Partition, WeightsFile, initializer_array, ir_nodes, partition_model
 from epctx.providers.openvino.weights import write_sparse
 
 __all__ = ["MEMORY_LOCATION", "bind_weights", "in_memory_model", "read_partition", "weightless_model_folder"]
@@ -90,7 +90,7 @@ def _constant_inputs(model: onnx.ModelProto, partition: Partition) -> None:
     kept = [v for v in graph.input if v.name not in constants]
     del graph.input[:]
     graph.input.extend(kept)
-    nodes = [ir.serde.serialize_node(node) for node in constants.values()] + list(graph.node)
+    nodes = [ir.serde.serialize_node(node) for node in ir_nodes(list(constants.values()))] + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
 
