@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -41,7 +42,9 @@ from epctx.epcontext.writer import ContextBinaryWriter
 from epctx.errors import Fail, InvalidArgument
 from epctx.model.scopes import outer_scope_values
 from epctx.partition import CompiledModel, Unit
-from epctx.trust.hooks import WriteFunc
+
+if TYPE_CHECKING:
+    from epctx.trust.hooks import WriteFunc  # the policy off, nothing of epctx.trust is imported
 
 __all__ = [
     "ContextModel",
