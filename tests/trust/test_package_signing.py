@@ -166,3 +166,29 @@ def _variants(doc: object) -> list[dict]:  # type: ignore[type-arg]
         for value in doc:
             found += _variants(value)
     return found
+
+
+@pytest.mark.slow
+def test_an_encrypted_variant_is_read_through_the_read_callback(pkg: Path, tmp_path: Path) -> None:
+    """A package whose variant binary the application keeps encrypted (moved out of the package): a session on
+    the package gets it through the EPContext data read callback, under the name the variant's model records."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from tests.trust.test_hooks import MAGIC, EncryptedStore
+
+    binary = _variant_binary(pkg)
+    (tmp_path / "store").mkdir()
+    store = EncryptedStore(tmp_path / "store", AESGCM.generate_key(bit_length=256))
+    store.write(binary.name, binary.read_bytes())
+    binary.unlink()
+    for path in pkg.rglob("*"):
+        assert not path.is_file() or MAGIC not in path.read_bytes()
+    so = epctx.SessionOptions()
+    so.set_ep_context_data_read_func(store.read)
+    got = epctx.InferenceSession(str(pkg), so, providers=[EXAMPLE]).run(None, models.feeds())[0]
+    np.testing.assert_allclose(got, _expected(), rtol=1e-5, atol=1e-5)
+    assert store.reads == [binary.name]
+    ctx = epctx.ModelPackageContext(pkg).select_component("chain")
+    assert ctx.create_session(so, providers=[EXAMPLE]).run(None, models.feeds())[0].shape == got.shape
+    with pytest.raises(InvalidGraph, match="does not exist"):  # without the callback: no such file
+        epctx.InferenceSession(str(pkg), providers=[EXAMPLE])
