@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epctx import errors
 from epctx import options as opt
 from epctx.errors import EPCtxError, Fail, InvalidArgument
 
@@ -120,7 +119,7 @@ class ModelCompiler:
             pipeline = self._pipeline(Path(output_model_path) if output_model_path else None)
             path = Path(output_model_path) if output_model_path else context_model_path(pipeline.loaded.path)
             self._check_output(path, overwrite)
-            if self._data_write is not None:
+            if self._data_write is not None and not self._config.share_ep_contexts:
                 from epctx.epcontext.generate import save_context_model
 
                 save_context_model(self._send_binaries(self._build(pipeline, path, embed=False)), path,
@@ -133,6 +132,7 @@ class ModelCompiler:
                     overwrite=overwrite,
                     embed=self._embed,
                     placement=self._placement(pipeline, path),
+                    data_write=self._data_write,  # a sharing group's binaries: to the callback, once
                 )
             if written:
                 sign_generated(self._config, path)
@@ -257,11 +257,6 @@ class ModelCompiler:
             raise InvalidArgument(
                 "an EPContext data write function takes the binaries that are not embedded: "
                 "embed_compiled_data_into_model=True leaves it nothing (the binaries go inside the model)"
-            )
-        if self._config.share_ep_contexts:
-            raise errors.NotImplemented(
-                "an EPContext data write function with ep.share_ep_contexts (a group's shared binary) is not "
-                "supported yet: compile the models of the group without the callback"
             )
 
     def _send_binaries(self, ctx: ContextModel) -> ContextModel:

@@ -61,6 +61,9 @@ PARTITION_COST_RULE = "epctx.partition.cost_rule"
 TRUST_KEYS = "epctx.trust.keys"
 TRUST_POLICY = "epctx.trust.policy"
 TRUST_SIGNATURE = "epctx.trust.signature"
+# the folder the signature covers (its manifest's names are relative to it; default: the model's folder, and
+# the package's root for a session opened on a model package)
+TRUST_ROOT = "epctx.trust.root"
 TRUST_POLICIES = ("off", "warn", "require", "require-native")
 # epctx's own: an EC private key (PEM) that generation signs the context model's folder with as it writes it
 # (ModelCompiler.compile_to_file, sessions with ep.context_enable=1; ``epctx compile --sign``).
@@ -103,7 +106,7 @@ class SessionConfig:
     - ``context_binary_copy`` (epctx.context_binary_copy, bool): read binaries instead of mapping them;
     - ``trust_keys`` (epctx.trust.keys, tuple of str, os.pathsep-separated), ``trust_policy``
       (epctx.trust.policy, one of TRUST_POLICIES, "off"), ``trust_signature`` (epctx.trust.signature, str, ""),
-      ``trust_sign_key`` (epctx.trust.sign_key, str, "");
+      ``trust_sign_key`` (epctx.trust.sign_key, str, ""), ``trust_root`` (epctx.trust.root, str, "");
     - ``entries``: every entry as given (a read-only mapping), those of onnxruntime's namespaces epctx does
       not read included.
 
@@ -136,6 +139,7 @@ class SessionConfig:
         "stop_share_ep_contexts",
         "trust_keys",
         "trust_policy",
+        "trust_root",
         "trust_sign_key",
         "trust_signature",
         "unavailable_ep_is_error",
@@ -165,6 +169,7 @@ class SessionConfig:
     trust_policy: str
     trust_signature: str
     trust_sign_key: str
+    trust_root: str
     entries: Mapping[str, str]
 
     def __init__(self, entries: Mapping[str, str] | None = None) -> None:
@@ -290,6 +295,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     TRUST_POLICY: ("trust_policy", _policy, "off"),
     TRUST_SIGNATURE: ("trust_signature", _text, ""),
     TRUST_SIGN_KEY: ("trust_sign_key", _text, ""),
+    TRUST_ROOT: ("trust_root", _text, ""),
 }
 
 

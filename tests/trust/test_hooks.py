@@ -127,9 +127,6 @@ def test_options_the_callback_cannot_serve(tmp_path: Path) -> None:
     embedded.set_ep_context_data_write_func(store.write)
     with pytest.raises(epctx.InvalidArgument, match="takes the binaries that are not embedded"):
         embedded.compile_to_file(str(tmp_path / "a_ctx.onnx"))
-    shared = _compiler(tmp_path / "model.onnx", store, **{"ep.share_ep_contexts": "1"})
-    with pytest.raises(epctx.NotImplemented, match="ep.share_ep_contexts"):
-        shared.compile_to_file(str(tmp_path / "b_ctx.onnx"))
     with pytest.raises(epctx.InvalidArgument, match="must be callable"):
         epctx.SessionOptions().set_ep_context_data_read_func("decrypt")  # type: ignore[arg-type]
 
@@ -143,3 +140,81 @@ def test_trust_policy_cannot_cover_callback_binaries(tmp_path: Path) -> None:
     with pytest.raises(Untrusted, match="EPContext data read callback, which no folder signature covers"):
         _session(tmp_path / "model_ctx.onnx", store, **config)
     assert store.reads == []  # refused before the callback was asked
+
+
+def _sharing_variant(seed: int) -> onnx.ModelProto:
+    """Same W1 in every variant (weights the group stores once), the other weights differ."""
+    model, base = two_partition_model(seed), two_partition_model(0)
+    for init in model.graph.initializer:
+        if init.name == "W1":
+            init.CopyFrom(next(i for i in base.graph.initializer if i.name == "W1"))
+    return model
+
+
+def _compile_group(tmp_path: Path, store: EncryptedStore, count: int) -> list[Path]:
+    sources = []
+    for k in range(count):
+        onnx.save(_sharing_variant(k), tmp_path / f"m{k}.onnx")
+        sources.append(tmp_path / f"m{k}.onnx")
+    out = tmp_path / "out"
+    out.mkdir()
+    for k, source in enumerate(sources):
+        stop = {"ep.stop_share_ep_contexts": "1"} if k == count - 1 else {}
+        compiler = _compiler(source, store, **{"ep.share_ep_contexts": "1"}, **stop)
+        compiler.compile_to_file(str(out / f"m{k}_ctx.onnx"))
+    return sources
+
+
+def _recorded_names(model: Path) -> set[str]:
+    found = set()
+    for node in onnx.load(model, load_external_data=False).graph.node:
+        if node.op_type == "EPContext":
+            attrs = {a.name: a for a in node.attribute}
+            if "ep_cache_context" in attrs:  # main_context=0 nodes name none
+                found.add(attrs["ep_cache_context"].s.decode())
+    return found
+
+
+def test_weight_sharing_group_through_the_callbacks(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    store = EncryptedStore(tmp_path / "store", AESGCM.generate_key(bit_length=256))
+    written: list[str] = []
+    write = store.write
+    store.write = lambda name, data: (written.append(name), write(name, data))  # type: ignore[method-assign]
+    sources = _compile_group(tmp_path, store, 3)
+    out = tmp_path / "out"
+    shared = f"m0_{EXAMPLE}.bin"
+    assert written == [shared]  # the group's one shared binary, through the callback once
+    assert {p.name for p in out.iterdir()} == {"m0_ctx.onnx", "m1_ctx.onnx", "m2_ctx.onnx"}
+    assert [p.name for p in (tmp_path / "store").iterdir()] == [f"{shared}.enc"]
+    _no_plaintext_binary(out)
+    _no_plaintext_binary(tmp_path / "store")
+    for k in range(3):
+        assert _recorded_names(out / f"m{k}_ctx.onnx") == {shared}
+    share = {"ep.share_ep_contexts": "1"}
+    for k, source in enumerate(sources):  # sessions of a sharing group: the callback asked once for all
+        stop = {"ep.stop_share_ep_contexts": "1"} if k == 2 else {}
+        got = _session(out / f"m{k}_ctx.onnx", store, **share, **stop).run(None, feed())[0]
+        expected = epctx.InferenceSession(str(source), providers=[EXAMPLE]).run(None, feed())[0]
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert store.reads == [shared]
+    _session(out / "m0_ctx.onnx", store, **share)  # the last session released the group: asked anew
+    assert store.reads == [shared, shared]
+    from epctx.epcontext.workspace import workspace
+
+    workspace(EXAMPLE).release_loaded()
+
+
+def test_a_sharing_group_uses_one_write_callback(tmp_path: Path) -> None:
+    onnx.save(_sharing_variant(0), tmp_path / "m0.onnx")
+    onnx.save(_sharing_variant(1), tmp_path / "m1.onnx")
+    store = EncryptedStore(tmp_path, AESGCM.generate_key(bit_length=256))
+    share = {"ep.share_ep_contexts": "1"}
+    _compiler(tmp_path / "m0.onnx", store, **share).compile_to_file(str(tmp_path / "m0_ctx.onnx"))
+    so = epctx.SessionOptions()
+    so.add_provider(EXAMPLE, {})
+    so.add_session_config_entry("ep.share_ep_contexts", "1")
+    so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+    with pytest.raises(epctx.InvalidArgument, match="same EPContext data write function"):
+        epctx.ModelCompiler(so, str(tmp_path / "m1.onnx")).compile_to_file(str(tmp_path / "m1_ctx.onnx"))
+    assert not list(tmp_path.glob("*.bin")) and not list(tmp_path.glob("*.enc"))  # the group rolled back

@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -41,6 +42,9 @@ from epctx.epcontext.writer import ContextBinaryWriter
 from epctx.errors import Fail, InvalidArgument
 from epctx.model.scopes import outer_scope_values
 from epctx.partition import CompiledModel, Unit
+
+if TYPE_CHECKING:
+    from epctx.trust.hooks import WriteFunc  # the policy off, nothing of epctx.trust is imported
 
 __all__ = [
     "ContextModel",
@@ -331,10 +335,12 @@ def generate_context_model(
     overwrite: bool,
     embed: bool | None = None,
     placement: Placement | None = None,
+    data_write: WriteFunc | None = None,
 ) -> bool:
     """Build and write the context model of a compiled model; with ``ep.share_ep_contexts`` the model
-    joins the sharing group, which the session with ``ep.stop_share_ep_contexts`` writes whole. Returns
-    whether files were written now."""
+    joins the sharing group, which the session with ``ep.stop_share_ep_contexts`` writes whole (``data_write``:
+    the group's EPContext data write callback, which then receives each shared binary once instead of the
+    disk). Returns whether files were written now."""
     config = result.config
     if not config.share_ep_contexts:
         save_context_model(
@@ -347,6 +353,7 @@ def generate_context_model(
     try:
         ctx = build_context_model(result, ctx_path, embed=embed, placement=placement, group=group)
         check_model_size(ctx.model, f"the context model {str(ctx_path)!r}")
+        group.use_data_write(data_write)
         group.keep(ctx_path, ctx.model, overwrite=overwrite)
         if not config.stop_share_ep_contexts:
             logger.info(
@@ -364,10 +371,18 @@ def generate_context_model(
 
 
 def _write_group(group: GenerationGroup) -> None:
+    write = group.data_write[0] if group.data_write else None
     with group.lock, Transaction(group.folder) as tx:
         for pending in group.models:
             tx.check_model_path(pending.path, overwrite=pending.overwrite)
-        names = {name: tx.place_binary(name, writer) for writer, name in group.binaries.values()}
+        if write is not None:  # each shared binary to the callback, once, under the name every model records
+            from epctx.trust.hooks import write_named_buffer
+
+            for writer, name in group.binaries.values():
+                write_named_buffer(write, name, writer.to_bytes())
+            names = {}
+        else:
+            names = {name: tx.place_binary(name, writer) for writer, name in group.binaries.values()}
         names.update({name: tx.place_file(name, bytes(f.data)) for name, f in group.files.items()})
         for pending in group.models:
             rename_references(pending.model, names)

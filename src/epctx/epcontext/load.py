@@ -192,7 +192,7 @@ class ContextLoader:
                 )
             return self._binaries[key]
         if self._read is not None:
-            return self._from_callback(self._read, view.cache_path)
+            return self._from_callback(self._read, view)
         if self._base is None:
             raise InvalidArgument(
                 f"EPContext node {view.name!r} refers to the file {view.cache_path!r} and the model comes from "
@@ -215,9 +215,15 @@ class ContextLoader:
             binary = self._binaries[reference] = self._binaries[key]
         return binary
 
-    def _from_callback(self, read: ReadFunc, name: str) -> ContextBinary:
+    def _from_callback(self, read: ReadFunc, view: EPContextNode) -> ContextBinary:
+        name = view.cache_path
         key = f"callback:{name}"
         if key not in self._binaries:
+            if self._share:  # weight sharing: the group's sessions ask the callback for a shared binary once
+                from epctx.epcontext.workspace import workspace
+
+                self._binaries[key] = workspace(view.source or "").from_callback(read, name)
+                return self._binaries[key]
             from epctx.trust.hooks import read_named_buffer
 
             data = read_named_buffer(read, name)

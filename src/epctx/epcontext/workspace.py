@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from epctx.ep import BinaryLayout, ExecutionProvider
     from epctx.epcontext.writer import ContextBinaryWriter  # generation only: not imported by loading
+    from epctx.trust.hooks import ReadFunc, WriteFunc
 
 __all__ = [
     "ExternalFile",
@@ -84,6 +85,21 @@ class GenerationGroup:
         self.binaries: dict[str, tuple[ContextBinaryWriter, str]] = {}  # EP name -> (writer, preferred name)
         self.files: dict[str, ExternalFile] = {}
         self.models: list[PendingModel] = []
+        self.data_write: list[
+            WriteFunc | None
+        ] = []  # the members' EPContext data write callback (one, or none)
+
+    def use_data_write(self, write: WriteFunc | None) -> None:
+        """A member's EPContext data write callback: every model of a group uses the same one (or none), since
+        the group's shared binaries are stored once, by the member that writes the group."""
+        with self.lock:
+            if not self.data_write:
+                self.data_write.append(write)
+            elif self.data_write[0] != write:
+                raise InvalidArgument(
+                    "ep.share_ep_contexts: every model of a sharing group must use the same EPContext data write "
+                    "function (or none): the group's shared binaries are stored once, for all its models"
+                )
 
     def writer_for(self, ep: ExecutionProvider, model_name: str) -> tuple[ContextBinaryWriter, str]:
         """The group's writer for ``ep`` and its binary's preferred name; the first model of the EP names it."""
@@ -171,6 +187,7 @@ class SharedContextWorkspace:
         self.ep_name = ep_name
         self.lock = threading.RLock()
         self._opened: dict[str, ContextBinary] = {}
+        self._read: dict[str, tuple[ReadFunc, ContextBinary]] = {}  # name -> (read callback, its binary)
 
     def open(self, path: Path, *, copy: bool = False) -> ContextBinary:
         """The binary at ``path``, opened once per group while the path names the same file (``copy``: read
@@ -190,9 +207,26 @@ class SharedContextWorkspace:
                 binary = self._opened[key] = ContextBinary.open(path)
             return binary
 
+    def from_callback(self, read: ReadFunc, name: str) -> ContextBinary:
+        """The binary the EPContext data read callback ``read`` returns for ``name``, asked once per group (the
+        group's sessions share it, as they share a binary opened from a file); another callback asks anew."""
+        from epctx.trust.hooks import read_named_buffer
+
+        with self.lock:
+            found = self._read.get(name)
+            if found is not None and found[0] == read:
+                return found[1]
+            binary = ContextBinary.from_bytes(
+                read_named_buffer(read, name),
+                where=f"context binary {name!r} (from the EPContext data read callback)",
+            )
+            self._read[name] = (read, binary)
+            return binary
+
     def release_loaded(self) -> None:
         with self.lock:
             self._opened.clear()
+            self._read.clear()
 
 
 _WORKSPACES: dict[str, SharedContextWorkspace] = {}

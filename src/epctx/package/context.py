@@ -22,6 +22,7 @@ from epctx.package.select import Ranked, select_variant
 
 __all__ = ["Resolved", "is_package", "open_for_session", "provider_names", "resolve", "session_arguments"]
 
+_TRUST_PREFIX = "epctx.trust."
 PATH_OPTIONS = (opt.EXTERNAL_INITIALIZERS_FOLDER, opt.EP_CONTEXT_FILE_PATH)
 # output files a package may not set (onnxruntime refuses them too)
 _FORBIDDEN = ("session.debug_layout_transformation", "session.collect_node_memory_stats_to_file",
@@ -63,6 +64,7 @@ class Resolved:
     model: Path
     session_options: Mapping[str, str]
     provider_options: Mapping[str, str]
+    root: Path  # the package's root: what its signature (``model.sig`` there) covers
 
 
 def _strings(value: Any, what: str, where: str) -> dict[str, str]:
@@ -84,6 +86,11 @@ def resolve(package: Package, component: Component, chosen: Ranked) -> Resolved:
     for key in _FORBIDDEN:
         if key in options:
             raise InvalidGraph(f"{where}: session option {key!r} writes a file; a package may not set it")
+    for key in options:  # the package under check must not choose how it is checked
+        if key.startswith(_TRUST_PREFIX):
+            raise InvalidGraph(
+                f"{where}: session option {key!r} is the trust policy's; a package may not set it"
+            )
     for key in PATH_OPTIONS:
         if key in options:
             options[key] = str(package.resolve(options[key], variant.directory, f"{where} {key}"))
@@ -91,7 +98,7 @@ def resolve(package: Package, component: Component, chosen: Ranked) -> Resolved:
     if not model.is_file():
         raise InvalidGraph(f"{where}: model_file {model_file!r} is not a file in the package")
     providers = _strings(ort.get("provider_options"), "provider_options", where)
-    return Resolved(component.name, chosen, model, options, providers)
+    return Resolved(component.name, chosen, model, options, providers, package.root)
 
 
 def session_arguments(
@@ -111,7 +118,22 @@ def session_arguments(
         so = opt.with_config(sess_options, {k: v for k, v in carried.items() if k not in sess_options.config})
     if providers is None and not so.has_providers():
         providers, provider_options = [ep], [dict(resolved.provider_options)]
-    return str(resolved.model), so, providers, provider_options
+    return str(resolved.model), _trust_package(resolved, so), providers, provider_options
+
+
+def _trust_package(resolved: Resolved, so: opt.SessionOptions) -> opt.SessionOptions:
+    """Under a trust policy: the package's signature (``model.sig`` at its root, or ``epctx.trust.signature``)
+    covers the variant, so the session's check of its context binaries uses the package's root; the manifest
+    and the variant's model file are checked here, before the session reads a byte of the variant."""
+    if so.config.get(opt.TRUST_POLICY, "off") == "off":
+        return so
+    if opt.TRUST_ROOT not in so.config:
+        so = opt.with_config(so, {opt.TRUST_ROOT: str(resolved.root)})
+    from epctx.trust.policy import check_context_files
+
+    config = opt.SessionConfig(so.config)
+    check_context_files(resolved.root / MANIFEST, {resolved.model: False}, False, config)
+    return so
 
 
 def open_for_session(

@@ -65,7 +65,8 @@ def check_context_files(
     required: dict[Path, bool] = {**files, model_path: model_native}  # binaries first: refusals name them
     keys = [Path(p) for p in config.trust_keys]
     given = config.trust_signature
-    signature = Path(given) if given else model_path.absolute().parent / SIGNATURE_NAME
+    root = Path(config.trust_root) if config.trust_root else model_path.absolute().parent  # a package's root
+    signature = Path(given) if given else root / SIGNATURE_NAME
     if not keys:
         raise InvalidArgument(
             f"{opt.TRUST_POLICY}={policy} needs trusted keys: set {opt.TRUST_KEYS} to PEM public keys or "
@@ -73,11 +74,11 @@ def check_context_files(
         )
     from epctx.trust.record import Record
 
-    record = Record(model_path, signature, keys, policy)
+    record = Record(model_path, signature, keys, policy, root=root)
     stamps = record.stamps(required)
     if record.covers(stamps):
         return stamps  # verified before, and nothing involved was written since
-    reasons, signer = _verify(required, model_path.absolute().parent, signature, keys)
+    reasons, signer = _verify(required, root, signature, keys)
     if not reasons:
         record.save(stamps, [str(p) for p in required], signer)
         logger.info("epctx.trust: %s verified, signed by %s", model_path, signer)

@@ -41,7 +41,9 @@ def stamp(path: Path | str) -> list[int] | None:
 class Record:
     """The record of one (model, signature, keys, policy) combination."""
 
-    def __init__(self, model: Path, signature: Path, keys: Sequence[Path], policy: str) -> None:
+    def __init__(
+        self, model: Path, signature: Path, keys: Sequence[Path], policy: str, *, root: Path | None = None
+    ) -> None:
         self.signature = signature
         self.keys = list(keys)
         # What the record is about, compared whole (a key removed from the trusted set voids it). The file name
@@ -49,6 +51,7 @@ class Record:
         # alone costs more than a warm session here).
         self.ident = json.dumps(
             [os.path.abspath(model), os.path.abspath(signature), sorted(map(str, keys)), policy]
+            + ([os.path.abspath(root)] if root is not None else [])
         )
         now = stamp(model)
         where = f"{now[0]:x}-{now[1]:x}" if now is not None else "none"
