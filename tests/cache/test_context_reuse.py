@@ -6,6 +6,9 @@ session fails as onnxruntime 1.32 does ("exists already")."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +105,8 @@ def test_an_option_change_compiles_again(tmp_path: Path) -> None:
     assert second not in (None, first)
     with pytest.raises(epctx.ModelRequiresCompilation), no_compile():
         _session(src, _options(**{"session.disable_cpu_ep_fallback": "0"}), ops="MatMul,Relu")
+    with pytest.raises(epctx.ModelRequiresCompilation), no_compile():  # embedded binaries asked for now
+        _session(src, _options(**{"ep.context_embed_mode": "1"}), ops="MatMul,Relu")
 
 
 def test_a_context_without_a_key_or_unreadable_is_compiled_again(
@@ -139,3 +144,42 @@ def test_a_context_whose_verdict_is_not_optimal_is_compiled_again(tmp_path: Path
     (tmp_path / f"model_{EXAMPLE}.bin").unlink()  # same key, but its binary is gone: UNSUPPORTED
     _check(_session(src, _options()), two_partition_model())
     assert _key(ctx) == key and (tmp_path / f"model_{EXAMPLE}.bin").is_file()
+
+
+_CHILD = """
+import logging, sys
+import numpy as np
+import epctx
+from tests.epcontext.models import EXAMPLE, feed
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+so = epctx.SessionOptions()
+so.add_session_config_entry("ep.context_enable", "1")
+so.add_session_config_entry("epctx.context_reuse", "1")
+sess = epctx.InferenceSession(sys.argv[1], so, providers=[EXAMPLE])
+np.save(sys.argv[2], sess.run(None, feed())[0])
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_sessions_compile_the_context_once(tmp_path: Path) -> None:
+    src, ctx = _source(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(src), str(tmp_path / f"out{k}.npy")],
+            env=env,
+            cwd=root,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(3)
+    ]
+    logs = [child.communicate(timeout=300)[1] for child in children]
+    assert all(child.returncode == 0 for child in children), logs
+    assert sum("wrote context model" in log for log in logs) == 1, logs
+    assert sum("epctx.context_reuse: loading" in log for log in logs) == 2, logs
+    expected = run_ort(two_partition_model(), feed())[0]
+    for k in range(3):
+        np.testing.assert_allclose(np.load(tmp_path / f"out{k}.npy"), expected, atol=1e-5)
+    assert _key(ctx) is not None and len(list(tmp_path.glob("*.bin"))) == 1

@@ -6,7 +6,7 @@ already"), and so does epctx by default: its users rely on that (a build step th
 context). With ``epctx.context_reuse=1`` the session instead loads the existing context when it records
 (metadata ``epctx.context_key``) the key this session computes (``cache/key.py``: source bytes and external
 data, providers and options, session options that reach compile, SDK versions, this CPU, epctx's version) and
-its verdict here is optimal; otherwise it compiles the context again in place (the generation transaction: a
+its verdict here is optimal (``ep.context_embed_mode`` is in this key: the file is what was asked for); otherwise it compiles the context again in place (the generation transaction: a
 kill leaves the old context or the new one, never a mix) and serves what it compiled. A context without the
 key (compiled without reuse, or by another tool), one that cannot be read and a stale one are compiled again.
 One session at a time decides and compiles per context (a lock file beside it, the self-heal's).
@@ -51,7 +51,11 @@ def session_key(
     options: opt.SessionOptions,
     config: opt.SessionConfig,
 ) -> str:
-    return cache_key(source, providers, options, Digests(None), config)[0]
+    """The cache key of this session, with the embed mode (the context at the path is what was asked for)."""
+    import hashlib
+
+    key = cache_key(source, providers, options, Digests(None), config)[0]
+    return hashlib.sha256(f"{key}|embed={int(config.ep_context_embed_mode)}".encode()).hexdigest()[:32]
 
 
 def reusable(ctx: Path, key: str) -> bool:
