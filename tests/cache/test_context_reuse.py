@@ -183,3 +183,56 @@ def test_concurrent_sessions_compile_the_context_once(tmp_path: Path) -> None:
     for k in range(3):
         np.testing.assert_allclose(np.load(tmp_path / f"out{k}.npy"), expected, atol=1e-5)
     assert _key(ctx) is not None and len(list(tmp_path.glob("*.bin"))) == 1
+
+
+def test_a_backend_or_epctx_upgrade_compiles_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import epctx.cache.key as key_module
+    import epctx.providers.example.provider as example
+
+    src, ctx = _source(tmp_path)
+    _session(src, _options())
+    keys = {_key(ctx)}
+    monkeypatch.setattr(example, "PROGRAM_VERSION", 2)  # an upgraded backend
+    with pytest.raises(epctx.ModelRequiresCompilation), no_compile():
+        _session(src, _options())
+    _check(_session(src, _options()), two_partition_model())
+    keys.add(_key(ctx))
+    monkeypatch.setattr(key_module, "__version__", "99.0")  # another epctx
+    with pytest.raises(epctx.ModelRequiresCompilation), no_compile():
+        _session(src, _options())
+    _session(src, _options())
+    keys.add(_key(ctx))
+    assert len(keys) == 3 and None not in keys
+
+
+@pytest.mark.slow
+def test_reuse_on_a_real_model_with_openvino(tmp_path: Path) -> None:
+    """magika's model (shipped in its wheel) on OpenVINO: compiled once, then loaded; the answers are
+    onnxruntime's; an edited source (metadata only, same graph) is compiled again."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.find_spec("magika")
+    shipped = (
+        Path(spec.origin).parent / "models" / "standard_v3_3" / "model.onnx" if spec and spec.origin else None
+    )
+    if shipped is None or not shipped.is_file():
+        pytest.skip("magika does not ship models/standard_v3_3/model.onnx")
+    src, ctx = tmp_path / "model.onnx", tmp_path / "model_ctx.onnx"
+    shutil.copy(shipped, src)
+    x = {"bytes": np.random.default_rng(0).integers(0, 257, (2, 2048)).astype(np.int32)}
+    expected = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    ov = ["OpenVINOExecutionProvider"]
+    first = epctx.InferenceSession(str(src), _options(), providers=ov)
+    np.testing.assert_allclose(first.run(None, x)[0], expected, atol=1e-4)
+    with no_compile():
+        second = epctx.InferenceSession(str(src), _options(), providers=ov)
+    np.testing.assert_allclose(second.run(None, x)[0], expected, atol=1e-4)
+    key = _key(ctx)
+    edited = onnx.load(str(src))
+    edited.doc_string = "edited"
+    onnx.save(edited, str(src))
+    with pytest.raises(epctx.ModelRequiresCompilation), no_compile():
+        epctx.InferenceSession(str(src), _options(), providers=ov)
+    epctx.InferenceSession(str(src), _options(), providers=ov)
+    assert _key(ctx) not in (None, key)
