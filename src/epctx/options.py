@@ -46,6 +46,10 @@ DISABLE_CPU_EP_FALLBACK = "session.disable_cpu_ep_fallback"
 # (loaded when the key and the verdict allow it; see epctx.cache.transparent), and its size bound in MB.
 CONTEXT_CACHE = "epctx.context_cache"
 CONTEXT_CACHE_MAX_MB = "epctx.context_cache_max_mb"
+# epctx's own: "1" with ep.context_enable=1 reuses the context model that exists already at the context path when
+# it was compiled from this source under this session's cache key and its verdict here is optimal, else compiles
+# it again in place (epctx.cache.reuse). Off by default: onnxruntime then fails ("exists already"), as epctx.
+CONTEXT_REUSE = "epctx.context_reuse"
 # "1": a context model its EP judges EP_SUPPORTED_PREFER_RECOMPILATION is refused (else a warning); as onnxruntime.
 FAIL_ON_SUBOPTIMAL_COMPILED_MODEL = "session.fail_on_suboptimal_compiled_model"
 # epctx's own: "1" turns the warning for an onnxruntime EP that epctx lacks (CUDA, TensorRT...) into an error.
@@ -103,6 +107,7 @@ class SessionConfig:
       (``epctx.partition.cost``); "0" turns it off;
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
+    - ``context_reuse`` (epctx.context_reuse, bool): reuse (or compile again) the context at the context path;
     - ``context_binary_copy`` (epctx.context_binary_copy, bool): read binaries instead of mapping them;
     - ``trust_keys`` (epctx.trust.keys, tuple of str, os.pathsep-separated), ``trust_policy``
       (epctx.trust.policy, one of TRUST_POLICIES, "off"), ``trust_signature`` (epctx.trust.signature, str, ""),
@@ -119,6 +124,7 @@ class SessionConfig:
         "context_binary_copy",
         "context_cache",
         "context_cache_max_mb",
+        "context_reuse",
         "disable_cpu_ep_fallback",
         "disable_model_compile",
         "entries",
@@ -164,6 +170,7 @@ class SessionConfig:
     partition_cost_rule: bool
     context_cache: str
     context_cache_max_mb: float | None
+    context_reuse: bool
     context_binary_copy: bool
     trust_keys: tuple[str, ...]
     trust_policy: str
@@ -290,6 +297,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
+    CONTEXT_REUSE: ("context_reuse", _flag, False),
     CONTEXT_BINARY_COPY: ("context_binary_copy", _flag, False),
     TRUST_KEYS: ("trust_keys", _paths, ()),
     TRUST_POLICY: ("trust_policy", _policy, "off"),

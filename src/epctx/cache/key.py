@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["CACHE_CONFIG_KEYS", "Digests", "cache_key", "external_data_files"]
 
 # Config entries that do not change the binary: the cache's own, and how (not what) the context is written.
-CACHE_CONFIG_KEYS = frozenset({opt.CONTEXT_CACHE, opt.CONTEXT_CACHE_MAX_MB})
+CACHE_CONFIG_KEYS = frozenset({opt.CONTEXT_CACHE, opt.CONTEXT_CACHE_MAX_MB, opt.CONTEXT_REUSE})
 _NOT_IN_KEY = CACHE_CONFIG_KEYS | {
     opt.EP_CONTEXT_ENABLE,
     opt.EP_CONTEXT_FILE_PATH,

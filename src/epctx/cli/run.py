@@ -1,5 +1,12 @@
 """``epctx run MODEL [--input NAME=FILE.npy]... [--random [--dim NAME=N]... [--seed S]] [-p EP[:k=v,...]]...
-[-o FILE.npz | --output-dir DIR [--force]]``: run a model, print an output summary and timing, save the outputs.
+[-o FILE.npz | --output-dir DIR [--force]] [-C KEY=VALUE]... [-q]``: run a model, print an output summary and
+timing, save the outputs.
+
+``-C KEY=VALUE`` (repeatable) adds a session config entry, e.g. ``-C epctx.context_cache=DIR`` (the transparent
+cache: the first run compiles into DIR, the next ones load from it) or ``-C ep.context_enable=1 -C
+epctx.context_reuse=1``. A session that may write a context this way shows the library's progress lines on
+stderr while it is created (the compile's per-partition lines, as ``epctx compile``; cache hits and misses);
+``-q`` or ``--json`` silences them.
 
 Without ``-p``, a context model runs on the EPs its EPContext nodes name (their ``source``, with default options;
 an EP that is not here is an error naming it) and a plain model on the CPU EP."""
@@ -49,8 +56,39 @@ def add_parser(sub: Any) -> None:
     add_provider_arguments(p)
     p.add_argument("--repeat", type=int, default=1, help="runs to time (the median is reported)")
     run_outputs.add_arguments(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "-C",
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a session config entry (repeatable), e.g. -C epctx.context_cache=DIR",
+    )
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("--json", action="store_true", help="machine-readable output (implies --quiet)")
     p.set_defaults(func=run)
+
+
+# Entries with which a session may compile into files: its creation shows progress lines.
+_WRITES_CONTEXTS = ("epctx.context_cache", "ep.context_enable")
+
+
+def _create_session(args: argparse.Namespace, providers: list[Any]) -> tuple[Any, float]:
+    """(the session of ``args``, seconds to create it), with ``-C`` entries and progress lines."""
+    import epctx
+    from epctx.cli.progress import progress_lines
+
+    entries = feeds.parse_assignments(args.config, "-C", "VALUE")
+    so = epctx.SessionOptions()
+    for key, value in entries.items():
+        so.add_session_config_entry(key, value)
+    talk = not (args.quiet or args.json) and any(
+        entries.get(k) not in (None, "", "0") for k in _WRITES_CONTEXTS
+    )
+    t0 = time.perf_counter()
+    with progress_lines(talk):
+        session = epctx.InferenceSession(args.model, so, providers=providers or None)
+    return session, time.perf_counter() - t0
 
 
 def context_providers(model: str) -> list[str]:
@@ -93,7 +131,6 @@ def _context_sources(model: str) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import epctx
 
     files = feeds.parse_assignments(args.input, "--input", "FILE.npy")
     dims = feeds.parse_assignments(args.dim, "--dim", "N")
@@ -105,9 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if not providers:
         providers = context_providers(args.model)
         chosen_by = "the model's EPContext nodes" if providers else "default"
-    t0 = time.perf_counter()
-    session = epctx.InferenceSession(args.model, providers=providers or None)
-    created = time.perf_counter() - t0
+    session, created = _create_session(args, providers)
     feed = feeds.build_feed(
         args.model, session.get_inputs(), files, random=args.random, dims=dims, seed=args.seed
     )

@@ -83,9 +83,11 @@ def build_context_model(
     embed: bool | None = None,
     placement: Placement | None = None,
     group: GenerationGroup | None = None,
+    extra_metadata: Mapping[str, str] | None = None,
 ) -> ContextModel:
     """The context model of a compiled model, to be saved as ``ctx_path``. ``embed`` and ``placement``
-    default to the session options (``ep.context_embed_mode``, ``ep.context_model_external_initializers_file_name``).
+    default to the session options (``ep.context_embed_mode``, ``ep.context_model_external_initializers_file_name``);
+    ``extra_metadata`` is added to the model's metadata (``epctx.context_key``: cache/reuse.py).
     With ``group`` (weight sharing), binaries and external files are the group's; the model's binary and file
     names are the preferred ones, which the transaction may change (``transaction.rename_references``)."""
     config = result.config
@@ -191,6 +193,7 @@ def build_context_model(
     modes = {int(ep.weightless.mode) for ep in eps.values()} - {0}
     if modes:  # onnxruntime's "weightless_mode" metadata: the one mode the session asked for
         metadata["weightless_mode"] = str(max(modes))
+    metadata.update(extra_metadata or {})
     for key, value in sorted(metadata.items()):
         out.metadata_props.add(key=key, value=value)
     g = out.graph
@@ -336,6 +339,7 @@ def generate_context_model(
     embed: bool | None = None,
     placement: Placement | None = None,
     data_write: WriteFunc | None = None,
+    extra_metadata: Mapping[str, str] | None = None,
 ) -> bool:
     """Build and write the context model of a compiled model; with ``ep.share_ep_contexts`` the model
     joins the sharing group, which the session with ``ep.stop_share_ep_contexts`` writes whole (``data_write``:
@@ -344,14 +348,18 @@ def generate_context_model(
     config = result.config
     if not config.share_ep_contexts:
         save_context_model(
-            build_context_model(result, ctx_path, embed=embed, placement=placement),
+            build_context_model(
+                result, ctx_path, embed=embed, placement=placement, extra_metadata=extra_metadata
+            ),
             ctx_path,
             overwrite=overwrite,
         )
         return True
     group = generation_group(ctx_path.parent)
     try:
-        ctx = build_context_model(result, ctx_path, embed=embed, placement=placement, group=group)
+        ctx = build_context_model(
+            result, ctx_path, embed=embed, placement=placement, group=group, extra_metadata=extra_metadata
+        )
         check_model_size(ctx.model, f"the context model {str(ctx_path)!r}")
         group.use_data_write(data_write)
         group.keep(ctx_path, ctx.model, overwrite=overwrite)

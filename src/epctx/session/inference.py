@@ -9,7 +9,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from epctx import options as opt
 from epctx._warnings import warn_and_log
@@ -65,6 +65,7 @@ class InferenceSession:
         self._profiler: Profiler | None = None
         self._loaded: LoadedModel | None = None
         self._overwrite_context = False  # a self-heal compiles a context model again in place
+        self._context_metadata: dict[str, str] = {}  # added to a generated context (epctx.context_key)
         with severity_scope(self._options.log_severity_level):
             self._create(providers, provider_options)
 
@@ -89,6 +90,11 @@ class InferenceSession:
                 if healed is None:  # this session compiled the stale context again from its source
                     return
                 source, options, config = healed
+            if config.context_reuse and _reuse_applies(source, config):  # the existing context, or a new one
+                reused = self._reuse_context(Path(source), loading, config)
+                if reused is None:
+                    return
+                source, options, config = reused
             if config.context_cache:  # the transparent cache: load what it holds, or compile into it
                 cached = self._through_cache(source, loading, config)
                 if cached is None:
@@ -153,6 +159,27 @@ class InferenceSession:
         changes: dict[str, str | None] = {opt.SELF_HEAL: None, opt.EP_CONTEXT_ENABLE: None}
         return str(plan.source), opt.with_config(options, changes), config.replace(changes)
 
+    def _reuse_context(
+        self, source: Path, loading: str, config: opt.SessionConfig
+    ) -> tuple[str, opt.SessionOptions, opt.SessionConfig] | None:
+        """``epctx.context_reuse``: (the existing context to load, with options that generate nothing), or None
+        once this session compiled the context again (in place) and serves it (``cache/reuse.py``)."""
+        from epctx.cache import heal, reuse
+        from epctx.epcontext.paths import context_model_path
+
+        ctx = context_model_path(source, config)
+        key = reuse.session_key(source, self._providers, self._options, config)
+        ctx.parent.mkdir(parents=True, exist_ok=True)
+        with heal.heal_lock(ctx, wait=True):
+            if reuse.reusable(ctx, key):
+                logger.info("epctx.context_reuse: loading %s (key %s)", ctx, key)
+                changes: dict[str, str | None] = {opt.EP_CONTEXT_ENABLE: None, opt.CONTEXT_REUSE: None}
+                return str(ctx), opt.with_config(self._options, changes), config.replace(changes)
+            self._overwrite_context = True
+            self._context_metadata = {reuse.CONTEXT_KEY: key}
+            self._create_full(source, loading, None, config)
+        return None
+
     def _through_cache(
         self, source: str | os.PathLike[str] | bytes, loading: str, config: opt.SessionConfig
     ) -> Path | None:
@@ -199,7 +226,12 @@ class InferenceSession:
             if generate:
                 if ctx_path is None:
                     logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
-                elif generate_context_model(pipeline.result(), ctx_path, overwrite=self._overwrite_context):
+                elif generate_context_model(
+                    pipeline.result(),
+                    ctx_path,
+                    overwrite=self._overwrite_context,
+                    extra_metadata=self._context_metadata,
+                ):
                     logger.info("wrote context model %s", ctx_path)
                     if config.trust_sign_key:
                         from epctx.trust.sign import sign_generated
@@ -515,6 +547,12 @@ def _array_of(name: str, value: Any) -> Any:
             f"run_with_ort_values: input {name!r} must be an OrtValue, got {type(value).__name__}"
         )
     return value.numpy()
+
+
+def _reuse_applies(source: object, config: opt.SessionConfig) -> TypeGuard[str | os.PathLike[str]]:
+    from epctx.cache.reuse import applies
+
+    return applies(source, config)
 
 
 def _warn_sequential(options: opt.SessionOptions) -> None:
