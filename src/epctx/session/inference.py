@@ -603,6 +603,7 @@ def _heal_in_place(plan: Any, *, spec: tuple[Any, Any], options: opt.SessionOpti
         None,
     )
     session._overwrite_context = True
+    session._context_metadata = {}
     config = opt.SessionConfig.of(derived)
     session._providers = _resolve_providers(spec[0], spec[1], derived, str(plan.source), config)
     session._create_full(str(plan.source), "model_loading_uri", None, config)
