@@ -22,9 +22,9 @@ import onnx_ir as ir
 
 from epctx import options as opt
 from epctx._version import __version__
-from epctx.ep.context_io import BinaryLayout
-from epctx.ep.context_node import DOMAIN, OPSET_VERSION, EPContextNode
-from epctx.ep.contract import CompiledPartition, ExecutionProvider
+from epctx.ep._context_io import BinaryLayout
+from epctx.ep._context_node import DOMAIN, OPSET_VERSION, EPContextNode
+from epctx.ep._contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext import paths
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, SOURCE_FILES_KEY, graph_identity
 from epctx.epcontext.io_names import IO_KEY, io_document
@@ -377,7 +377,7 @@ def _write_group(group: GenerationGroup) -> None:
 def source_files_record(source_path: Path, model: ir.Model) -> str:
     """JSON [[location, size, xxh3-128], ...]: the source ``.onnx`` (its file name) then its external data files
     (locations relative to its folder), as they were when this context was compiled from them."""
-    from epctx.ep.weightless import file_digest
+    from epctx.ep._weightless import file_digest
 
     folder = source_path.resolve().parent
     files = [source_path.resolve()]

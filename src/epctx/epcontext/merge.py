@@ -14,7 +14,7 @@ from pathlib import Path
 
 import onnx
 
-from epctx.ep.context_node import DOMAIN, OP_TYPE
+from epctx.ep._context_node import DOMAIN, OP_TYPE
 from epctx.epcontext.transaction import Transaction
 from epctx.errors import InvalidArgument, InvalidGraph, NoSuchFile
 from epctx.model.load import parse_model_proto, read_model_file

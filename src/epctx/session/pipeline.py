@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx.ep.compiling import CapabilityContext, CompileGuard
-from epctx.ep.context_io import BinaryLayout
-from epctx.ep.contract import CompiledPartition, ExecutionProvider
+from epctx.ep._compiling import CapabilityContext, CompileGuard
+from epctx.ep._context_io import BinaryLayout
+from epctx.ep._contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidArgument
 from epctx.model import LoadedModel, load_model
