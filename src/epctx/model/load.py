@@ -117,8 +117,8 @@ def _source(
     raise InvalidArgument(f"expected a model path or bytes, got {type(source).__name__}")
 
 
-def _run_checker(checkable: onnx.ModelProto, what: str) -> None:
-    """onnx's checker over the model (payloads stripped), its failures as InvalidGraph."""
+def _run_checker(checkable: bytes, what: str) -> None:
+    """onnx's checker over the serialized model (large payloads stripped), its failures as InvalidGraph."""
     try:
         onnx.checker.check_model(checkable)
     except onnx.checker.ValidationError as exc:
