@@ -2,7 +2,7 @@
 
 Each of N fresh processes builds an epctx CPU session on a MatMul model (multi-threaded BLAS), starts a thread
 that runs it in a loop, loads OpenVINO, then runs the session in the main thread right away (the import-time
-fork of OpenVINO's telemetry comes 1-5 ms after ``import openvino``: see ``epctx/ep/blas.py``),
+fork of OpenVINO's telemetry comes 1-5 ms after ``import openvino``: see ``epctx/ep/_blas.py``),
 each under a timeout. Prints hangs / total.
 
 Modes (what loads OpenVINO):

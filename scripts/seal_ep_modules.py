@@ -34,7 +34,7 @@ def rewrite(text: str, names: list[str]) -> str:
     text = re.sub(rf"\bepctx\.ep\.({alternatives})\b", r"epctx.ep._\1", text)
     text = re.sub(rf"\bepctx/ep/({alternatives})\.py\b", r"epctx/ep/_\1.py", text)
     return re.sub(
-        rf"^(\s*)from epctx\.ep import ({alternatives})\s*$",
+        rf"^([ \t]*)from epctx\.ep import ({alternatives})[ \t]*$",
         r"\1from epctx.ep import _\2 as \2",
         text,
         flags=re.M,

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx_ir as ir
 
-from epctx.ep.compiling import Capability, CapabilityContext, CompileContext
-from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
+from epctx.ep._compiling import Capability, CapabilityContext, CompileContext
+from epctx.ep._contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
 from epctx.model.scopes import outer_scope_values
 from epctx.providers import registry
 from epctx.providers.cpu.provider import CPUExecutionProvider

@@ -1,4 +1,4 @@
-"""epctx never hangs when OpenVINO loads next to multi-threaded numpy BLAS (issue 7; epctx/ep/blas.py)."""
+"""epctx never hangs when OpenVINO loads next to multi-threaded numpy BLAS (issue 7; epctx/ep/_blas.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_import_epctx_does_no_blas_coordination() -> None:
         """
         import json, sys
         import epctx
-        print(json.dumps({"loaded": [m for m in ("threadpoolctl", "epctx.ep.blas", "numpy")
+        print(json.dumps({"loaded": [m for m in ("threadpoolctl", "epctx.ep._blas", "numpy")
                                      if m in sys.modules]}))
         """
     )
@@ -59,7 +59,7 @@ def test_blas_threads_come_back_only_after_the_telemetry_fork() -> None:
         import json
         import sys
         from threadpoolctl import threadpool_info
-        from epctx.ep import blas
+        from epctx.ep import _blas as blas
 
         def threads():
             return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from epctx.ep.contract import make_partition
-from epctx.ep.onnx_export import partition_model
-from epctx.ep.weights_file import plan_weights_file
+from epctx.ep._contract import make_partition
+from epctx.ep._onnx_export import partition_model
+from epctx.ep._weights_file import plan_weights_file
 from epctx.errors import InvalidArgument
 from epctx.model.load import load_model
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import epctx
-from epctx.ep.contract import ExecutionProvider
+from epctx.ep._contract import ExecutionProvider
 from epctx.model import load_model
 from epctx.partition import GraphPartitioner, Unit
 from epctx.providers.cpu.provider import CPUExecutionProvider

@@ -28,15 +28,15 @@ if TYPE_CHECKING:
     )
     from epctx.compiler import CompileFlags, ExternalInitializerInfo, ModelCompiler
     from epctx.compiler import CompileFlags as OrtCompileApiFlags
-    from epctx.ep.compatibility import (
+    from epctx.ep._compatibility import (
         CompatibilityVerdict,
         OrtCompiledModelCompatibility,
         OrtDeviceEpIncompatibilityReason,
     )
-    from epctx.ep.devices import EpDevice as OrtEpDevice
-    from epctx.ep.devices import ExecutionProviderDevicePolicy as OrtExecutionProviderDevicePolicy
-    from epctx.ep.devices import HardwareDevice as OrtHardwareDevice
-    from epctx.ep.devices import HardwareDeviceType as OrtHardwareDeviceType
+    from epctx.ep._devices import EpDevice as OrtEpDevice
+    from epctx.ep._devices import ExecutionProviderDevicePolicy as OrtExecutionProviderDevicePolicy
+    from epctx.ep._devices import HardwareDevice as OrtHardwareDevice
+    from epctx.ep._devices import HardwareDeviceType as OrtHardwareDeviceType
     from epctx.session import InferenceSession, OrtValue, SessionIOBinding
     from epctx.session import SessionIOBinding as IOBinding
     from epctx.session.node_arg import ModelMetadata, NodeArg
@@ -112,13 +112,13 @@ _LAZY = {
     "SessionIOBinding": "epctx.session",
     "ModelMetadata": "epctx.session.node_arg",
     "NodeArg": "epctx.session.node_arg",
-    "OrtEpDevice": "epctx.ep.devices:EpDevice",
-    "OrtExecutionProviderDevicePolicy": "epctx.ep.devices:ExecutionProviderDevicePolicy",
-    "OrtHardwareDevice": "epctx.ep.devices:HardwareDevice",
-    "OrtHardwareDeviceType": "epctx.ep.devices:HardwareDeviceType",
-    "CompatibilityVerdict": "epctx.ep.compatibility",
-    "OrtCompiledModelCompatibility": "epctx.ep.compatibility",
-    "OrtDeviceEpIncompatibilityReason": "epctx.ep.compatibility",
+    "OrtEpDevice": "epctx.ep._devices:EpDevice",
+    "OrtExecutionProviderDevicePolicy": "epctx.ep._devices:ExecutionProviderDevicePolicy",
+    "OrtHardwareDevice": "epctx.ep._devices:HardwareDevice",
+    "OrtHardwareDeviceType": "epctx.ep._devices:HardwareDeviceType",
+    "CompatibilityVerdict": "epctx.ep._compatibility",
+    "OrtCompiledModelCompatibility": "epctx.ep._compatibility",
+    "OrtDeviceEpIncompatibilityReason": "epctx.ep._compatibility",
     **{
         name: "epctx.cache.compatibility"
         for name in (

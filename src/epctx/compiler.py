@@ -16,7 +16,7 @@ from epctx.errors import EPCtxError, Fail, InvalidArgument
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep.contract import ExecutionProvider
+    from epctx.ep._contract import ExecutionProvider
     from epctx.epcontext.generate import ContextModel
     from epctx.partition.placement import NodePlacement
     from epctx.session.pipeline import Pipeline

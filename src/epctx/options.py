@@ -29,7 +29,7 @@ EP_CONTEXT_EXTERNAL_INITIALIZERS_FILE = "ep.context_model_external_initializers_
 EXTERNAL_INITIALIZERS_FOLDER = "session.model_external_initializers_file_folder_path"
 SHARE_EP_CONTEXTS = "ep.share_ep_contexts"
 # Weightless contexts, as onnxruntime: the mode ("0" NONE, "1" EXTERNAL_ONLY, "2" ALL) and where the source
-# model is at load (epctx.ep.weightless).
+# model is at load (epctx.ep._weightless).
 EP_ENABLE_WEIGHTLESS_MODE = "ep.enable_weightless_mode"
 EP_CONTEXT_SOURCE_MODEL_PATH = "ep.context_source_model_path"
 # epctx's own: refit. A context model whose compiled code this generation reuses for a model with the same
@@ -98,7 +98,7 @@ class SessionConfig:
     - ``partition_control_flow_bodies`` (session.partition_control_flow_bodies, bool, epctx's own): offer the
       nodes inside If / Loop / Scan bodies to the EPs too;
     - ``ep_enable_weightless_mode`` (ep.enable_weightless_mode, int 0 / 1 / 2, 0): weightless contexts, NONE /
-      EXTERNAL_ONLY / ALL (``epctx.ep.weightless``);
+      EXTERNAL_ONLY / ALL (``epctx.ep._weightless``);
     - ``ep_context_source_model_path`` (ep.context_source_model_path, str, ""): where a context's source model
       is (weightless loads, self-healing);
     - ``refit_context`` (epctx.refit_context, str, ""): a context model whose code this generation reuses;

@@ -18,7 +18,7 @@ import epctx
 from epctx.cache import heal
 from epctx.cache.verdicts import check_model
 from epctx.cli import main
-from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat
+from epctx.ep._compatibility import OrtCompiledModelCompatibility as Compat
 from epctx.errors import InvalidArgument
 from tests.oracle import run_ort
 from tests.requires import requires

@@ -132,3 +132,50 @@ def test_cli_run_prints_outputs_and_timing(tmp_path):
         cwd=Path(__file__).resolve().parents[2],
     )
     assert "y: float32[3, 4]" in result.stdout and "session creation" in result.stdout
+
+
+def _ctx_model(node: str, inp: str, out: str, *, opset: int = 17, init: float = 1.0) -> onnx.ModelProto:
+    """A stand-in context model (merge reads protos only): one EPContext node ``inp`` -> ``out``."""
+    graph = helper.make_graph(
+        [helper.make_node("EPContext", [inp, "w"], [out], name=node, domain="com.microsoft")],
+        node,
+        [helper.make_tensor_value_info(inp, TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1])],
+        [numpy_helper.from_array(np.array([init], np.float32), "w")],
+    )
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        (_ctx_model("a", "y", "z"), "node name 'a' is in"),
+        (_ctx_model("b", "x", "y"), "value 'y' is produced in"),
+        (_ctx_model("b", "y", "z", opset=18), "imports opset ai.onnx:18, another model 17"),
+        (_ctx_model("b", "y", "z", init=2.0), "initializer 'w' differs between"),
+    ],
+)
+def test_merge_refuses_models_that_do_not_fit_together(tmp_path, second, message):
+    from epctx.epcontext.merge import merge_context_models
+    from epctx.errors import InvalidGraph
+
+    onnx.save(_ctx_model("a", "x", "y"), tmp_path / "one.onnx")
+    onnx.save(second, tmp_path / "two.onnx")
+    with pytest.raises(InvalidGraph, match=message):
+        merge_context_models([tmp_path / "one.onnx", tmp_path / "two.onnx"], tmp_path / "merged.onnx")
+    assert not (tmp_path / "merged.onnx").exists()
+
+
+def test_merge_joins_stand_in_models_and_refuses_inputs_elsewhere(tmp_path):
+    from epctx.epcontext.merge import merge_context_models
+    from epctx.errors import InvalidArgument
+
+    onnx.save(_ctx_model("a", "x", "y"), tmp_path / "one.onnx")
+    onnx.save(_ctx_model("b", "y", "z"), tmp_path / "two.onnx")
+    merged = merge_context_models([tmp_path / "one.onnx", tmp_path / "two.onnx"], tmp_path / "m.onnx")
+    assert [v.name for v in merged.graph.input] == ["x"] and [v.name for v in merged.graph.output] == ["z"]
+    assert [i.name for i in merged.graph.initializer] == ["w"]  # the same bytes in both: kept once
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(InvalidArgument, match="is not in the output's folder"):
+        merge_context_models([tmp_path / "one.onnx", tmp_path / "two.onnx"], tmp_path / "sub" / "m.onnx")

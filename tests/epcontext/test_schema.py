@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 import epctx
-from epctx.ep.context_node import DOMAIN, OP_TYPE, EPContextNode
+from epctx.ep._context_node import DOMAIN, OP_TYPE, EPContextNode
 
 
 def _node(**attrs: object) -> ir.Node:

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import epctx
 from epctx.ep import SourcePlanner, WeightlessMode, WeightlessSetting, open_sources
-from epctx.ep.weightless import covers, parse_mode, setting_for, supported_modes
+from epctx.ep._weightless import covers, parse_mode, setting_for, supported_modes
 from epctx.errors import EPFail, InvalidArgument, InvalidGraph, NoSuchFile
 from epctx.options import SessionConfig
 

@@ -206,7 +206,7 @@ def test_the_device_policy_breaks_a_tie_between_equal_variants(
     """Two variants of one EP, equal verdicts, for a CPU and a GPU device: the session's device policy picks, the
     manifest's order when there is none. This machine has no GPU: the CPU EP is given one in the device list
     (what get_ep_devices would report on a machine with a GPU that EP serves)."""
-    from epctx.ep.devices import EpDevice, HardwareDevice, HardwareDeviceType
+    from epctx.ep._devices import EpDevice, HardwareDevice, HardwareDeviceType
     from epctx.package.select import rank_variants
     from epctx.providers import registry
 

@@ -9,7 +9,7 @@ import pytest
 
 import epctx
 from epctx.ep import HardwareDeviceType
-from epctx.ep.hardware import cpu_device, parse_cpuinfo
+from epctx.ep._hardware import cpu_device, parse_cpuinfo
 from epctx.providers import registry
 
 INTEL = """processor\t: 0

@@ -13,9 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import epctx
-from epctx.ep.compiling import CapabilityContext, CompileContext
-from epctx.ep.context_node import EPContextNode
-from epctx.ep.contract import Partition
+from epctx.ep._compiling import CapabilityContext, CompileContext
+from epctx.ep._context_node import EPContextNode
+from epctx.ep._contract import Partition
 from epctx.epcontext import ContextBinary, ContextBinaryWriter
 from epctx.epcontext.store import ContextSource, ContextStore
 from epctx.errors import InvalidArgument, InvalidGraph

@@ -444,8 +444,8 @@ def _rewrite_meta(path: Path, change: Any) -> str:
 def test_binary_config_outside_the_allow_list_is_refused(tmp_path: Path, key: str, value: Any) -> None:
     """A crafted binary whose stored OpenVINO config asks for CACHE_DIR (or any key or value epctx never
     writes) is InvalidGraph naming the key; the folder is never created."""
-    from epctx.ep.context_node import EPContextNode
-    from epctx.ep.contract import Partition
+    from epctx.ep._context_node import EPContextNode
+    from epctx.ep._contract import Partition
     from epctx.epcontext.store import ContextSource
 
     work = tmp_path / "work"

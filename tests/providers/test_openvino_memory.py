@@ -13,7 +13,7 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from epctx.ep.memory import release_pages
+from epctx.ep._memory import release_pages
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.writer import ContextBinaryWriter
 from epctx.model import load_model

@@ -1,5 +1,5 @@
 """scripts/seal_ep_modules.py: the mechanical rename that makes epctx.ep's modules private (issue 17), kept
-for when the branches in flight are merged. Its rewrite is checked here on the reference forms it must turn
+applied once every branch was merged. Its rewrite is checked here on the reference forms it must turn
 (dotted names, paths, ``from epctx.ep import <module>``) and those it must leave alone."""
 
 from __future__ import annotations
@@ -44,7 +44,14 @@ def test_rewrite_points_references_at_the_private_modules() -> None:
     assert rewrite(rewrite(before, names), names) == rewrite(before, names)  # idempotent
 
 
-def test_the_public_modules_are_those_of_the_folder() -> None:
-    names = _script().public_modules()
-    assert {"contract", "compiling", "factory", "devices"} <= set(names)
-    assert "__init__" not in names and not any(n.startswith("_") for n in names)
+def test_epctx_ep_is_sealed() -> None:
+    """The rename has been applied: every module behind ``epctx.ep`` is private, and a new public one fails
+    here (run the script, or name it ``_x.py``)."""
+    assert _script().public_modules() == []
+    names = {p.stem for p in (SCRIPT.parents[1] / "src" / "epctx" / "ep").glob("*.py")}
+    assert {"_contract", "_compiling", "_factory", "_devices"} <= names
+
+
+def test_rewrite_keeps_the_blank_line_after_a_module_import() -> None:
+    text = "    from epctx.ep import blas\n\n    def f():\n"
+    assert _script().rewrite(text, ["blas"]) == "    from epctx.ep import _blas as blas\n\n    def f():\n"

@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from epctx.ep.compatibility import (
+from epctx.ep._compatibility import (
     METADATA_PREFIX,
     CompatibilityVerdict,
     DeviceIncompatibility,
@@ -29,7 +29,7 @@ from epctx.ep.compatibility import (
 from epctx.errors import InvalidArgument, InvalidProtobuf
 
 if TYPE_CHECKING:
-    from epctx.ep.devices import EpDevice, HardwareDevice
+    from epctx.ep._devices import EpDevice, HardwareDevice
 
 __all__ = [
     "METADATA_PREFIX",

@@ -81,7 +81,7 @@ def _scan(ctx: Path) -> tuple[dict[str, str], list[str], bool]:
 
 def find_source(ctx: Path, config: opt.SessionConfig) -> tuple[Path | None, str]:
     """The source model this context can heal from, or None; and why (for logs and ``epctx check``)."""
-    from epctx.ep.weightless import file_digest
+    from epctx.ep._weightless import file_digest
 
     metadata, names, _ = _scan(ctx)
     explicit = config.ep_context_source_model_path
@@ -110,7 +110,7 @@ def find_source(ctx: Path, config: opt.SessionConfig) -> tuple[Path | None, str]
 def plan_heal(ctx: Path, config: opt.SessionConfig) -> HealPlan | None:
     """A heal to do when the context is stale here and its source is reachable (logged either way)."""
     from epctx.cache.verdicts import check_model
-    from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat
+    from epctx.ep._compatibility import OrtCompiledModelCompatibility as Compat
 
     verdict = check_model(ctx)
     if verdict.status not in (Compat.EP_UNSUPPORTED, Compat.EP_SUPPORTED_PREFER_RECOMPILATION):

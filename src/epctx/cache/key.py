@@ -27,7 +27,7 @@ from epctx import options as opt
 from epctx._version import __version__
 
 if TYPE_CHECKING:
-    from epctx.ep.contract import ExecutionProvider
+    from epctx.ep._contract import ExecutionProvider
 
 __all__ = ["CACHE_CONFIG_KEYS", "Digests", "cache_key", "external_data_files"]
 
@@ -148,7 +148,7 @@ def _session_parts(options: opt.SessionOptions) -> dict[str, Any]:
 
 
 def _machine_parts() -> dict[str, Any]:
-    from epctx.ep.hardware import cpu_device
+    from epctx.ep._hardware import cpu_device
 
     flags = ""
     try:

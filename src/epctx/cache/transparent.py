@@ -24,7 +24,7 @@ from epctx.cache.key import Digests, cache_key
 from epctx.cache.store import CONTEXT_NAME, CacheEntry, ContextCache
 
 if TYPE_CHECKING:
-    from epctx.ep.contract import ExecutionProvider
+    from epctx.ep._contract import ExecutionProvider
 
 __all__ = ["through_cache"]
 
@@ -69,7 +69,7 @@ def _ms(started: float) -> float:
 def _usable(entry: CacheEntry) -> Path | None:
     """The current generation's context model when its verdict here is optimal (else None: recompile)."""
     from epctx.cache.verdicts import check_model
-    from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat
+    from epctx.ep._compatibility import OrtCompiledModelCompatibility as Compat
 
     ctx = entry.current()
     if ctx is None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from epctx.ep.compatibility import (
+from epctx.ep._compatibility import (
     METADATA_PREFIX,
     CompatibilityVerdict,
     OrtCompiledModelCompatibility,
@@ -27,8 +27,8 @@ from epctx.ep.compatibility import (
 from epctx.errors import EPCtxError, InvalidGraph
 
 if TYPE_CHECKING:
-    from epctx.ep.context_node import EPContextNode
-    from epctx.ep.devices import HardwareDevice
+    from epctx.ep._context_node import EPContextNode
+    from epctx.ep._devices import HardwareDevice
 
 __all__ = ["DeviceVerdict", "ModelVerdict", "NodeVerdict", "check_model", "device_label"]
 
@@ -130,7 +130,7 @@ def check_model(model: str | Path, ep_name: str | None = None) -> ModelVerdict:
     """Judge every EPContext node of the model at ``model`` (only those of EP ``ep_name`` when given) against
     each device its EP offers here."""
     from epctx.cache.scan import read_mapped, scan_model
-    from epctx.ep.context_node import EPContextNode
+    from epctx.ep._context_node import EPContextNode
 
     path = Path(model)
     scanned = read_mapped(path, scan_model)
@@ -227,7 +227,7 @@ def _header(view: EPContextNode, embedded: tuple[str, str] | str | None, folder:
 def _devices_for(ep_name: str) -> list[HardwareDevice]:
     """The devices EP ``ep_name`` offers here. Built-in EPs without their own device discovery are offered
     this machine's CPU only (no backend is imported to list devices for them)."""
-    from epctx.ep.hardware import cpu_device
+    from epctx.ep._hardware import cpu_device
     from epctx.providers.builtin import builtin
     from epctx.providers.registry import discover_hardware, factories
 

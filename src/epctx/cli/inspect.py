@@ -72,35 +72,8 @@ def format_report(report: Any) -> str:
         out.append(f"compat   {ep}: {info}")
 
     nodes = report.ep_context_nodes
-    out.append("")
-    out.append(f"EPContext nodes: {len(nodes)}" if nodes else "EPContext nodes: none (not a context model)")
-    for i, node in enumerate(nodes, 1):
-        where = "" if node.graph == "main" else f"  (in {node.graph})"
-        out.append(f"  [{i}] {node.name or '<unnamed>'}{where}")
-        rows = {k: _short(v) for k, v in node.attributes.items()}
-        if node.embed_mode == 1 and node.payload is not None and "ep_cache_context" in rows:
-            rows["ep_cache_context"] = f"{rows['ep_cache_context']} {node.payload.format}"
-        rows["inputs"] = ", ".join(node.inputs)
-        rows["outputs"] = ", ".join(node.outputs)
-        if node.payload is not None and node.file is not None:
-            rows["payload"] = f"{node.payload.format}, {node.payload.size:,} bytes (in {node.file})"
-        elif node.payload is not None:
-            rows["payload"] = _payload_line(node.payload)
-        out.extend(_table(rows, indent=6))
-
-    files = report.binary_files
-    if files:
-        out.append("")
-        out.append(f"context binaries: {len(files)}")
-    for file in files:
-        out.append(f"  {file.reference}")
-        size = "" if file.size is None else f", {file.size:,} bytes"
-        rows = {"path": file.path, "status": f"{file.status}{size}", "used by": ", ".join(file.nodes)}
-        if file.payload is not None:
-            rows["format"] = _payload_line(file.payload, with_size=False)
-        out.extend(_table(rows, indent=6))
-        if file.payload is not None and file.payload.entries:
-            out.extend(_entries(file.payload.entries))
+    out.extend(_node_lines(nodes))
+    out.extend(_binary_lines(report.binary_files))
     for node in nodes:  # embedded containers list their entries too
         if node.embed_mode == 1 and node.payload is not None and node.payload.entries:
             out.append(f"  entries embedded in {node.name}:")
@@ -120,6 +93,40 @@ def format_report(report: Any) -> str:
         node = f" [{f.node}]" if f.node else ""
         out.append(f"  {f.severity:<8}{node} {f.message}")
     return "\n".join(out)
+
+
+def _node_lines(nodes: Any) -> list[str]:
+    """The EPContext nodes section of the report."""
+    out = ["", f"EPContext nodes: {len(nodes)}" if nodes else "EPContext nodes: none (not a context model)"]
+    for i, node in enumerate(nodes, 1):
+        where = "" if node.graph == "main" else f"  (in {node.graph})"
+        out.append(f"  [{i}] {node.name or '<unnamed>'}{where}")
+        rows = {k: _short(v) for k, v in node.attributes.items()}
+        if node.embed_mode == 1 and node.payload is not None and "ep_cache_context" in rows:
+            rows["ep_cache_context"] = f"{rows['ep_cache_context']} {node.payload.format}"
+        rows["inputs"] = ", ".join(node.inputs)
+        rows["outputs"] = ", ".join(node.outputs)
+        if node.payload is not None and node.file is not None:
+            rows["payload"] = f"{node.payload.format}, {node.payload.size:,} bytes (in {node.file})"
+        elif node.payload is not None:
+            rows["payload"] = _payload_line(node.payload)
+        out.extend(_table(rows, indent=6))
+    return out
+
+
+def _binary_lines(files: Any) -> list[str]:
+    """The context binaries section of the report (none when the nodes embed their payloads)."""
+    out = ["", f"context binaries: {len(files)}"] if files else []
+    for file in files:
+        out.append(f"  {file.reference}")
+        size = "" if file.size is None else f", {file.size:,} bytes"
+        rows = {"path": file.path, "status": f"{file.status}{size}", "used by": ", ".join(file.nodes)}
+        if file.payload is not None:
+            rows["format"] = _payload_line(file.payload, with_size=False)
+        out.extend(_table(rows, indent=6))
+        if file.payload is not None and file.payload.entries:
+            out.extend(_entries(file.payload.entries))
+    return out
 
 
 def _payload_line(payload: Any, *, with_size: bool = True) -> str:

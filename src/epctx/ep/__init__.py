@@ -14,8 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from epctx._version import __version__ as EPCTX_VERSION
-from epctx.ep.alignment import align, same_bytes
-from epctx.ep.compatibility import (
+from epctx.ep._alignment import align, same_bytes
+from epctx.ep._compatibility import (
     CompatibilityVerdict,
     DeviceIncompatibility,
     OrtCompiledModelCompatibility,
@@ -24,16 +24,16 @@ from epctx.ep.compatibility import (
     installed_version,
     parse_info,
 )
-from epctx.ep.compiling import Capability, CapabilityContext, CompileContext, CompileGuard
-from epctx.ep.context_io import (
+from epctx.ep._compiling import Capability, CapabilityContext, CompileContext, CompileGuard
+from epctx.ep._context_io import (
     BinaryFile,
     BinaryLayout,
     ContextReader,
     ContextWriter,
     EntryLocation,
 )
-from epctx.ep.context_node import DOMAIN, OP_TYPE, OPSET_VERSION, EPContextNode, is_ep_context
-from epctx.ep.contract import (
+from epctx.ep._context_node import DOMAIN, OP_TYPE, OPSET_VERSION, EPContextNode, is_ep_context
+from epctx.ep._contract import (
     CompiledPartition,
     ExecutionProvider,
     Kernel,
@@ -43,7 +43,7 @@ from epctx.ep.contract import (
     make_partition,
     opset_of,
 )
-from epctx.ep.devices import (
+from epctx.ep._devices import (
     ALLOW_VIRTUAL_DEVICES,
     VIRTUAL_METADATA_KEY,
     EpDevice,
@@ -53,12 +53,12 @@ from epctx.ep.devices import (
     HardwareDeviceType,
     device_options,
 )
-from epctx.ep.documents import dump_document, load_document
-from epctx.ep.hardware import cpu_device
-from epctx.ep.memory import byte_view, mapped_file, release_pages
-from epctx.ep.options import RESERVED_OPTION_PREFIX, Option, parse_options
-from epctx.ep.partition import ir_nodes, ir_values
-from epctx.ep.weightless import (
+from epctx.ep._documents import dump_document, load_document
+from epctx.ep._hardware import cpu_device
+from epctx.ep._memory import byte_view, mapped_file, release_pages
+from epctx.ep._options import RESERVED_OPTION_PREFIX, Option, parse_options
+from epctx.ep._partition import ir_nodes, ir_values
+from epctx.ep._weightless import (
     NO_WEIGHTLESS,
     SUPPORTED_MODES_KEY,
     WEIGHTLESS_SUPPORT_KEY,
@@ -74,12 +74,12 @@ from epctx.ep.weightless import (
 )
 
 if TYPE_CHECKING:
-    from epctx.ep.blas import backend_import
-    from epctx.ep.blas import settle as settle_backends
-    from epctx.ep.blas import thread_limit as blas_thread_limit
-    from epctx.ep.factory import EP_API_VERSION, PluginEpFactory
-    from epctx.ep.grouping import fused_groups
-    from epctx.ep.onnx_export import partition_model
+    from epctx.ep._blas import backend_import
+    from epctx.ep._blas import settle as settle_backends
+    from epctx.ep._blas import thread_limit as blas_thread_limit
+    from epctx.ep._factory import EP_API_VERSION, PluginEpFactory
+    from epctx.ep._grouping import fused_groups
+    from epctx.ep._onnx_export import partition_model
     from epctx.model.scopes import node_subgraphs, outer_scope_values
     from epctx.model.tensors import to_numpy
     from epctx.model.view import AttrView, DimView, GraphView, ModelView, NodeView, ShapeView, ValueView
@@ -87,15 +87,15 @@ if TYPE_CHECKING:
 # Imported on first use: the ONNX export helper (onnx), the graph helpers (onnx-ir), and what only compiling
 # or inspecting needs, so an EP that loads context binaries imports none of it.
 _LAZY = {
-    **{name: "epctx.ep.payloads" for name in ("PayloadDetector", "PayloadEntry", "PayloadInfo")},
+    **{name: "epctx.ep._payloads" for name in ("PayloadDetector", "PayloadEntry", "PayloadInfo")},
     **{
-        name: "epctx.ep.weights_file"
+        name: "epctx.ep._weights_file"
         for name in ("ExternalRef", "WeightsFile", "initializer_array", "plan_weights_file")
     },
-    "partition_model": "epctx.ep.onnx_export",
-    "fused_groups": "epctx.ep.grouping",
+    "partition_model": "epctx.ep._onnx_export",
+    "fused_groups": "epctx.ep._grouping",
     # the API's version and the base of a plugin library's factory (registration only)
-    **{name: "epctx.ep.factory" for name in ("EP_API_VERSION", "PluginEpFactory")},
+    **{name: "epctx.ep._factory" for name in ("EP_API_VERSION", "PluginEpFactory")},
     "node_subgraphs": "epctx.model.scopes",
     "outer_scope_values": "epctx.model.scopes",
     "to_numpy": "epctx.model.tensors",
@@ -104,10 +104,10 @@ _LAZY = {
         name: "epctx.model.view"
         for name in ("AttrView", "DimView", "GraphView", "ModelView", "NodeView", "ShapeView", "ValueView")
     },
-    # numpy's BLAS versus backends that fork at import (epctx/ep/blas.py)
-    "backend_import": "epctx.ep.blas",
-    "settle_backends": "epctx.ep.blas",
-    "blas_thread_limit": "epctx.ep.blas",
+    # numpy's BLAS versus backends that fork at import (epctx/ep/_blas.py)
+    "backend_import": "epctx.ep._blas",
+    "settle_backends": "epctx.ep._blas",
+    "blas_thread_limit": "epctx.ep._blas",
 }
 _RENAMED = {"settle_backends": "settle", "blas_thread_limit": "thread_limit"}
 

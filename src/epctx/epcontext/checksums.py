@@ -28,7 +28,7 @@ from typing import Any
 
 import xxhash
 
-from epctx.ep.memory import mapped_file, release_pages
+from epctx.ep._memory import mapped_file, release_pages
 
 __all__ = ["CHECKSUM_ALGORITHMS", "CHUNK", "DEFAULT_CHECKSUM", "STREAMS", "digest"]
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from epctx.ep.memory import byte_view
+from epctx.ep._memory import byte_view
 from epctx.epcontext.checksums import CHECKSUM_ALGORITHMS, CHUNK, STREAMS
 from epctx.epcontext.header import (
     PREAMBLE,

@@ -23,9 +23,9 @@ import onnx_ir as ir
 
 from epctx import options as opt
 from epctx._version import __version__
-from epctx.ep.context_io import BinaryLayout
-from epctx.ep.context_node import DOMAIN, OPSET_VERSION, EPContextNode
-from epctx.ep.contract import CompiledPartition, ExecutionProvider
+from epctx.ep._context_io import BinaryLayout
+from epctx.ep._context_node import DOMAIN, OPSET_VERSION, EPContextNode
+from epctx.ep._contract import CompiledPartition, ExecutionProvider, Partition
 from epctx.epcontext import paths
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, SOURCE_FILES_KEY, graph_identity
 from epctx.epcontext.io_names import IO_KEY, io_document
@@ -90,24 +90,17 @@ def build_context_model(
     ``extra_metadata`` is added to the model's metadata (``epctx.context_key``: cache/reuse.py).
     With ``group`` (weight sharing), binaries and external files are the group's; the model's binary and file
     names are the preferred ones, which the transaction may change (``transaction.rename_references``)."""
-    config = result.config
-    model = result.model
-    units = result.units
-    compiled = result.compiled
-    source_path = result.source_path
+    config, units, compiled = result.config, result.units, result.compiled
     model_name = paths.model_name_for(ctx_path)
-    source_filename = source_path.name if source_path is not None else ""
     if embed is None:
         embed = config.ep_context_embed_mode
     if placement is None:
-        ext_name = config.ep_context_external_initializers_file
-        placement = (lambda value: ext_name) if ext_name else (lambda value: None)
+        placement = _config_placement(config.ep_context_external_initializers_file)
     prefix = config.ep_context_node_name_prefix
     if group is not None and embed:
         raise InvalidArgument(
             "ep.share_ep_contexts=1 shares one binary file among models: it needs ep.context_embed_mode=0"
         )
-    graph = model.graph
     writers: dict[str, ContextBinaryWriter] = {}
     file_names: dict[str, str] = {}
     eps: dict[str, ExecutionProvider] = {}
@@ -122,56 +115,111 @@ def build_context_model(
         ep = unit.ep
         writer = writers.get(ep.name)
         if writer is None:
-            if group is not None:
-                writer, file_names[ep.name] = group.writer_for(ep, model_name)
-            else:
-                writer = ContextBinaryWriter(
-                    ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware()
-                )
-                file_names[ep.name] = paths.binary_file_name(model_name, ep.name)
+            writer, file_names[ep.name] = _new_writer(ep, model_name, group)
             writers[ep.name] = writer
             eps[ep.name] = ep
         # Graphs of several models share a binary: their names carry the model's name.
         graph_name = f"{prefix}{model_name}_{part.name}" if group is not None else f"{prefix}{part.name}"
-        # A shared writer takes graphs from concurrent sessions of the group: one at a time.
-        with group.lock if group is not None else contextlib.nullcontext():
-            store = ContextStore(writer, graph_name)
-            _check_compiled_type(ep, part.name, compiled[k])
-            ep.save_partition(part, compiled[k], store)
-            store.add(IO_KEY, io_document(part), kind="io")
-            identity = graph_identity(graph_name, writer.entry_rows(store.names), writer.checksum_algorithm)
-        is_main = ep.name not in mains
-        view = EPContextNode(
-            name=graph_name,
-            inputs=tuple(v.name or "" for v in part.inputs),
-            outputs=tuple(v.name or "" for v in part.outputs),
-            main_context=1 if is_main else 0,
-            ep_cache_context=None,
-            embed_mode=1 if embed else 0,
-            ep_sdk_version=ep.sdk_version(),
-            onnx_model_filename=source_filename or None,
-            hardware_architecture=ep.hardware() or None,
-            partition_name=graph_name,
-            source=ep.name,
-            extra={IDENTITY_ATTRIBUTE: identity},
-        )
+        identity = _save_graph(ep, part, compiled[k], writer, graph_name, group)
+        view = _context_view(ep, part, graph_name, identity, result.source_path, main=ep.name not in mains)
         mains.add(ep.name)
-        views.append((len(nodes), view))
+        views.append((len(nodes), dataclasses.replace(view, embed_mode=1 if embed else 0)))
         nodes.append(onnx.NodeProto())  # filled below, once the EP's binary holds all its graphs
     if embed:
         _check_embedded_size(writers, ctx_path)
-    for index, view in views:
+    for index, view in views:  # the main node of each EP holds its binary (or the binary's file name)
         payload: bytes | None = None
         if view.main_context:
-            writer = writers[ep_name_of(view)]
-            if embed:
-                payload = writer.to_bytes()
-            else:
-                payload = file_names[ep_name_of(view)].encode()
+            name = ep_name_of(view)
+            payload = writers[name].to_bytes() if embed else file_names[name].encode()
         nodes[index] = _node_proto(dataclasses.replace(view, ep_cache_context=payload))
     binaries = {} if embed or group is not None else {file_names[name]: w for name, w in writers.items()}
 
-    initializers = _used_initializers(graph, units, compiled)
+    out, external = _finish_model(result, nodes, eps, placement, group)
+    return ContextModel(model=out, binaries=binaries, external_files=external)
+
+
+def _finish_model(
+    result: CompiledModel,
+    nodes: list[onnx.NodeProto],
+    eps: Mapping[str, ExecutionProvider],
+    placement: Placement,
+    group: GenerationGroup | None,
+) -> tuple[onnx.ModelProto, dict[str, ExternalFile]]:
+    """The context model around ``nodes`` (its header, graph inputs and outputs, the initializers the nodes
+    left in it still read) and the external initializer files it needs (none of its own in a group)."""
+    graph = result.model.graph
+    initializers = _used_initializers(graph, result.units, result.compiled)
+    out = _model_header(result.model, eps, result.source_path)
+    g = out.graph
+    g.name = graph.name or "main_graph"
+    g.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
+    g.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
+    g.node.extend(nodes)
+    files = group.files if group is not None else {}
+    with group.lock if group is not None else contextlib.nullcontext():
+        used = _add_initializers(g, initializers, placement, files)
+    return out, ({} if group is not None else {name: files[name] for name in used})
+
+
+def _config_placement(ext_name: str | None) -> Placement:
+    """The session options' placement: every initializer in ``ext_name`` when set, else in the model."""
+    return (lambda value: ext_name) if ext_name else (lambda value: None)
+
+
+def _context_view(
+    ep: ExecutionProvider, part: Partition, graph_name: str, identity: str, source: Path | None, *, main: bool
+) -> EPContextNode:
+    """The EPContext node of a saved partition, still without its payload (embed mode 0)."""
+    return EPContextNode(
+        name=graph_name,
+        inputs=tuple(v.name or "" for v in part.inputs),
+        outputs=tuple(v.name or "" for v in part.outputs),
+        main_context=1 if main else 0,
+        ep_cache_context=None,
+        embed_mode=0,
+        ep_sdk_version=ep.sdk_version(),
+        onnx_model_filename=(source.name if source is not None else "") or None,
+        hardware_architecture=ep.hardware() or None,
+        partition_name=graph_name,
+        source=ep.name,
+        extra={IDENTITY_ATTRIBUTE: identity},
+    )
+
+
+def _new_writer(
+    ep: ExecutionProvider, model_name: str, group: GenerationGroup | None
+) -> tuple[ContextBinaryWriter, str]:
+    """The writer of ``ep``'s binary and the binary's file name: the group's when weights are shared."""
+    if group is not None:
+        return group.writer_for(ep, model_name)
+    writer = ContextBinaryWriter(ep_name=ep.name, sdk_version=ep.sdk_version(), hardware=ep.hardware())
+    return writer, paths.binary_file_name(model_name, ep.name)
+
+
+def _save_graph(
+    ep: ExecutionProvider,
+    part: Partition,
+    compiled: CompiledPartition,
+    writer: ContextBinaryWriter,
+    graph_name: str,
+    group: GenerationGroup | None,
+) -> str:
+    """``ep`` saves ``part`` as ``graph_name`` into ``writer``, with its I/O document; the graph's identity."""
+    # A shared writer takes graphs from concurrent sessions of the group: one at a time.
+    with group.lock if group is not None else contextlib.nullcontext():
+        store = ContextStore(writer, graph_name)
+        _check_compiled_type(ep, part.name, compiled)
+        ep.save_partition(part, compiled, store)
+        store.add(IO_KEY, io_document(part), kind="io")
+        return graph_identity(graph_name, writer.entry_rows(store.names), writer.checksum_algorithm)
+
+
+def _model_header(
+    model: ir.Model, eps: Mapping[str, ExecutionProvider], source_path: Path | None
+) -> onnx.ModelProto:
+    """The context model without its graph: versions, opsets (the EPContext domain added) and metadata (each
+    EP's compatibility info, the source files, onnxruntime's weightless mode)."""
     out = onnx.ModelProto()
     out.ir_version = max(model.ir_version, 8)
     out.producer_name = "epctx"
@@ -196,16 +244,7 @@ def build_context_model(
     metadata.update(extra_metadata or {})
     for key, value in sorted(metadata.items()):
         out.metadata_props.add(key=key, value=value)
-    g = out.graph
-    g.name = graph.name or "main_graph"
-    g.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
-    g.output.extend(ir.serde.serialize_value(v) for v in graph.outputs)
-    g.node.extend(nodes)
-    files = group.files if group is not None else {}
-    with group.lock if group is not None else contextlib.nullcontext():
-        used = _add_initializers(g, initializers, placement, files)
-    external = {} if group is not None else {name: files[name] for name in used}
-    return ContextModel(model=out, binaries=binaries, external_files=external)
+    return out
 
 
 def _check_compiled_type(ep: ExecutionProvider, partition: str, compiled: CompiledPartition) -> None:
@@ -400,7 +439,7 @@ def _write_group(group: GenerationGroup) -> None:
 def source_files_record(source_path: Path, model: ir.Model) -> str:
     """JSON [[location, size, xxh3-128], ...]: the source ``.onnx`` (its file name) then its external data files
     (locations relative to its folder), as they were when this context was compiled from them."""
-    from epctx.ep.weightless import file_digest
+    from epctx.ep._weightless import file_digest
 
     folder = source_path.resolve().parent
     files = [source_path.resolve()]

@@ -4,9 +4,9 @@ start with ``epctx.``)."""
 
 from __future__ import annotations
 
-from epctx.ep.context_node import EPContextNode
-from epctx.ep.contract import Partition
-from epctx.ep.documents import dump_document, load_document
+from epctx.ep._context_node import EPContextNode
+from epctx.ep._contract import Partition
+from epctx.ep._documents import dump_document, load_document
 from epctx.errors import InvalidGraph
 
 __all__ = ["IO_KEY", "check_io_names", "io_document"]

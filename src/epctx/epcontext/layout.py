@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from epctx.ep.alignment import align, same_bytes
+from epctx.ep._alignment import align, same_bytes
 from epctx.errors import InvalidGraph
 
 __all__ = ["EntryInfo", "Slot", "check_layout", "deduplicate", "place"]

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from epctx import options as opt
-from epctx.ep.context_node import EPContextNode, is_ep_context
-from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
+from epctx.ep._context_node import EPContextNode, is_ep_context
+from epctx.ep._contract import CompiledPartition, ExecutionProvider, Partition
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity
 from epctx.epcontext.io_names import IO_KEY, check_io_names
@@ -152,8 +152,8 @@ class ContextLoader:
         """The EP's compatibility verdict on the node (``ep/compatibility.py``), before its EP loads anything:
         UNSUPPORTED refuses the model, PREFER_RECOMPILATION warns (or refuses, as onnxruntime does, with
         ``session.fail_on_suboptimal_compiled_model=1``). The message is ``epctx check``'s explanation."""
-        from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat
-        from epctx.ep.compatibility import judge_node, node_info
+        from epctx.ep._compatibility import OrtCompiledModelCompatibility as Compat
+        from epctx.ep._compatibility import judge_node, node_info
 
         info, from_metadata = node_info(ep.name, self._metadata, binary.sdk_version, binary.hardware)
         verdict = judge_node(

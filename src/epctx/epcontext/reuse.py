@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from epctx.ep.context_node import is_ep_context
+from epctx.ep._context_node import is_ep_context
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidArgument, InvalidGraph
 from epctx.model.load import load_model

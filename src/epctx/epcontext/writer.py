@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from epctx.ep.alignment import align
-from epctx.ep.memory import byte_view, release_pages
+from epctx.ep._alignment import align
+from epctx.ep._memory import byte_view, release_pages
 from epctx.epcontext.checksums import CHECKSUM_ALGORITHMS, CHUNK, DEFAULT_CHECKSUM, digest
 from epctx.epcontext.files import write_file_atomic
 from epctx.epcontext.header import (

@@ -331,6 +331,13 @@ def _attribute(buf: memoryview) -> tuple[str, LeanAttribute]:
             raise _NotLean
     if not name:
         raise _NotLean
+    return name, _attribute_value(name, kind_of, scalars, repeated)
+
+
+def _attribute_value(
+    name: str, kind_of: int, scalars: dict[int, object], repeated: list[object]
+) -> LeanAttribute:
+    """The value of an attribute read by ``_attribute``: one scalar field or one repeated kind, as declared."""
     scalar_field = {_FLOAT: 2, _INT: 3, _STRING: 4}.get(kind_of)
     if scalar_field is not None:
         if repeated or set(scalars) - {scalar_field}:
@@ -339,9 +346,9 @@ def _attribute(buf: memoryview) -> tuple[str, LeanAttribute]:
         found = scalars.get(scalar_field, default)
         if isinstance(found, memoryview):  # a payload is bytes, as the full loader gives it (never decoded)
             found = bytes(found) if name == _PAYLOAD else _string(found)
-        return name, LeanAttribute(kind_of, found)
+        return LeanAttribute(kind_of, found)
     if kind_of in (_FLOATS, _INTS, _STRINGS) and not scalars:
-        return name, LeanAttribute(kind_of, repeated)
+        return LeanAttribute(kind_of, repeated)
     raise _NotLean
 
 

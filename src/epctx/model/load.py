@@ -64,40 +64,14 @@ def load_model(
     ``infer_types`` runs ONNX shape inference so intermediate values carry types (compiling EPs need them).
     ``data``: the file's bytes when the caller has read them already (``source`` is then its path).
     ``free_dims``: (by name, by denotation) free dimension overrides, set before type inference (``dims``)."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data = bytes(source)
-        if not data:
-            raise InvalidArgument("model bytes are empty")
-        path = None
-        base_dir = Path(external_data_folder).absolute() if external_data_folder else None
-        lookup_dir = base_dir
-        what = "model bytes"
-    elif isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if data is None:
-            data = read_model_file(path)
-        base_dir = path.resolve().parent
-        lookup_dir = path.absolute().parent  # as onnxruntime: beside the path given, links followed later
-        what = f"model file {str(path)!r}"
-    else:
-        raise InvalidArgument(f"expected a model path or bytes, got {type(source).__name__}")
-
+    data, path, base_dir, lookup_dir, what = _source(source, external_data_folder, data)
     proto = parse_model_proto(data, what)
     payloads = _take_payloads(proto)
     overridden = free_dims is not None and override_proto_dims(proto.graph, *free_dims)
     checkable, inferable = _checkable(proto, data, stripped=bool(payloads) or overridden)
     del data  # parsed: the file's bytes would be a second copy of the weights from here on
     if len(checkable) < _CHECKER_LIMIT:
-        try:
-            onnx.checker.check_model(checkable)
-        except onnx.checker.ValidationError as exc:
-            raise InvalidGraph(f"{what} is not a valid ONNX model: {str(exc).strip()}") from exc
-        except UnicodeDecodeError as exc:
-            # The checker's message quotes a name that is not UTF-8 (protobuf does not check proto2 strings).
-            message = exc.object.decode("utf-8", "backslashreplace") if isinstance(exc.object, bytes) else ""
-            raise InvalidGraph(
-                f"{what} is not a valid ONNX model (a name in it is not UTF-8): {message.strip()}"
-            ) from exc
+        _run_checker(checkable, what)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:
@@ -121,6 +95,40 @@ def load_model(
         if infer_types and inferred is not None:
             _copy_types(model, inferred)
     return LoadedModel(model=model, path=path, base_dir=base_dir)
+
+
+def _source(
+    source: str | os.PathLike[str] | bytes, external_data_folder: str | None, data: bytes | None
+) -> tuple[bytes, Path | None, Path | None, Path | None, str]:
+    """(bytes, path, base_dir, directory external data is looked up in, how messages name the model) of
+    ``load_model``'s source."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        if not data:
+            raise InvalidArgument("model bytes are empty")
+        base_dir = Path(external_data_folder).absolute() if external_data_folder else None
+        return data, None, base_dir, base_dir, "model bytes"
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if data is None:
+            data = read_model_file(path)
+        # as onnxruntime: external data beside the path given, links followed later
+        return data, path, path.resolve().parent, path.absolute().parent, f"model file {str(path)!r}"
+    raise InvalidArgument(f"expected a model path or bytes, got {type(source).__name__}")
+
+
+def _run_checker(checkable: bytes, what: str) -> None:
+    """onnx's checker over the serialized model (large payloads stripped), its failures as InvalidGraph."""
+    try:
+        onnx.checker.check_model(checkable)
+    except onnx.checker.ValidationError as exc:
+        raise InvalidGraph(f"{what} is not a valid ONNX model: {str(exc).strip()}") from exc
+    except UnicodeDecodeError as exc:
+        # The checker's message quotes a name that is not UTF-8 (protobuf does not check proto2 strings).
+        message = exc.object.decode("utf-8", "backslashreplace") if isinstance(exc.object, bytes) else ""
+        raise InvalidGraph(
+            f"{what} is not a valid ONNX model (a name in it is not UTF-8): {message.strip()}"
+        ) from exc
 
 
 # Data types whose raw bytes numpy reads as they are (little-endian), so a tensor can own them as an array.
@@ -239,31 +247,36 @@ def _check_strings(model: ir.Model, what: str) -> None:
         if type(domain) is not str:
             _not_utf8(what, "an opset_import domain", domain)
     for graph in (model.graph, *model.graph.subgraphs()):
-        if isinstance(graph.doc_string, bytes):
-            graph.doc_string = graph.doc_string.decode("utf-8", "replace")
-        if graph.name is not None and type(graph.name) is not str:
-            _not_utf8(what, "the graph name", graph.name)
-        for value in (*graph.inputs, *graph.outputs):
-            if value.name is not None and type(value.name) is not str:
-                _not_utf8(what, f"graph {_show(graph.name)}: an input or output name", value.name)
-        for name in graph.initializers:
-            if type(name) is not str:
-                _not_utf8(what, f"graph {_show(graph.name)}: an initializer name", name)
-        for index, node in enumerate(graph):
-            # One cheap test per node (this runs on every load); the slow path says what is wrong.
-            if (
-                type(node.name) not in _STR_OR_NONE
-                or type(node.op_type) is not str
-                or type(node.domain) is not str
-                or type(node.doc_string) not in _STR_OR_NONE
-            ):
-                _node_strings(node, index, graph, what)
-            for value in node.outputs:
-                if type(value.name) not in _STR_OR_NONE:
-                    _not_utf8(what, f"node {_show(node.name)}: an output name", value.name)
-            for attr_name in node.attributes:
-                if type(attr_name) is not str:
-                    _not_utf8(what, f"node {_show(node.name)}: an attribute name", attr_name)
+        _check_graph_strings(graph, what)
+
+
+def _check_graph_strings(graph: ir.Graph, what: str) -> None:
+    """``_check_strings`` for one graph (not its subgraphs)."""
+    if isinstance(graph.doc_string, bytes):
+        graph.doc_string = graph.doc_string.decode("utf-8", "replace")
+    if graph.name is not None and type(graph.name) is not str:
+        _not_utf8(what, "the graph name", graph.name)
+    for value in (*graph.inputs, *graph.outputs):
+        if value.name is not None and type(value.name) is not str:
+            _not_utf8(what, f"graph {_show(graph.name)}: an input or output name", value.name)
+    for name in graph.initializers:
+        if type(name) is not str:
+            _not_utf8(what, f"graph {_show(graph.name)}: an initializer name", name)
+    for index, node in enumerate(graph):
+        # One cheap test per node (this runs on every load); the slow path says what is wrong.
+        if (
+            type(node.name) not in _STR_OR_NONE
+            or type(node.op_type) is not str
+            or type(node.domain) is not str
+            or type(node.doc_string) not in _STR_OR_NONE
+        ):
+            _node_strings(node, index, graph, what)
+        for value in node.outputs:
+            if type(value.name) not in _STR_OR_NONE:
+                _not_utf8(what, f"node {_show(node.name)}: an output name", value.name)
+        for attr_name in node.attributes:
+            if type(attr_name) is not str:
+                _not_utf8(what, f"node {_show(node.name)}: an attribute name", attr_name)
 
 
 _STR_OR_NONE = frozenset({str, type(None)})
@@ -292,20 +305,27 @@ def _non_utf8_name(graph: onnx.GraphProto) -> tuple[str, object] | None:
         if isinstance(tensor.name, bytes):
             return f"{where}: initializer name", tensor.name
     for index, node in enumerate(graph.node):
-        label = f"{where}: node {index} ({_show(node.name)})"
-        for field in ("name", "op_type", "domain"):
-            if isinstance(getattr(node, field), bytes):
-                return f"{label}: its {field}", getattr(node, field)
-        for name in (*node.input, *node.output):
-            if isinstance(name, bytes):
-                return f"{label}: an input or output name", name
-        for attr in node.attribute:
-            if isinstance(attr.name, bytes):
-                return f"{label}: an attribute name", attr.name
-            for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
-                found = _non_utf8_name(sub)
-                if found is not None:
-                    return found
+        found = _non_utf8_node_name(node, f"{where}: node {index} ({_show(node.name)})")
+        if found is not None:
+            return found
+    return None
+
+
+def _non_utf8_node_name(node: onnx.NodeProto, label: str) -> tuple[str, object] | None:
+    """``_non_utf8_name`` for one node and the graphs in its attributes."""
+    for field in ("name", "op_type", "domain"):
+        if isinstance(getattr(node, field), bytes):
+            return f"{label}: its {field}", getattr(node, field)
+    for name in (*node.input, *node.output):
+        if isinstance(name, bytes):
+            return f"{label}: an input or output name", name
+    for attr in node.attribute:
+        if isinstance(attr.name, bytes):
+            return f"{label}: an attribute name", attr.name
+        for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+            found = _non_utf8_name(sub)
+            if found is not None:
+                return found
     return None
 
 

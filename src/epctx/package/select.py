@@ -19,11 +19,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from epctx.ep.compatibility import CompatibilityVerdict, OrtCompiledModelCompatibility
+from epctx.ep._compatibility import CompatibilityVerdict, OrtCompiledModelCompatibility
 from epctx.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from epctx.ep.devices import EpDevice
+    from epctx.ep._devices import EpDevice
     from epctx.package.layout import Component, Variant
 
 __all__ = ["Ranked", "rank_variants", "select_variant"]

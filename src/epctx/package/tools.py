@@ -79,7 +79,7 @@ def _check_assets(package: Package) -> list[str]:
 
 def validate_package(root: str | os.PathLike[str]) -> list[str]:
     """The findings (empty: the package is whole). A manifest that cannot be read raises."""
-    from epctx.ep.compatibility import CompatibilityVerdict
+    from epctx.ep._compatibility import CompatibilityVerdict
     from epctx.tools.inspect import inspect_model
 
     package = read_package(root)

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
-from epctx.ep.calls import ask_capability
-from epctx.ep.compiling import CapabilityContext
-from epctx.ep.contract import ExecutionProvider, Partition, make_partition
+from epctx.ep._calls import ask_capability
+from epctx.ep._compiling import CapabilityContext
+from epctx.ep._contract import ExecutionProvider, Partition, make_partition
 from epctx.errors import InvalidGraph, NotImplemented
 from epctx.model.scopes import outer_scope_values
 from epctx.model.view import NodeView
@@ -161,7 +161,7 @@ class GraphPartitioner:
         return [sorted(i for u in g for i in members_of[u]) for g in groups]
 
     def _unassigned_error(self, missing: list[ir.Node], opset_imports: Mapping[str, int]) -> Exception:
-        from epctx.ep.contract import opset_of
+        from epctx.ep._contract import opset_of
 
         def why(node: ir.Node) -> str:
             reasons = self.declined.get(node)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep.contract import CompiledPartition
+    from epctx.ep._contract import CompiledPartition
     from epctx.options import SessionConfig
     from epctx.partition.partitioner import Unit
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from epctx.ep.devices import ALLOW_VIRTUAL_DEVICES
+from epctx.ep._devices import ALLOW_VIRTUAL_DEVICES
 from epctx.errors import Fail, InvalidArgument, NoSuchFile
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def load_library(
     if not made:
         raise InvalidArgument(f"{where}: create_ep_factories returned no EP factories")
     taken = set(taken)
-    from epctx.ep.factory import check_api_version  # registration only: not on a session's load path
+    from epctx.ep._factory import check_api_version  # registration only: not on a session's load path
 
     for factory in made:
         for attr in ("ep_name", "ep_vendor", "get_supported_devices", "create_ep"):

@@ -57,7 +57,7 @@ from epctx.providers.libraries import (
 
 if TYPE_CHECKING:
     from epctx.ep import EpDevice, EpFactory, ExecutionProvider, HardwareDevice
-    from epctx.ep.payloads import PayloadDetector
+    from epctx.ep._payloads import PayloadDetector
 
 __all__ = [
     "ALLOW_VIRTUAL_DEVICES",
@@ -89,7 +89,7 @@ _REGISTERED: dict[str, type[ExecutionProvider]] = {}  # register_provider_class:
 
 def payload_detectors(source: str | None = None) -> list[tuple[str, PayloadDetector]]:
     """(EP name, detector) of every EP that recognises its own payloads (``epctx inspect``; see
-    :mod:`epctx.ep.payloads`), the EP that accepts ``source`` (an EPContext node's) first: built-in folders'
+    :mod:`epctx.ep._payloads`), the EP that accepts ``source`` (an EPContext node's) first: built-in folders'
     ``EP_PAYLOADS`` (imported on the first call, installed backend or not: detectors read bytes only), classes'
     ``detect_payload`` (``register_provider_class``), plugin factories' optional ``detect_payload``."""
     found: list[tuple[str, PayloadDetector, bool]] = []
@@ -263,7 +263,7 @@ def discover_hardware() -> list[HardwareDevice]:
     global _HARDWARE
     with _LOCK:
         if _HARDWARE is None:
-            from epctx.ep.hardware import cpu_device
+            from epctx.ep._hardware import cpu_device
 
             found = [cpu_device()]
             for decl in builtin_declarations():

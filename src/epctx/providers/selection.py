@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
 from epctx._warnings import warn_and_log
-from epctx.ep.devices import EpDevice, ExecutionProviderDevicePolicy, HardwareDeviceType
-from epctx.ep.weightless import setting_for
+from epctx.ep._devices import EpDevice, ExecutionProviderDevicePolicy, HardwareDeviceType
+from epctx.ep._weightless import setting_for
 from epctx.errors import EPCtxError, Fail, InvalidArgument
 from epctx.providers import registry
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import onnx_ir as ir
 
-from epctx.ep.calls import compile_partitions
-from epctx.ep.compiling import CapabilityContext, CompileContext, CompileGuard
-from epctx.ep.context_io import BinaryLayout
-from epctx.ep.contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
-from epctx.ep.partition import ir_nodes
+from epctx.ep._calls import compile_partitions
+from epctx.ep._compiling import CapabilityContext, CompileContext, CompileGuard
+from epctx.ep._context_io import BinaryLayout
+from epctx.ep._contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
+from epctx.ep._partition import ir_nodes
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values

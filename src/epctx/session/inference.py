@@ -25,7 +25,7 @@ from epctx.session.profiling import Profiler
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep.contract import ExecutionProvider
+    from epctx.ep._contract import ExecutionProvider
     from epctx.model import LoadedModel
     from epctx.partition.placement import NodePlacement
     from epctx.session.lean import LeanSession

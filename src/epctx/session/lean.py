@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from epctx import options as opt
-from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
+from epctx.ep._contract import CompiledPartition, ExecutionProvider, Partition
 from epctx.epcontext.load import ContextLoader
 from epctx.model.lean import LeanGraph, LeanModel, LeanNode, LeanValue, read_context_model
 from epctx.model.source import read_model_file

@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx.ep.compiling import CapabilityContext, CompileGuard
-from epctx.ep.context_io import BinaryLayout
-from epctx.ep.contract import CompiledPartition, ExecutionProvider
+from epctx.ep._compiling import CapabilityContext, CompileGuard
+from epctx.ep._context_io import BinaryLayout
+from epctx.ep._contract import CompiledPartition, ExecutionProvider
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidArgument
 from epctx.model import LoadedModel, load_model
@@ -63,21 +63,9 @@ class Pipeline:
         caller's options are never changed)."""
         config = opt.SessionConfig.of(options) if config is None else config
         level = options.graph_optimization_level if optimization_level is None else optimization_level
-        loaded = load_model(
-            source,
-            data=data,
-            external_data_folder=config.external_initializers_folder or None,
-            infer_types=any(ep.compiles for ep in providers),
-            free_dims=options.free_dimension_overrides,  # before type inference: sizes reach every value
-        )
+        loaded = _load(source, options, config, level, data, compiles=any(ep.compiles for ep in providers))
         graph = loaded.model.graph
         opsets = dict(loaded.model.opset_imports)
-        apply_dimension_overrides(graph, *options.free_dimension_overrides)
-        apply_initializers(graph, options.initializers)
-        if level >= opt.GraphOptimizationLevel.ORT_ENABLE_BASIC:
-            from epctx.optimize import fold_conv_batchnorm
-
-            fold_conv_batchnorm(graph)
         loader = ContextLoader(
             model_path=loaded.path,
             config=config,
@@ -100,22 +88,13 @@ class Pipeline:
         units = partitioner.partition(
             graph, opsets, preassigned=routed, ctx=CapabilityContext(guard, reuse=reuse)
         )
-        fold = level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
-        kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
-            "CPUExecutionProvider"
+        # Control-flow bodies are offered to the EPs too; never in a context model (its bodies were not
+        # compiled when it was made, and loading one never compiles), where compiling is disabled, nor in a
+        # refit (it compiles nothing).
+        bodies = config.partition_control_flow_bodies and not (
+            routed or config.disable_model_compile or reuse
         )
-        builder = StepBuilder(opsets, kernel_ep, fold)
-        builder.guard = guard
-        if (
-            config.partition_control_flow_bodies
-            and not routed
-            and not config.disable_model_compile
-            and not reuse
-        ):
-            # Control-flow bodies are offered to the EPs too; never in a context model (its bodies were not
-            # compiled when it was made, and loading one never compiles), where compiling is disabled, nor in a
-            # refit (it compiles nothing).
-            builder.body_providers = providers
+        builder = _step_builder(opsets, providers, level, guard, bodies=bool(bodies))
         pipeline = cls(loaded, providers, config, units, builder, loader)
         pipeline.declined = {node.name or "": dict(reasons) for node, reasons in partitioner.declined.items()}
         pipeline.declined_by_node = partitioner.declined
@@ -188,3 +167,52 @@ def _reuse(config: opt.SessionConfig, providers: Sequence[ExecutionProvider]) ->
             "reuse: list only the EPs of the context"
         )
     return reuse
+
+
+def _load(
+    source: str | os.PathLike[str] | bytes,
+    options: opt.SessionOptions,
+    config: opt.SessionConfig,
+    level: int,
+    data: bytes | None,
+    *,
+    compiles: bool,
+) -> LoadedModel:
+    """The loading stage: the model loaded (types inferred when an EP compiles), its free dimensions and
+    initializers overridden as ``options`` say, Conv+BatchNormalization folded from the basic level up."""
+    loaded = load_model(
+        source,
+        data=data,
+        external_data_folder=config.external_initializers_folder or None,
+        infer_types=compiles,
+        free_dims=options.free_dimension_overrides,  # before type inference: sizes reach every value
+    )
+    graph = loaded.model.graph
+    apply_dimension_overrides(graph, *options.free_dimension_overrides)
+    apply_initializers(graph, options.initializers)
+    if level >= opt.GraphOptimizationLevel.ORT_ENABLE_BASIC:
+        from epctx.optimize import fold_conv_batchnorm
+
+        fold_conv_batchnorm(graph)
+    return loaded
+
+
+def _step_builder(
+    opsets: dict[str, int],
+    providers: list[ExecutionProvider],
+    level: int,
+    guard: CompileGuard,
+    *,
+    bodies: bool,
+) -> StepBuilder:
+    """The plan's step builder: kernels from the first EP that runs per node (else the CPU EP), constants
+    folded unless optimizations are off, control-flow bodies offered to ``providers`` when ``bodies``."""
+    fold = level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
+    kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
+        "CPUExecutionProvider"
+    )
+    builder = StepBuilder(opsets, kernel_ep, fold)
+    builder.guard = guard
+    if bodies:
+        builder.body_providers = providers
+    return builder

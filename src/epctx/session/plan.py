@@ -127,6 +127,47 @@ def _describe(step: PlanStep) -> str:
     return f"compiled partition {step.label!r}"
 
 
+class _Slots:
+    """The plan's value slots while it is laid out: slot 0 is None (omitted optional inputs); the template
+    holds the constants' arrays in theirs. Graph inputs are never constants (an initializer may be fed)."""
+
+    def __init__(self, inputs: Sequence[ValueView]) -> None:
+        self.slot_of: dict[ValueView, int] = {}
+        self.template: list[Any] = [None]
+        self.known_inputs = set(inputs)
+        self.constant: dict[ValueView, Any] = {}
+
+    def slot(self, value: ValueView) -> int:
+        s = self.slot_of.get(value)
+        if s is None:
+            s = self.slot_of[value] = len(self.template)
+            self.template.append(None)
+        return s
+
+    def const_of(self, value: ValueView | None) -> Any:
+        if value is None:
+            return None
+        if value in self.constant:
+            return self.constant[value]
+        if value.const_value is not None and value not in self.known_inputs:
+            array = to_numpy(value.const_value)
+            self.constant[value] = array
+            return array
+        raise KeyError(value)
+
+    def is_const(self, value: ValueView | None) -> bool:
+        if value is None or value in self.constant:
+            return True
+        return value.const_value is not None and value not in self.known_inputs
+
+    def read(self, value: ValueView) -> int:
+        """The slot ``value`` is read from; a constant's array is put in the template there."""
+        s = self.slot(value)
+        if self.is_const(value) and value not in self.known_inputs:
+            self.template[s] = self.const_of(value)
+        return s
+
+
 def build_plan(
     inputs: Sequence[ValueView],
     outputs: Sequence[ValueView],
@@ -135,90 +176,54 @@ def build_plan(
     fold_constants: bool = True,
 ) -> ExecutionPlan:
     """Lay out slots: slot 0 is always None (omitted optional inputs); then inputs, constants, results."""
-    slot_of: dict[ValueView, int] = {}
-    template: list[Any] = [None]
+    slots = _Slots(inputs)
+    input_slots = tuple(slots.slot(v) for v in inputs)
+    live_steps = [step for step in steps if not (fold_constants and _folded(step, slots))]
+    compiled = []
+    for step in live_steps:
+        ins = tuple(0 if v is None else slots.read(v) for v in step.inputs)
+        compiled.append((step.fn, ins, tuple(slots.slot(v) for v in step.outputs)))
+    frees_at = _frees(live_steps, slots, keep=set(outputs) | set(inputs))
+    output_slots = tuple(slots.read(v) for v in outputs)
+    plan_steps = tuple((fn, ins, outs, tuple(frees_at[k])) for k, (fn, ins, outs) in enumerate(compiled))
+    labels = tuple(_describe(step) for step in live_steps)
+    info = tuple((step.label, step.op_type, step.provider) for step in live_steps)
+    return ExecutionPlan(slots.template, input_slots, output_slots, plan_steps, labels, info)
 
-    def slot(value: ValueView) -> int:
-        s = slot_of.get(value)
-        if s is None:
-            s = slot_of[value] = len(template)
-            template.append(None)
-        return s
 
-    input_slots = tuple(slot(v) for v in inputs)
-    known_inputs = set(inputs)
-    constant: dict[ValueView, Any] = {}
+def _folded(step: PlanStep, slots: _Slots) -> bool:
+    """Whether ``step`` was folded: foldable, all its inputs constant; its results are constants then."""
+    if not (step.foldable and all(slots.is_const(v) for v in step.inputs)):
+        return False
+    try:
+        with np.errstate(all="ignore"):
+            results = step.fn(*[slots.const_of(v) for v in step.inputs])
+    except EPCtxError:
+        raise
+    except Exception as exc:
+        raise Fail(
+            f"Non-zero status code returned while folding {_describe(step)} (its inputs are "
+            f"constants) Status Message: {_message(exc)}"
+        ) from exc
+    for value, result in zip(step.outputs, results):
+        slots.constant[value] = result
+    return True
 
-    def const_of(value: ValueView | None) -> Any:
-        if value is None:
-            return None
-        if value in constant:
-            return constant[value]
-        if value.const_value is not None and value not in known_inputs:
-            array = to_numpy(value.const_value)
-            constant[value] = array
-            return array
-        raise KeyError(value)
 
-    def is_const(value: ValueView | None) -> bool:
-        if value is None or value in constant:
-            return True
-        return value.const_value is not None and value not in known_inputs
-
-    live_steps: list[PlanStep] = []
-    for step in steps:
-        if fold_constants and step.foldable and all(is_const(v) for v in step.inputs):
-            try:
-                with np.errstate(all="ignore"):
-                    results = step.fn(*[const_of(v) for v in step.inputs])
-            except EPCtxError:
-                raise
-            except Exception as exc:
-                raise Fail(
-                    f"Non-zero status code returned while folding {_describe(step)} (its inputs are "
-                    f"constants) Status Message: {_message(exc)}"
-                ) from exc
-            for value, result in zip(step.outputs, results):
-                constant[value] = result
-            continue
-        live_steps.append(step)
-
-    # Last use of each value, so its slot is released right after (graph outputs are kept).
-    keep = set(outputs) | set(inputs)
+def _frees(live_steps: Sequence[PlanStep], slots: _Slots, *, keep: set[ValueView]) -> list[list[int]]:
+    """The slots each step frees after it runs: values at their last use, outputs nobody reads right after
+    the step that made them (graph inputs and outputs, and constants, are kept)."""
     last_use: dict[ValueView, int] = {}
     for k, step in enumerate(live_steps):
         for v in step.inputs:
             if v is not None:
                 last_use[v] = k
     frees_at: list[list[int]] = [[] for _ in live_steps]
-    compiled = []
-    for step in live_steps:
-        ins = []
-        for v in step.inputs:
-            if v is None:
-                ins.append(0)
-                continue
-            s = slot(v)
-            if is_const(v) and v not in known_inputs:
-                template[s] = const_of(v)
-            ins.append(s)
-        outs = tuple(slot(v) for v in step.outputs)
-        compiled.append((step.fn, tuple(ins), outs))
     for v, k in last_use.items():
-        if v not in keep and not is_const(v):
-            frees_at[k].append(slot_of[v])
-    # Outputs nobody reads are freed right after the step that made them.
+        if v not in keep and not slots.is_const(v):
+            frees_at[k].append(slots.slot_of[v])
     for k, step in enumerate(live_steps):
         for v in step.outputs:
             if v not in keep and v not in last_use:
-                frees_at[k].append(slot_of[v])
-    output_slots = []
-    for v in outputs:
-        s = slot(v)
-        if is_const(v) and v not in known_inputs:
-            template[s] = const_of(v)
-        output_slots.append(s)
-    plan_steps = tuple((fn, ins, outs, tuple(frees_at[k])) for k, (fn, ins, outs) in enumerate(compiled))
-    labels = tuple(_describe(step) for step in live_steps)
-    info = tuple((step.label, step.op_type, step.provider) for step in live_steps)
-    return ExecutionPlan(template, input_slots, tuple(output_slots), plan_steps, labels, info)
+                frees_at[k].append(slots.slot_of[v])
+    return frees_at

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from epctx.ep.context_node import DOMAIN, OP_TYPE, EPContextNode
+from epctx.ep._context_node import DOMAIN, OP_TYPE, EPContextNode
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.header import MAGIC
 from epctx.epcontext.identity import IDENTITY_ATTRIBUTE, graph_identity

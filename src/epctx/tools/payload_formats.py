@@ -4,7 +4,7 @@ Who recognises what, asked in this order:
 
 - the framework: ``epctx-container``, magic ``b"EPCTXBIN"``, the header read with :class:`ContextBinary`
   (every epctx EP's binaries are containers);
-- the EPs, each recognising its own payloads (:mod:`epctx.ep.payloads`): a built-in folder's ``EP_PAYLOADS``
+- the EPs, each recognising its own payloads (:mod:`epctx.ep._payloads`): a built-in folder's ``EP_PAYLOADS``
   (e.g. ``providers/openvino/payloads.py`` for what ONNX Runtime's OpenVINO EP writes), a plugin factory's
   ``detect_payload``, a registered class's ``ExecutionProvider.detect_payload``; the EP named by the node's
   ``source`` first, from the providers' registry (this module sits above it);
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from epctx.ep.payloads import PayloadDetector, PayloadEntry, PayloadInfo
+from epctx.ep._payloads import PayloadDetector, PayloadEntry, PayloadInfo
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.header import MAGIC
 from epctx.errors import EPCtxError, InvalidGraph

@@ -6,7 +6,7 @@ far more (a 32x200x192 GEMM: 96 us on one thread, 2-12 ms on two, measured here 
 MLAS sizes its threads by the work too. Below ``SERIAL_MACS`` multiply-adds a kernel calls through ``serial``,
 which runs the call with BLAS on one thread (under ``intra_op_num_threads``, which only lowers the count
 further; ``epctx.ep.blas_thread_limit`` sets that). Setting fewer threads never starts a multi-threaded BLAS
-call, so it is safe beside the import-time forks ``epctx/ep/blas.py`` guards against.
+call, so it is safe beside the import-time forks ``epctx/ep/_blas.py`` guards against.
 """
 
 from __future__ import annotations

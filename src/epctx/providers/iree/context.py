@@ -13,7 +13,7 @@ Entries of one graph (``<graph name>/<key>``):
 
 Weightless (``ep.enable_weightless_mode`` 1 / 2; format version 2): the weights found unchanged in the source's
 files are not entries: ``meta`` lists them as ``external`` (IREE parameter key, source file number, offset,
-length) with the ``sources`` they lie in, each bound by size and digest (``epctx.ep.weightless``); loading maps
+length) with the ``sources`` they lie in, each bound by size and digest (``epctx.ep._weightless``); loading maps
 those files and IREE's parameters point straight into them. The others (internal initializers in mode 1, weights
 a compile transformed) stay ``params/<j>`` entries.
 

@@ -61,7 +61,7 @@ def shared_core() -> Any:
             if _CORE is None:
                 from epctx.ep import backend_import
 
-                with backend_import("openvino"):  # its telemetry forks: see epctx/ep/blas.py
+                with backend_import("openvino"):  # its telemetry forks: see epctx/ep/_blas.py
                     import openvino as ov
 
                 _CORE = ov.Core()

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from epctx.ep.compiling import NO_COMPILE_ENV
-from epctx.ep.context_node import OP_TYPE
+from epctx.ep._compiling import NO_COMPILE_ENV
+from epctx.ep._context_node import OP_TYPE
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.merge import merge_context_models
 from epctx.errors import ModelRequiresCompilation

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epctx.ep.context_node import DOMAIN, OP_TYPE
+from epctx.ep._context_node import DOMAIN, OP_TYPE
 from epctx.epcontext.container import ContextBinary
 from epctx.epcontext.writer import ContextBinaryWriter
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from epctx.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from epctx.ep.contract import ExecutionProvider
+    from epctx.ep._contract import ExecutionProvider
 
 __all__ = [
     "EpDevice",

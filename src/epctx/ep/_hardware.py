@@ -10,7 +10,7 @@ import platform
 import subprocess
 from collections.abc import Mapping
 
-from epctx.ep.devices import HardwareDevice, HardwareDeviceType
+from epctx.ep._devices import HardwareDevice, HardwareDeviceType
 
 __all__ = ["ARM_IMPLEMENTERS", "X86_VENDORS", "cpu_device", "parse_cpuinfo"]
 

@@ -1,6 +1,6 @@
 """A partition as a standalone ONNX model: what compiling EPs hand to a backend's ONNX importer.
 
-``partition_model`` turns a :class:`~epctx.ep.contract.Partition` into an ``onnx.ModelProto`` whose graph
+``partition_model`` turns a :class:`~epctx.ep._contract.Partition` into an ``onnx.ModelProto`` whose graph
 inputs are the partition's inputs, whose outputs are its outputs, whose initializers are its constants and
 whose nodes are its nodes (serialized with ``onnx_ir.serde``; subgraphs keep their references to outer values
 by name, and every outer value a subgraph reads is an input, an initializer or a node output of the
@@ -20,9 +20,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from epctx.ep.contract import Partition
-from epctx.ep.partition import ir_nodes, ir_values
-from epctx.ep.weights_file import ExternalRef
+from epctx.ep._contract import Partition
+from epctx.ep._partition import ir_nodes, ir_values
+from epctx.ep._weights_file import ExternalRef
 from epctx.errors import InvalidArgument
 
 __all__ = ["partition_model"]

@@ -29,8 +29,8 @@ from epctx.errors import ModelRequiresCompilation
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep.context_io import BinaryLayout, ContextReader
-    from epctx.ep.partition import Partition
+    from epctx.ep._context_io import BinaryLayout, ContextReader
+    from epctx.ep._partition import Partition
 
 __all__ = [
     "NO_COMPILE_ENV",

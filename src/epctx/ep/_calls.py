@@ -14,13 +14,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from epctx.ep.compiling import Capability, CapabilityContext, CompileContext
+from epctx.ep._compiling import Capability, CapabilityContext, CompileContext
 from epctx.errors import Fail
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from epctx.ep.contract import CompiledPartition, ExecutionProvider, Partition
+    from epctx.ep._contract import CompiledPartition, ExecutionProvider, Partition
 
 __all__ = ["ask_capability", "compile_partitions"]
 

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from epctx.ep.devices import device_options
+from epctx.ep._devices import device_options
 from epctx.errors import IncompatibleEPApi
 
 if TYPE_CHECKING:
-    from epctx.ep.contract import ExecutionProvider
-    from epctx.ep.devices import EpDevice, HardwareDevice
+    from epctx.ep._contract import ExecutionProvider
+    from epctx.ep._devices import EpDevice, HardwareDevice
 
 __all__ = [
     "EP_API_VERSION",
@@ -86,7 +86,7 @@ class PluginEpFactory:
     device_metadata: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     def __init__(self, registration_name: str = "", env_config: Mapping[str, str] | None = None) -> None:
-        from epctx.ep.devices import ALLOW_VIRTUAL_DEVICES
+        from epctx.ep._devices import ALLOW_VIRTUAL_DEVICES
 
         self.registration_name = registration_name
         self.env_config: Mapping[str, str] = MappingProxyType(dict(env_config or {}))
@@ -105,7 +105,7 @@ class PluginEpFactory:
 
     def devices(self, hardware_devices: Sequence[HardwareDevice]) -> list[EpDevice]:
         """The devices served among ``hardware_devices`` (default: each real CPU)."""
-        from epctx.ep.devices import EpDevice, HardwareDeviceType
+        from epctx.ep._devices import EpDevice, HardwareDeviceType
 
         return [
             EpDevice(self.ep_name, self.ep_vendor, dict(self.device_metadata), {}, hw)

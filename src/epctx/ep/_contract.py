@@ -16,18 +16,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from epctx import errors
-from epctx.ep.partition import Partition
-from epctx.ep.weightless import NO_WEIGHTLESS, WeightlessSetting
+from epctx.ep._partition import Partition
+from epctx.ep._weightless import NO_WEIGHTLESS, WeightlessSetting
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx_ir as ir
 
-    from epctx.ep.compatibility import CompatibilityVerdict, DeviceIncompatibility
-    from epctx.ep.compiling import Capability, CapabilityContext, CompileContext
-    from epctx.ep.context_io import ContextReader, ContextWriter
-    from epctx.ep.context_node import EPContextNode
-    from epctx.ep.payloads import PayloadInfo
+    from epctx.ep._compatibility import CompatibilityVerdict, DeviceIncompatibility
+    from epctx.ep._compiling import Capability, CapabilityContext, CompileContext
+    from epctx.ep._context_io import ContextReader, ContextWriter
+    from epctx.ep._context_node import EPContextNode
+    from epctx.ep._payloads import PayloadInfo
 
 __all__ = [
     "CompiledPartition",
@@ -156,7 +156,7 @@ class ExecutionProvider(abc.ABC):
         device this process would run it on), from the string alone: no backend import, no payload read
         (onnxruntime's ``ValidateCompiledModelCompatibilityInfo``; ``devices``: ``epctx.ep.HardwareDevice``). The default knows nothing:
         ``EP_NOT_APPLICABLE``, as in onnxruntime."""
-        from epctx.ep.compatibility import CompatibilityVerdict
+        from epctx.ep._compatibility import CompatibilityVerdict
 
         return CompatibilityVerdict.not_applicable(f"{cls.name} does not judge compatibility strings")
 
@@ -164,7 +164,7 @@ class ExecutionProvider(abc.ABC):
     def device_incompatibility(cls, device: Any) -> DeviceIncompatibility:
         """Optional: why this EP cannot use ``device`` (onnxruntime's
         ``GetHardwareDeviceIncompatibilityDetails``); the default reports no known incompatibility."""
-        from epctx.ep.compatibility import DeviceIncompatibility
+        from epctx.ep._compatibility import DeviceIncompatibility
 
         return DeviceIncompatibility()
 
@@ -196,7 +196,7 @@ class ExecutionProvider(abc.ABC):
     @classmethod
     def detect_payload(cls, data: memoryview) -> PayloadInfo | None:
         """Optional: recognise a context payload this EP's backend writes outside epctx's container (those of
-        the matching onnxruntime EP), from its bytes only (``epctx inspect``; see :mod:`epctx.ep.payloads`)."""
+        the matching onnxruntime EP), from its bytes only (``epctx inspect``; see :mod:`epctx.ep._payloads`)."""
         return None
 
 
