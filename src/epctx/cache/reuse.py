@@ -26,7 +26,7 @@ from epctx.errors import EPCtxError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from epctx.ep.contract import ExecutionProvider
+    from epctx.ep import ExecutionProvider
 
 __all__ = ["CONTEXT_KEY", "applies", "reusable", "session_key"]
 
@@ -62,7 +62,7 @@ def reusable(ctx: Path, key: str) -> bool:
     """Whether the context model at ``ctx`` was compiled under ``key`` and its verdict here is optimal."""
     from epctx.cache.scan import read_mapped, scan_model
     from epctx.cache.verdicts import check_model
-    from epctx.ep.compatibility import OrtCompiledModelCompatibility as Compat
+    from epctx.ep import OrtCompiledModelCompatibility as Compat
 
     if not ctx.is_file():
         return False

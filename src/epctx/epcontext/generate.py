@@ -135,7 +135,7 @@ def build_context_model(
         nodes[index] = _node_proto(dataclasses.replace(view, ep_cache_context=payload))
     binaries = {} if embed or group is not None else {file_names[name]: w for name, w in writers.items()}
 
-    out, external = _finish_model(result, nodes, eps, placement, group)
+    out, external = _finish_model(result, nodes, eps, placement, group, extra_metadata)
     return ContextModel(model=out, binaries=binaries, external_files=external)
 
 
@@ -145,12 +145,13 @@ def _finish_model(
     eps: Mapping[str, ExecutionProvider],
     placement: Placement,
     group: GenerationGroup | None,
+    extra_metadata: Mapping[str, str] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, ExternalFile]]:
     """The context model around ``nodes`` (its header, graph inputs and outputs, the initializers the nodes
     left in it still read) and the external initializer files it needs (none of its own in a group)."""
     graph = result.model.graph
     initializers = _used_initializers(graph, result.units, result.compiled)
-    out = _model_header(result.model, eps, result.source_path)
+    out = _model_header(result.model, eps, result.source_path, extra_metadata)
     g = out.graph
     g.name = graph.name or "main_graph"
     g.input.extend(ir.serde.serialize_value(v) for v in graph.inputs)
@@ -216,7 +217,10 @@ def _save_graph(
 
 
 def _model_header(
-    model: ir.Model, eps: Mapping[str, ExecutionProvider], source_path: Path | None
+    model: ir.Model,
+    eps: Mapping[str, ExecutionProvider],
+    source_path: Path | None,
+    extra_metadata: Mapping[str, str] | None = None,
 ) -> onnx.ModelProto:
     """The context model without its graph: versions, opsets (the EPContext domain added) and metadata (each
     EP's compatibility info, the source files, onnxruntime's weightless mode)."""
