@@ -92,15 +92,8 @@ def build_context_model(
     names are the preferred ones, which the transaction may change (``transaction.rename_references``)."""
     config, units, compiled = result.config, result.units, result.compiled
     model_name = paths.model_name_for(ctx_path)
-    if embed is None:
-        embed = config.ep_context_embed_mode
-    if placement is None:
-        placement = _config_placement(config.ep_context_external_initializers_file)
+    embed, placement = _embed_and_placement(config, embed, placement, group)
     prefix = config.ep_context_node_name_prefix
-    if group is not None and embed:
-        raise InvalidArgument(
-            "ep.share_ep_contexts=1 shares one binary file among models: it needs ep.context_embed_mode=0"
-        )
     writers: dict[str, ContextBinaryWriter] = {}
     file_names: dict[str, str] = {}
     eps: dict[str, ExecutionProvider] = {}
@@ -137,6 +130,20 @@ def build_context_model(
 
     out, external = _finish_model(result, nodes, eps, placement, group, extra_metadata)
     return ContextModel(model=out, binaries=binaries, external_files=external)
+
+
+def _embed_and_placement(
+    config: opt.SessionConfig, embed: bool | None, placement: Placement | None, group: GenerationGroup | None
+) -> tuple[bool, Placement]:
+    """``embed`` and ``placement`` as given, else from the session options; a sharing group needs files."""
+    embed = config.ep_context_embed_mode if embed is None else embed
+    if placement is None:
+        placement = _config_placement(config.ep_context_external_initializers_file)
+    if group is not None and embed:
+        raise InvalidArgument(
+            "ep.share_ep_contexts=1 shares one binary file among models: it needs ep.context_embed_mode=0"
+        )
+    return bool(embed), placement
 
 
 def _finish_model(
