@@ -23,6 +23,7 @@ from epctx.ep._compatibility import (
     format_info,
     installed_version,
     parse_info,
+    parse_own_info,
 )
 from epctx.ep._compiling import Capability, CapabilityContext, CompileContext, CompileGuard
 from epctx.ep._context_io import (
@@ -181,6 +182,7 @@ __all__ = [
     "OrtDeviceEpIncompatibilityReason",
     "format_info",
     "parse_info",
+    "parse_own_info",
     "installed_version",
     "ALLOW_VIRTUAL_DEVICES",
     # backends and numpy's BLAS

@@ -31,6 +31,7 @@ __all__ = [
     "judge_node",
     "node_info",
     "parse_info",
+    "parse_own_info",
 ]
 
 # (compatibility string, hardware devices) -> verdict: an EP's validate_compatibility_info
@@ -157,6 +158,21 @@ def parse_info(info: str) -> dict[str, str]:
         elif last is not None:
             fields[last] += f";{item}"
     return fields
+
+
+def parse_own_info(
+    info: str, sdk_prefix: str, ep_label: str
+) -> tuple[dict[str, str], CompatibilityVerdict | None]:
+    """``info``'s items, and UNSUPPORTED when its ``sdk`` item is not this EP's (``sdk_prefix``): the first step
+    of every EP's judge."""
+    fields = parse_info(info)
+    sdk = fields.get("sdk", "")
+    if sdk.startswith(sdk_prefix):
+        return fields, None
+    return fields, CompatibilityVerdict.unsupported(
+        f"not an {ep_label} compatibility string (sdk {sdk or 'missing'!r})",
+        advice="it was written by another EP: load it with that EP",
+    )
 
 
 @functools.cache

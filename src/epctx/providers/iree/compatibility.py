@@ -34,6 +34,7 @@ from epctx.ep import (
     format_info,
     installed_version,
     parse_info,
+    parse_own_info,
 )
 from epctx.errors import InvalidGraph
 from epctx.providers.iree.targets import PRESETS, Target, host_features, host_triple, parse_hardware
@@ -79,13 +80,10 @@ def compatibility_info(target: Target, opt_level: str, channels_last: bool, comp
 
 def validate(info: str, devices: Sequence[HardwareDevice]) -> CompatibilityVerdict:
     """The verdict for ``info`` on ``devices`` (none: this machine's CPU)."""
-    fields = parse_info(info)
-    sdk = fields.get("sdk", "")
-    if not sdk.startswith(_SDK):
-        return CompatibilityVerdict.unsupported(
-            f"not an IREE compatibility string (sdk {sdk or 'missing'!r})",
-            advice="it was written by another EP: load it with that EP",
-        )
+    fields, foreign = parse_own_info(info, _SDK, "IREE")
+    if foreign is not None:
+        return foreign
+    sdk = fields["sdk"]
     here = iree_version()
     if sdk != f"{_SDK}{here}":
         return CompatibilityVerdict.unsupported(

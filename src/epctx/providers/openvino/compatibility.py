@@ -24,7 +24,7 @@ from epctx.ep import (
     cpu_device,
     format_info,
     installed_version,
-    parse_info,
+    parse_own_info,
 )
 
 __all__ = ["compatibility_info", "openvino_release", "validate"]
@@ -60,13 +60,10 @@ def compatibility_info(
 
 
 def validate(info: str, devices: Sequence[HardwareDevice]) -> CompatibilityVerdict:
-    fields = parse_info(info)
-    sdk = fields.get("sdk", "")
-    if not sdk.startswith(_SDK):
-        return CompatibilityVerdict.unsupported(
-            f"not an OpenVINO compatibility string (sdk {sdk or 'missing'!r})",
-            advice="it was written by another EP: load it with that EP",
-        )
+    fields, foreign = parse_own_info(info, _SDK, "OpenVINO")
+    if foreign is not None:
+        return foreign
+    sdk = fields["sdk"]
     made, here = sdk.removeprefix(_SDK).split("-")[0], openvino_release()
     if made != here:
         return CompatibilityVerdict.unsupported(
