@@ -1,4 +1,6 @@
-"""Shared pytest configuration: prints the ONNX backend node-suite count at the end of a run."""
+"""Shared pytest configuration: the ONNX backend node-suite count at the end of a run, the fast tier's guard (no
+torch or IREE compiler imported by a test outside the `slow` marker), and module-level generators reseeded per
+test (a test's data does not depend on the order tests run in)."""
 
 from __future__ import annotations
 
@@ -35,8 +37,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         )
 
 
-# `make test-fast` (-m "not slow") runs the tests that need no IREE compile and no torch: a test that brings
-# either in without the `slow` marker fails there, naming itself, so the everyday tier stays fast.
+# `make test-fast` (-m "not slow") runs the tests that need no IREE compile and no torch: a test that imports either
+# into the test process without the `slow` marker fails there, naming itself (IREE's compiles run in worker
+# processes, which this does not see: the tests that compile with IREE carry the marker themselves).
 _SLOW_MODULES = ("torch", "iree.compiler")
 
 
