@@ -15,7 +15,7 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
 # Lowest first (docs/architecture.md, "Layers"). A module's layer is that of its first path component under epctx/.
 LAYERS = [
-    {"_version", "_warnings", "errors", "options"},
+    {"_version", "_warnings", "errors", "config", "options"},
     {"capi"},  # onnxruntime's exception-module path (epctx.capi.onnxruntime_pybind11_state) over errors
     {"model"},
     {"ep", "optimize"},
