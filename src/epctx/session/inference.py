@@ -8,19 +8,19 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
 from epctx._warnings import warn_and_log
 from epctx.errors import Fail, InvalidArgument
-from epctx.providers.registry import create_provider
 from epctx.session.feeds import FeedBinder, InputSpec
 from epctx.session.iobinding import SessionIOBinding
+from epctx.session.lifecycle import heal_options, prepare_source
 from epctx.session.logs import severity_scope
 from epctx.session.node_arg import ModelMetadata, NodeArg, model_metadata, node_arg
 from epctx.session.ortvalue import OrtValue, owned_array
 from epctx.session.profiling import Profiler
+from epctx.session.run_hooks import run_observed
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -81,27 +81,13 @@ class InferenceSession:
         with _span(profiler, "session_initialization"):
             self._providers = _resolve_providers(providers, provider_options, options, source, config)
             loading = "model_loading_array" if isinstance(source, (bytes, bytearray)) else "model_loading_uri"
-            if (
-                config.self_heal != "off"
-                and not config.context_cache
-                and isinstance(source, (str, os.PathLike))
-            ):
-                healed = self._self_heal(Path(source), loading, (providers, provider_options), config)
-                if healed is None:  # this session compiled the stale context again from its source
-                    return
-                source, options, config = healed
-            if config.context_reuse and _reuse_applies(source, config):  # the existing context, or a new one
-                reused = self._reuse_context(Path(source), loading, config)
-                if reused is None:
-                    return
-                source, options, config = reused
-            if config.context_cache:  # the transparent cache: load what it holds, or compile into it
-                cached = self._through_cache(source, loading, config)
-                if cached is None:
-                    return
-                source = str(cached)
-                changes: dict[str, str | None] = {opt.CONTEXT_CACHE: None, opt.EP_CONTEXT_ENABLE: None}
-                options, config = opt.with_config(options, changes), config.replace(changes)
+            heal_later = functools.partial(
+                _heal_in_place, spec=(providers, provider_options), options=options
+            )
+            prepared = prepare_source(self, source, loading, config, heal_later)
+            if prepared is None:  # healed, reused or cached by compiling: this session is made
+                return
+            source, options, config = prepared
             data: bytes | None = None
             if _lean_allowed(options, config):
                 from epctx.session.lean import LeanSession, open_lean
@@ -125,71 +111,6 @@ class InferenceSession:
             yield
         finally:
             self._options = user
-
-    def _self_heal(
-        self, ctx: Path, loading: str, spec: tuple[Any, Any], config: opt.SessionConfig
-    ) -> tuple[str | os.PathLike[str], opt.SessionOptions, opt.SessionConfig] | None:
-        """``epctx.self_heal``: what to load (the context, or its source on the CPU EP while a background heal
-        runs), or None when this session compiled the context again and serves it (``cache/heal.py``)."""
-        from epctx.cache import heal
-
-        options = self._options
-        plan = heal.plan_heal(ctx, config)
-        if plan is None:
-            return ctx, options, config
-        logger.warning(
-            "epctx.self_heal: %s is %s here (%s); compiling it again from %s (%s)",
-            ctx, plan.status, plan.reasons, plan.source, config.self_heal,
-        )  # fmt: skip
-        if config.self_heal == "foreground":
-            with heal.heal_lock(ctx, wait=True):
-                if heal.plan_heal(ctx, config) is None:  # healed by another session meanwhile
-                    return ctx, options, config
-                self._overwrite_context = True
-                derived = _heal_options(plan, options)
-                with self._options_as(derived):
-                    self._create_full(str(plan.source), loading, None, opt.SessionConfig.of(derived))
-            logger.warning("epctx.self_heal: %s compiled again; this session serves it", ctx)
-            return None
-        heal.start_background(plan, functools.partial(_heal_in_place, spec=spec, options=options))
-        if plan.runs_here:
-            return ctx, options, config
-        logger.warning("epctx.self_heal: until then %s is served from %s on the CPU EP", ctx, plan.source)
-        self._providers = [create_provider("CPUExecutionProvider")]
-        changes: dict[str, str | None] = {opt.SELF_HEAL: None, opt.EP_CONTEXT_ENABLE: None}
-        return str(plan.source), opt.with_config(options, changes), config.replace(changes)
-
-    def _reuse_context(
-        self, source: Path, loading: str, config: opt.SessionConfig
-    ) -> tuple[str, opt.SessionOptions, opt.SessionConfig] | None:
-        """``epctx.context_reuse``: (the existing context to load, with options that generate nothing), or None
-        once this session compiled the context again (in place) and serves it (``cache/reuse.py``)."""
-        from epctx.cache import heal, reuse
-        from epctx.epcontext.paths import context_model_path
-
-        ctx = context_model_path(source, config)
-        key = reuse.session_key(source, self._providers, self._options, config)
-        ctx.parent.mkdir(parents=True, exist_ok=True)
-        with heal.heal_lock(ctx, wait=True):
-            if reuse.reusable(ctx, key):
-                logger.info("epctx.context_reuse: loading %s (key %s)", ctx, key)
-                changes: dict[str, str | None] = {opt.EP_CONTEXT_ENABLE: None, opt.CONTEXT_REUSE: None}
-                return str(ctx), opt.with_config(self._options, changes), config.replace(changes)
-            self._overwrite_context = True
-            self._context_metadata = {reuse.CONTEXT_KEY: key}
-            self._create_full(source, loading, None, config)
-        return None
-
-    def _through_cache(
-        self, source: str | os.PathLike[str] | bytes, loading: str, config: opt.SessionConfig
-    ) -> Path | None:
-        from epctx.cache.transparent import through_cache
-
-        def compile_into(derived: opt.SessionOptions) -> None:
-            with self._options_as(derived):
-                self._create_full(source, loading, None, opt.SessionConfig.of(derived))
-
-        return through_cache(source, self._providers, self._options, compile_into, config)
 
     def _create_full(
         self,
@@ -298,24 +219,7 @@ class InferenceSession:
         profiler = self._profiler if self._profiler is not None and self._profiler.active else None
         if run_options is None and profiler is None and not self._scoped:
             return self._plan.run(inputs)
-        with contextlib.ExitStack() as stack:
-            for ep in self._scoped:
-                scope = ep.run_scope()
-                if scope is not None:
-                    stack.enter_context(scope)
-            hooks: tuple[Callable[[int], None], ...] = (_nothing, _nothing)
-            if run_options is not None:
-                stack.enter_context(severity_scope(run_options.log_severity_level))
-                hooks = (_terminate_check(run_options, hooks[0]), hooks[1])
-                _terminate_check(run_options, _nothing)(-1)
-            if profiler is not None:
-                tag = run_options.logid if run_options is not None else ""
-                stack.enter_context(profiler.span("Session", "model_run", {"run_tag": tag}))
-                before, after = profiler.step_hooks(self._plan.info)
-                hooks = (_chain(hooks[0], before), after)
-            if hooks[0] is _nothing:
-                return self._plan.run(inputs)
-            return self._plan.run_observed(inputs, hooks[0], hooks[1])
+        return run_observed(self._plan, inputs, run_options, profiler, self._scoped)
 
     def run(
         self,
@@ -517,42 +421,12 @@ def _span(profiler: Profiler | None, name: str) -> contextlib.AbstractContextMan
     return profiler.span("Session", name) if profiler is not None else contextlib.nullcontext()
 
 
-def _nothing(k: int) -> None:
-    return None
-
-
-def _chain(first: Callable[[int], None], second: Callable[[int], None]) -> Callable[[int], None]:
-    if first is _nothing:
-        return second
-
-    def both(k: int) -> None:
-        first(k)
-        second(k)
-
-    return both
-
-
-def _terminate_check(run_options: opt.RunOptions, then: Callable[[int], None]) -> Callable[[int], None]:
-    def check(k: int) -> None:
-        if run_options.terminate:
-            raise Fail("Exiting due to terminate flag being set to true.")
-        then(k)
-
-    return check
-
-
 def _array_of(name: str, value: Any) -> Any:
     if not isinstance(value, OrtValue):
         raise InvalidArgument(
             f"run_with_ort_values: input {name!r} must be an OrtValue, got {type(value).__name__}"
         )
     return value.numpy()
-
-
-def _reuse_applies(source: object, config: opt.SessionConfig) -> TypeGuard[str | os.PathLike[str]]:
-    from epctx.cache.reuse import applies
-
-    return applies(source, config)
 
 
 def _warn_sequential(options: opt.SessionOptions) -> None:
@@ -579,22 +453,9 @@ def _write_optimized_model(model: ir.Model, path: str | os.PathLike[str]) -> Non
     logger.info("wrote the optimized model %s", target)
 
 
-def _heal_options(plan: Any, options: opt.SessionOptions) -> opt.SessionOptions:
-    """A session's options to compile the context of ``plan`` again, in place, as it was (embedded or not)."""
-    return opt.with_config(
-        options,
-        {
-            opt.EP_CONTEXT_ENABLE: "1",
-            opt.EP_CONTEXT_FILE_PATH: str(plan.context),
-            opt.EP_CONTEXT_EMBED_MODE: "1" if plan.embed else "0",
-            opt.SELF_HEAL: None,
-        },
-    )
-
-
 def _heal_in_place(plan: Any, *, spec: tuple[Any, Any], options: opt.SessionOptions) -> None:
     """A background heal: a session of its own compiles the context again over the old one (a transaction)."""
-    derived = _heal_options(plan, options)
+    derived = heal_options(plan, options)
     session = InferenceSession.__new__(InferenceSession)
     session._source, session._options, session._profiler, session._loaded = (
         str(plan.source),
