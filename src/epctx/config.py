@@ -279,22 +279,18 @@ def _megabytes(key: str, value: str) -> float:
     return mb
 
 
-def _policy(key: str, value: str) -> str:
-    value = value or "off"
-    if value not in TRUST_POLICIES:
-        raise InvalidArgument(
-            f"session config {key!r} must be one of {', '.join(TRUST_POLICIES)}, got {value!r}"
-        )
-    return value
+def _one_of(allowed: tuple[str, ...]) -> Callable[[str, str], str]:
+    """A parser for a key whose value is one of ``allowed`` ("" is the first, the default)."""
 
+    def parse(key: str, value: str) -> str:
+        value = value or allowed[0]
+        if value not in allowed:
+            raise InvalidArgument(
+                f"session config {key!r} must be one of {', '.join(allowed)}, got {value!r}"
+            )
+        return value
 
-def _self_heal(key: str, value: str) -> str:
-    value = value or "off"
-    if value not in SELF_HEAL_POLICIES:
-        raise InvalidArgument(
-            f"session config {key!r} must be one of {', '.join(SELF_HEAL_POLICIES)}, got {value!r}"
-        )
-    return value
+    return parse
 
 
 def weightless_mode(key: str, value: str) -> int:
@@ -328,14 +324,14 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     EP_ENABLE_WEIGHTLESS_MODE: ("ep_enable_weightless_mode", weightless_mode, 0),
     EP_CONTEXT_SOURCE_MODEL_PATH: ("ep_context_source_model_path", _text, ""),
     REFIT_CONTEXT: ("refit_context", _text, ""),
-    SELF_HEAL: ("self_heal", _self_heal, "off"),
+    SELF_HEAL: ("self_heal", _one_of(SELF_HEAL_POLICIES), "off"),
     PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_REUSE: ("context_reuse", _flag, False),
     CONTEXT_BINARY_COPY: ("context_binary_copy", _flag, False),
     TRUST_KEYS: ("trust_keys", _paths, ()),
-    TRUST_POLICY: ("trust_policy", _policy, "off"),
+    TRUST_POLICY: ("trust_policy", _one_of(TRUST_POLICIES), "off"),
     TRUST_SIGNATURE: ("trust_signature", _text, ""),
     TRUST_SIGN_KEY: ("trust_sign_key", _text, ""),
     TRUST_ROOT: ("trust_root", _text, ""),
