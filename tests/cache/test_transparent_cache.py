@@ -64,6 +64,27 @@ def test_the_second_session_loads_what_the_first_compiled(tmp_path: Path) -> Non
     assert not any(p.suffix in (".bin",) or p.name.endswith("_ctx.onnx") for p in tmp_path.iterdir())
 
 
+def test_a_writer_killed_after_switching_current_leaves_nothing_for_long(tmp_path: Path) -> None:
+    """A kill between writing CURRENT and removing the other generations leaves them; the next session that
+    loads the entry removes them (unless a writer holds the key's lock, then it leaves them to that one)."""
+    src, cache = tmp_path / "model.onnx", tmp_path / "cache"
+    onnx.save(two_partition_model(), src)
+    _session(src, _options(cache))
+    (entry,) = ContextCache(cache).entries()
+    served = entry.info().current
+    leftovers = [entry.folder / "g1-111", entry.folder / "g2-222"]
+    for folder in leftovers:
+        folder.mkdir()
+        (folder / "model_ctx.onnx").write_bytes(b"half")
+    with entry.locked():  # another process writes: the reader leaves the folders alone
+        with no_compile():
+            _check(_session(src, _options(cache)), two_partition_model())
+        assert all(folder.is_dir() for folder in leftovers)
+    with no_compile():
+        _check(_session(src, _options(cache)), two_partition_model())
+    assert entry.info().generations == (served,) and entry.info().current == served
+
+
 def test_editing_the_source_gives_another_key(tmp_path: Path) -> None:
     src, cache = tmp_path / "model.onnx", tmp_path / "cache"
     onnx.save(two_partition_model(), src)

@@ -77,24 +77,42 @@ class CacheEntry:
             os.utime(self.folder / CURRENT)
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """The key's writer lock (waits while another process compiles it)."""
+    def locked(self, *, wait: bool = True) -> Iterator[bool]:
+        """The key's writer lock (waits while another process compiles it). Yields whether it is held:
+        always with ``wait``, else only when no other process held it."""
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
             import fcntl
         except ImportError:  # no flock: writers may compile twice, each generation still atomic
-            yield
+            yield wait
             return
         fd = os.open(self.folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                if not wait:
+                    yield False
+                    return
                 logger.info("epctx.context_cache: another process compiles %s; waiting for it", self.folder)
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            yield True
         finally:
             os.close(fd)
+
+    def tidy(self, current: str | None) -> None:
+        """Remove generations a killed writer left (one killed after switching ``CURRENT`` but before removing
+        the others leaves them to the next reader), unless another process holds the lock right now.
+        ``current``: the generation just read from ``CURRENT``."""
+        try:
+            stale = any(p.name != current and p.name.startswith("g") for p in self.folder.iterdir() if p.is_dir())
+        except OSError:
+            return
+        if stale:
+            with self.locked(wait=False) as held:
+                if held:
+                    removed = self.remove_stale()
+                    logger.info("epctx.context_cache: removed generations nothing serves: %s", removed)
 
     def new_generation(self) -> Path:
         """A fresh generation folder (call under :meth:`locked`)."""

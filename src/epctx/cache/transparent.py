@@ -58,6 +58,7 @@ def through_cache(
             _bound(cache, config)  # after the key's lock: pruning takes each key's lock in turn
             return None
     entry.touch()
+    entry.tidy(hit.parent.name)
     logger.info("epctx.context_cache: key %s: loading %s (key in %.1f ms)", key, hit, _ms(started))
     return hit
 
