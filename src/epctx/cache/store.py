@@ -105,7 +105,9 @@ class CacheEntry:
         the others leaves them to the next reader), unless another process holds the lock right now.
         ``current``: the generation just read from ``CURRENT``."""
         try:
-            stale = any(p.name != current and p.name.startswith("g") for p in self.folder.iterdir() if p.is_dir())
+            stale = any(
+                p.name != current and p.name.startswith("g") for p in self.folder.iterdir() if p.is_dir()
+            )
         except OSError:
             return
         if stale:
