@@ -16,6 +16,12 @@ session / compiled model and runs one inference:
 - ``ort``: onnxruntime CPU session + one ``run``.
 
 Bytecode is compiled first and ``PYTHONDONTWRITEBYTECODE`` is unset in the children, as after a pip install.
+``--modes`` picks columns (e.g. ``epctx_warm,ort``: compiling in every round takes long). ``--baseline TREE``
+(another epctx checkout, e.g. ``git worktree add /tmp/before <rev>``) adds ``base warm`` (and ``base cold`` when
+``epctx_cold`` runs): the same children importing that tree's ``src``, its context model compiled by that tree,
+run in the same rounds as this tree's, so before / after is a paired comparison. ``--clock cpu`` reports each
+child's CPU time (user + system, every thread) instead of wall time: the work done, steadier than wall time on a
+loaded machine (it misses time spent waiting for the disk or for threads).
 Targets: epctx warm <= 1.05 x raw warm + 15 ms; epctx warm < raw compile where the compile takes > 50 ms.
 """
 
@@ -152,26 +158,61 @@ def prepare(name: str, ep: str, folder: Path) -> dict[str, str]:
     return paths
 
 
+_PREPARE = """
+import epctx
+so = epctx.SessionOptions()
+so.add_session_config_entry("ep.context_enable", "1")
+so.add_session_config_entry("ep.context_file_path", {ctx!r})
+epctx.InferenceSession({model!r}, so, providers=[{ep!r}])
+"""
+
+
+def _baseline_codes(paths: dict[str, str], folder: Path, baseline: Path) -> dict[str, str]:
+    """The epctx children again, over a context model the baseline tree compiled (in a child importing it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = {**paths, "ctx": str(folder / "model_ctx.onnx")}
+    _time(_PREPARE.format(**base), child_env(baseline / "src"))
+    return {
+        f"base_{mode[6:]}": code.format(**base) for mode, code in _CHILD.items() if mode.startswith("epctx")
+    }
+
+
+CLOCK = {"clock": "wall"}  # --clock cpu: the child's user + system CPU time (all its threads) instead
+
+
 def _time(code: str, env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"child failed:\n{code}\n{done.stderr[-2000:]}")
-    return elapsed
+    """The child's wall time, or its CPU time with ``--clock cpu`` (steadier on a loaded machine)."""
+    with tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        elapsed = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"child failed:\n{code}\n{err.read()[-2000:].decode(errors='replace')}")
+    return usage.ru_utime + usage.ru_stime if CLOCK["clock"] == "cpu" else elapsed
 
 
-def bench(name: str, ep: str, runs: int, root: Path) -> dict[str, Any]:
+def bench(
+    name: str, ep: str, runs: int, root: Path, modes: set[str], baseline: Path | None = None
+) -> dict[str, Any]:
     paths = prepare(name, ep, root / f"{name}_{ep}")
     codes = {mode: code.format(**paths) for mode, code in _CHILD.items()}
     codes.update({mode: code.format(**paths) for mode, code in _RAW.get(ep, {}).items()})
-    env = child_env()
-    for code in codes.values():  # warm the page cache and the bytecode once
-        _time(code, env)
+    codes = {mode: code for mode, code in codes.items() if mode in modes}
+    envs = dict.fromkeys(codes, child_env())
+    if baseline is not None:
+        based = _baseline_codes(paths, root / f"{name}_{ep}_baseline", baseline)
+        based = {mode: code for mode, code in based.items() if f"epctx_{mode[5:]}" in modes}
+        codes.update(based)
+        envs.update(dict.fromkeys(based, child_env(baseline / "src")))
+    for mode, code in codes.items():  # warm the page cache and the bytecode once
+        _time(code, envs[mode])
     times: dict[str, list[float]] = {mode: [] for mode in codes}
     for _ in range(runs):
         for mode in codes:
-            times[mode].append(_time(codes[mode], env))
+            times[mode].append(_time(codes[mode], envs[mode]))
     medians = {mode: statistics.median(ts) for mode, ts in times.items()}
     return {"model": name, "ep": ep, **medians}
 
@@ -183,20 +224,22 @@ def _ms(value: float | None) -> str:
 def report(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| model | EP | epctx warm ms | raw warm ms | warm / raw | epctx cold ms | raw compile ms | ort ms | "
-        "targets |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "base warm ms | warm / base | base cold ms | targets |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        warm, raw, compile_ = r["epctx_warm"], r.get("raw_warm"), r.get("raw_compile")
-        ratio = f"{warm / raw:.2f}" if raw else "-"
+        warm, raw, compile_ = r.get("epctx_warm"), r.get("raw_warm"), r.get("raw_compile")
+        base = r.get("base_warm")
+        ratio = f"{warm / raw:.2f}" if raw and warm else "-"
         verdict = []
-        if raw:
+        if raw and warm:
             verdict.append("warm ok" if warm <= WARM_RATIO * raw + WARM_SLACK_S else "warm MISSED")
-        if compile_ and compile_ - (raw or 0) > COMPILE_FLOOR_S:
+        if warm and compile_ and compile_ - (raw or 0) > COMPILE_FLOOR_S:
             verdict.append("< compile ok" if warm < compile_ else "< compile MISSED")
         lines.append(
             f"| {r['model']} | {r['ep'].removesuffix('ExecutionProvider')} | {_ms(warm)} | {_ms(raw)} | "
-            f"{ratio} | {_ms(r['epctx_cold'])} | {_ms(compile_)} | {_ms(r['ort'])} | {', '.join(verdict)} |"
+            f"{ratio} | {_ms(r.get('epctx_cold'))} | {_ms(compile_)} | {_ms(r.get('ort'))} | {_ms(base)} | "
+            f"{f'{warm / base:.2f}' if warm and base else '-'} | {_ms(r.get('base_cold'))} | {', '.join(verdict)} |"
         )
     return "\n".join(lines)
 
@@ -209,8 +252,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eps", default=",".join(EPS))
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--json", help="also write the rows as JSON here")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"columns to measure, of {','.join(MODES)}")
+    parser.add_argument("--baseline", type=Path, help="another epctx checkout to compare with (paired)")
+    parser.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="cpu: children's CPU time (a loaded machine)"
+    )
     args = parser.parse_args(argv)
+    CLOCK["clock"] = args.clock
+    modes = set(args.modes.split(","))
+    if unknown := modes - set(MODES):
+        parser.error(f"unknown modes {sorted(unknown)}; choose among {','.join(MODES)}")
+    if args.baseline is not None and not (args.baseline / "src" / "epctx").is_dir():
+        parser.error(f"--baseline {args.baseline} is not an epctx checkout (no src/epctx)")
     compile_bytecode()
+    if args.baseline is not None:
+        compile_bytecode(args.baseline / "src")
     eps = [ep for ep in args.eps.split(",") if ep in EPS]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:
@@ -225,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"skipping {ep}: not available in this epctx", file=sys.stderr)
                 continue
             for name in args.models.split(","):
-                rows.append(bench(name, ep, args.runs, Path(tmp)))
+                rows.append(bench(name, ep, args.runs, Path(tmp), modes, args.baseline))
                 print(report(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     print(report(rows))
     if args.json:

@@ -12,12 +12,13 @@ __all__ = ["child_env", "compile_bytecode"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def compile_bytecode() -> None:
-    compileall.compile_dir(str(ROOT / "src"), quiet=1)
+def compile_bytecode(src: Path = ROOT / "src") -> None:
+    compileall.compile_dir(str(src), quiet=1)
 
 
-def child_env() -> dict[str, str]:
+def child_env(src: Path = ROOT / "src") -> dict[str, str]:
+    """The environment of a child that imports epctx from ``src`` (this checkout's by default)."""
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
     return env
