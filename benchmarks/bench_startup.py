@@ -171,7 +171,14 @@ def _baseline_codes(paths: dict[str, str], folder: Path, baseline: Path) -> dict
     """The epctx children again, over a context model the baseline tree compiled (in a child importing it)."""
     folder.mkdir(parents=True, exist_ok=True)
     base = {**paths, "ctx": str(folder / "model_ctx.onnx")}
-    _time(_PREPARE.format(**base), child_env(baseline / "src"))
+    try:
+        _time(_PREPARE.format(**base), child_env(baseline / "src"))
+    except RuntimeError as exc:  # the baseline cannot compile this model: its columns read "-"
+        print(
+            f"baseline: {paths['ep']} on {paths['model']} failed: {str(exc).splitlines()[-1]}",
+            file=sys.stderr,
+        )
+        return {}
     return {
         f"base_{mode[6:]}": code.format(**base) for mode, code in _CHILD.items() if mode.startswith("epctx")
     }
