@@ -93,16 +93,13 @@ class InferenceSession:
             data: bytes | None = None
             if _lean_allowed(options, config):
                 from epctx.session.lean import open_lean
-                from epctx.session.prepared import PreparedSession
 
                 with _span(profiler, loading):
                     phase = profiler.phase if profiler is not None else None
                     read = options.ep_context_data_read_func
                     lean = open_lean(source, self._providers, config, phase=phase, read_func=read)
-                if isinstance(
-                    lean, PreparedSession
-                ):  # a context model: no onnx, no partitioning, no compiling
-                    self._adopt(lean)
+                if lean is not None and not isinstance(lean, bytes):  # a context model, prepared:
+                    self._adopt(lean)  # no onnx, no partitioning, no compiling
                     return
                 data = lean
             with self._options_as(options):
@@ -168,9 +165,10 @@ class InferenceSession:
                 f"the context model {str(ctx_path)!r} exists already; remove it or set another "
                 f"{opt.EP_CONTEXT_FILE_PATH}"
             )
-        # The value compiled holds the partitioning without its capability artefacts (they may hold compiled
-        # code): they go with this frame's partitioning.
         compiled = pipeline.compile(partitioning, generation_target(config, ctx_path))
+        # The value compiled holds the partitioning without its capability artefacts (they may hold compiled
+        # code, e.g. IREE's probes): they go no further than the compile.
+        del partitioning
         if generate:
             self._generate(compiled, ctx_path, config)
         return compiled
