@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from epctx.ep._contract import ExecutionProvider
     from epctx.epcontext.generate import ContextModel
     from epctx.partition.placement import NodePlacement
-    from epctx.session.pipeline import Pipeline
+    from epctx.session.stages import CompiledUnits
 
 __all__ = ["CompileFlags", "ExternalInitializerInfo", "ModelCompiler"]
 
@@ -116,22 +116,23 @@ class ModelCompiler:
 
         check_sign_key(self._config)  # a signing key that cannot be used fails before compiling
         try:
-            pipeline = self._pipeline(Path(output_model_path) if output_model_path else None)
-            path = Path(output_model_path) if output_model_path else context_model_path(pipeline.loaded.path)
+            compiled = self._compile(Path(output_model_path) if output_model_path else None)
+            loaded = compiled.partitioning.loaded
+            path = Path(output_model_path) if output_model_path else context_model_path(loaded.path)
             self._check_output(path, overwrite)
             if self._data_write is not None and not self._config.share_ep_contexts:
                 from epctx.epcontext.generate import save_context_model
 
-                save_context_model(self._send_binaries(self._build(pipeline, path, embed=False)), path,
+                save_context_model(self._send_binaries(self._build(compiled, path, embed=False)), path,
                                    overwrite=overwrite)  # fmt: skip
                 written = True
             else:
                 written = generate_context_model(
-                    pipeline.result(),
+                    compiled.result(self._config),
                     path,
                     overwrite=overwrite,
                     embed=self._embed,
-                    placement=self._placement(pipeline, path),
+                    placement=self._placement(compiled, path),
                     data_write=self._data_write,  # a sharing group's binaries: to the callback, once
                 )
             if written:
@@ -169,8 +170,8 @@ class ModelCompiler:
         if check_writable(path, what="the output model") and not overwrite:
             raise Fail(f"the output model {str(path)!r} exists already (ERROR_IF_OUTPUT_FILE_EXISTS)")
 
-    def _pipeline(self, output: Path | None = None) -> Pipeline:
-        """Partition and compile. ``output``: the context model's path when writing a file (None there:
+    def _compile(self, output: Path | None = None) -> CompiledUnits:
+        """Load, partition and compile: the compile stage's value. ``output``: the context model's path when writing a file (None there:
         ``<stem>_ctx.onnx``), so a sharing session joins its group before compiling."""
         from epctx.epcontext.generate import generation_target
         from epctx.epcontext.paths import check_not_inputs, context_model_path
@@ -181,23 +182,23 @@ class ModelCompiler:
         if not options.provider_entries and not chooses:
             logger.info("ModelCompiler: no provider added to the session options; only the CPU EP takes part")
         eps = resolve_providers(None, None, options, source=self._source, config=config)
-        pipeline = Pipeline.partition(
-            self._source, eps, options, config=config, optimization_level=self._level
-        )
-        self._nodes = pipeline.placement()
+        pipeline = Pipeline.of(eps, options, config=config, optimization_level=self._level)
+        partitioning = pipeline.partition(pipeline.load(self._source))
+        self._nodes = pipeline.placement(partitioning)
+        source = partitioning.loaded.path
         target = output
-        if target is None and pipeline.loaded.path is not None:
-            target = context_model_path(pipeline.loaded.path)
-        if target is not None and pipeline.loaded.path is not None:
-            check_not_inputs([pipeline.loaded.path], self._planned_files(target, eps))
-        pipeline.compile(generation_target(config, target))
-        if not pipeline.compiled and self._flags & CompileFlags.ERROR_IF_NO_NODES_COMPILED:
+        if target is None and source is not None:
+            target = context_model_path(source)
+        if target is not None and source is not None:
+            check_not_inputs([source], self._planned_files(target, eps))
+        compiled = pipeline.compile(partitioning, generation_target(config, target))
+        if not compiled.compiled and self._flags & CompileFlags.ERROR_IF_NO_NODES_COMPILED:
             raise Fail(
                 "Unable to compile any nodes: no execution provider compiled a partition of this model"
             )
-        if not pipeline.compiled:
+        if not compiled.compiled:
             logger.warning("ModelCompiler: no node was compiled; the output model runs on the CPU EP")
-        return pipeline
+        return compiled
 
     def _planned_files(self, target: Path, eps: list[ExecutionProvider]) -> list[Path]:
         """The files writing ``target`` will make: the model, each compiling EP's binary (unless embedded, and
@@ -234,13 +235,13 @@ class ModelCompiler:
             from epctx.epcontext.files import check_writable
 
             check_writable(Path(given), what=f"{opt.EP_CONTEXT_FILE_PATH}")
-        pipeline = self._pipeline()
+        compiled = self._compile()
         if not self._embed and not given and self._data_write is None:
             logger.info(
                 "ModelCompiler: bytes/stream output without ep.context_file_path: binaries are embedded"
             )
         path = Path(given) if given else Path("model_ctx.onnx")
-        ctx = self._build(pipeline, path, embed=embed)
+        ctx = self._build(compiled, path, embed=embed)
         if self._data_write is not None:
             ctx = self._send_binaries(ctx)
         check_model_size(ctx.model, "the compiled model")
@@ -277,21 +278,21 @@ class ModelCompiler:
                 "buffer; compile to a file with embed_compiled_data_into_model=False (binaries beside the model)"
             )
 
-    def _build(self, pipeline: Pipeline, path: Path, *, embed: bool) -> ContextModel:
+    def _build(self, compiled: CompiledUnits, path: Path, *, embed: bool) -> ContextModel:
         from epctx.epcontext.generate import build_context_model
 
         return build_context_model(
-            pipeline.result(), path, embed=embed, placement=self._placement(pipeline, path)
+            compiled.result(self._config), path, embed=embed, placement=self._placement(compiled, path)
         )
 
     def _placement(
-        self, pipeline: Pipeline, out_path: Path
+        self, compiled: CompiledUnits, out_path: Path
     ) -> Callable[[ir.Value], str | tuple[str, int, int] | None] | None:
         import onnx_ir as ir
 
         if self._location_func is not None:
             func = self._location_func
-            base = pipeline.loaded.base_dir
+            base = compiled.partitioning.loaded.base_dir
 
             def by_callback(value: ir.Value) -> str | tuple[str, int, int] | None:
                 tensor = value.const_value

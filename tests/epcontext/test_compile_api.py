@@ -212,15 +212,15 @@ def test_the_callers_session_options_are_never_changed(src, monkeypatch):
     so.add_session_config_entry("ep.context_embed_mode", "0")
     before = _snapshot(so)
     during: list[dict[str, str]] = []
-    partition = Pipeline.partition.__func__  # type: ignore[attr-defined]
+    make = Pipeline.of.__func__  # type: ignore[attr-defined]
 
-    def spy(cls, source, providers, options, **kwargs):
+    def spy(cls, providers, options, **kwargs):
         during.append(_snapshot(options))
         assert options is so
         assert kwargs["optimization_level"] == epctx.GraphOptimizationLevel.ORT_DISABLE_ALL  # the compiler's
-        return partition(cls, source, providers, options, **kwargs)
+        return make(cls, providers, options, **kwargs)
 
-    monkeypatch.setattr(Pipeline, "partition", classmethod(spy))
+    monkeypatch.setattr(Pipeline, "of", classmethod(spy))
     epctx.ModelCompiler(so, str(src)).compile_to_file()
     epctx.ModelCompiler(so, src.read_bytes(), embed_compiled_data_into_model=True).compile_to_bytes()
     assert during == [before, before]

@@ -44,30 +44,40 @@ class CompileSetup:
 class StepBuilder:
     """Builds steps for one session. ``kernel_ep`` runs the nodes of control-flow bodies."""
 
-    def __init__(self, opset_imports: Mapping[str, int], kernel_ep: ExecutionProvider, fold: bool) -> None:
+    def __init__(
+        self,
+        opset_imports: Mapping[str, int],
+        kernel_ep: ExecutionProvider,
+        fold: bool,
+        *,
+        guard: CompileGuard | None = None,
+        body_providers: Sequence[ExecutionProvider] = (),
+        phase: Phase = no_phase,
+        ended: Callable[[str, str, str, float], None] | None = None,
+    ) -> None:
         self.opset_imports = dict(opset_imports)
         self.kernel_ep = kernel_ep
         self.fold = fold
         # Wraps each partition's context load: phase(kind, name, EP name) -> context (profiles).
-        self.phase: Phase = no_phase
+        self.phase: Phase = phase
         # Called as each partition's compile ends: (kind, name, EP name, seconds since its EP's compile began).
-        self.ended: Callable[[str, str, str, float], None] = _no_end
+        self.ended: Callable[[str, str, str, float], None] = ended or _no_end
         # The EPs control-flow bodies (If / Loop / Scan) are partitioned among, as the main graph is; empty (the
         # default, and always for a context model, whose bodies were not compiled): body nodes run on
         # ``kernel_ep``. Set with session.partition_control_flow_bodies=1.
-        self.body_providers: Sequence[ExecutionProvider] = ()
+        self.body_providers: Sequence[ExecutionProvider] = body_providers
         # The bodies partitioned so far: graph -> (units as run, the EPs' reasons), for the placement.
         self.bodies: dict[ir.Graph, BodyPartitioning] = {}
         # The session's compile guard, for the bodies' capability probes and compiles.
-        self.guard = CompileGuard()
+        self.guard = guard or CompileGuard()
 
     def compile_units(
         self, units: Sequence[Unit], loader: ContextLoader | None, compiling: CompileSetup | None = None
-    ) -> tuple[dict[int, CompiledPartition], dict[int, CompiledPartition]]:
+    ) -> tuple[CompiledPartition | None, ...]:
         """Load every fused unit of an EPContext node, then compile the others: per EP, all its partitions in
-        one call, through the single compile point (the guard first). Returns (compiled now, loaded from
-        context), each by unit index."""
-        loaded: dict[int, CompiledPartition] = {}
+        one call, through the single compile point (the guard first). Returns, per unit, its compiled partition
+        (loaded from its context or compiled now; None for a kernel EP's node)."""
+        found: list[CompiledPartition | None] = [None] * len(units)
         by_ep: dict[int, list[int]] = {}
         for k, unit in enumerate(units):
             if unit.partition is None:
@@ -76,21 +86,21 @@ class StepBuilder:
                 if loader is None:
                     raise InvalidGraph(f"EPContext node {unit.nodes[0].name!r} has no context loader")
                 with self.phase("context_load", unit.nodes[0].name or unit.partition.name, unit.ep.name):
-                    loaded[k] = loader.load(unit.ep, unit.nodes[0], unit.partition)
+                    found[k] = loader.load(unit.ep, unit.nodes[0], unit.partition)
             else:
                 by_ep.setdefault(id(unit.ep), []).append(k)
         setup = compiling or CompileSetup()
-        compiled: dict[int, CompiledPartition] = {}
         total = sum(len(ks) for ks in by_ep.values())
         done = [0]
         for ks in by_ep.values():
             ep = units[ks[0]].ep
             parts = [part for k in ks if (part := units[k].partition) is not None]
             results = compile_partitions(ep, parts, self._context(ep, setup, total, done))
-            compiled.update(zip(ks, results))
+            for k, result in zip(ks, results, strict=True):
+                found[k] = result
         if loader is not None:
             loader.finish()
-        return compiled, loaded
+        return tuple(found)
 
     def _context(
         self, ep: ExecutionProvider, setup: CompileSetup, total: int, done: list[int]
@@ -115,14 +125,18 @@ class StepBuilder:
         )
 
     def steps_for_units(
-        self, units: Sequence[Unit], fused: Mapping[int, CompiledPartition]
+        self, units: Sequence[Unit], fused: Sequence[CompiledPartition | None]
     ) -> list[PlanStep]:
-        """One step per unit; ``fused`` holds the compiled partition of every fused unit."""
+        """One step per unit; ``fused``, per unit, the compiled partition of every fused unit (``compile_units``)."""
         steps = []
-        for k, unit in enumerate(units):
+        for unit, compiled in zip(units, fused, strict=True):
             if unit.partition is not None:
                 p = unit.partition
-                steps.append(PlanStep(fused[k], p.inputs, p.outputs, label=p.name))
+                if compiled is None:
+                    raise InvalidGraph(
+                        f"partition {p.name!r} of {unit.ep.name} was neither compiled nor loaded"
+                    )
+                steps.append(PlanStep(compiled, p.inputs, p.outputs, label=p.name))
             else:
                 steps.append(self.node_step(unit.ep, unit.nodes[0]))
         return steps
@@ -174,7 +188,7 @@ class StepBuilder:
             for node in ir_nodes(part.nodes):
                 declined.setdefault(node, []).append((unit.ep.name, why))
                 ran.append(Unit(self.kernel_ep, (node,)))
-        compiled, _ = self.compile_units(ran, None, CompileSetup(self.guard, partitioner.artefacts))
+        compiled = self.compile_units(ran, None, CompileSetup(self.guard, partitioner.artefacts))
         self.bodies[graph] = (ran, declined)
         return self.steps_for_units(ran, compiled)
 

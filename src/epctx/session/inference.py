@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -13,23 +12,26 @@ from typing import TYPE_CHECKING, Any
 from epctx import options as opt
 from epctx._warnings import warn_and_log
 from epctx.errors import Fail, InvalidArgument
-from epctx.session.feeds import FeedBinder, InputSpec
+from epctx.session.feeds import FeedBinder
 from epctx.session.iobinding import SessionIOBinding
 from epctx.session.lifecycle import heal_options, prepare_source
 from epctx.session.logs import severity_scope
-from epctx.session.node_arg import ModelMetadata, NodeArg, model_metadata, node_arg
+from epctx.session.node_arg import ModelMetadata, NodeArg
 from epctx.session.ortvalue import OrtValue, owned_array
 from epctx.session.profiling import Profiler
 from epctx.session.run_hooks import run_observed
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import onnx_ir as ir
 
     from epctx.ep._contract import ExecutionProvider
     from epctx.model import LoadedModel
     from epctx.partition.placement import NodePlacement
-    from epctx.session.lean import LeanSession
     from epctx.session.pipeline import Pipeline
+    from epctx.session.prepared import PreparedSession
+    from epctx.session.stages import CompiledUnits
 
 __all__ = ["InferenceSession", "ProviderSpec"]
 
@@ -90,14 +92,14 @@ class InferenceSession:
             source, options, config = prepared
             data: bytes | None = None
             if _lean_allowed(options, config):
-                from epctx.session.lean import LeanSession, open_lean
+                from epctx.session.lean import open_lean
 
                 with _span(profiler, loading):
                     phase = profiler.phase if profiler is not None else None
                     read = options.ep_context_data_read_func
                     lean = open_lean(source, self._providers, config, phase=phase, read_func=read)
-                if isinstance(lean, LeanSession):  # a context model: no onnx, no partitioning, no compiling
-                    self._use_lean(lean)
+                if lean is not None and not isinstance(lean, bytes):  # a context model, prepared:
+                    self._adopt(lean)  # no onnx, no partitioning, no compiling
                     return
                 data = lean
             with self._options_as(options):
@@ -120,94 +122,87 @@ class InferenceSession:
         config: opt.SessionConfig,
     ) -> None:
         """The full path: load with onnx-ir, partition, compile or load, and generate a context model."""
-        from epctx.epcontext.files import check_writable
-        from epctx.epcontext.generate import generate_context_model, generation_target
-        from epctx.epcontext.paths import context_model_path
         from epctx.epcontext.workspace import abort_open_group
         from epctx.session.pipeline import Pipeline
 
         options, profiler = self._options, self._profiler
-        generate = config.ep_context_enable
+        hooks = (profiler.phase, profiler.ended) if profiler is not None else (None, None)
         try:
-            with _span(profiler, loading):
-                pipeline = Pipeline.partition(source, self._providers, options, config=config, data=data)
-            if options.optimized_model_filepath:
-                _write_optimized_model(pipeline.loaded.model, options.optimized_model_filepath)
-            if profiler is not None:
-                pipeline.builder.phase, pipeline.builder.ended = profiler.phase, profiler.ended
-            loaded = self._loaded = pipeline.loaded
-            ctx_path = context_model_path(loaded.path, config) if generate and pipeline.to_compile else None
-            exists = ctx_path is not None and check_writable(ctx_path, what="the context model")
-            if exists and not self._overwrite_context:
-                raise Fail(
-                    f"the context model {str(ctx_path)!r} exists already; remove it or set another "
-                    f"{opt.EP_CONTEXT_FILE_PATH}"
-                )
-            pipeline.compile(generation_target(config, ctx_path))
-            if generate:
-                if ctx_path is None:
-                    logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
-                elif generate_context_model(
-                    pipeline.result(),
-                    ctx_path,
-                    overwrite=self._overwrite_context,
-                    extra_metadata=self._context_metadata,
-                ):
-                    logger.info("wrote context model %s", ctx_path)
-                    if config.trust_sign_key:
-                        from epctx.trust.sign import sign_generated
-
-                        sign_generated(config, ctx_path)
+            pipeline = Pipeline.of(self._providers, options, config=config, phase=hooks[0], ended=hooks[1])
+            compiled = self._compile(pipeline, source, loading, data)
         except BaseException as exc:
-            if generate and config.share_ep_contexts:
+            if config.ep_context_enable and config.share_ep_contexts:
                 abort_open_group(exc)  # a failed session of a sharing group rolls the group back
             raise
-        self._build_plan(pipeline)
-
-    def _use_lean(self, lean: LeanSession) -> None:
-        self._plan = lean.plan
-        self._inputs, self._outputs = lean.inputs, lean.outputs
-        self._overridable: list[NodeArg] = []
-        self._binder = FeedBinder(lean.specs)
-        self._partitions = lean.partitions
-        self._declined: dict[str, dict[str, str]] = {}
-        # Made on first ask: the lean path imports no onnx-ir.
-        self._placement: list[NodePlacement] | None = None
-        self._metadata = lean.metadata
-        self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
-        self._prepare_run()
-
-    def _build_plan(self, pipeline: Pipeline) -> None:
-        from epctx.session.plan import build_plan
-
-        graph = pipeline.loaded.model.graph
-        self._partitions = [
-            (unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in pipeline.units
-        ]
-        self._declined = pipeline.declined
-        steps = pipeline.builder.steps_for_units(
-            pipeline.units, {**pipeline.compiled, **pipeline.from_context}
-        )
-        self._placement = pipeline.placement()  # after the steps: control-flow bodies are partitioned by then
-        if self._profiler is not None:
-            self._profiler.placement(self._placement)
-        steps = [
-            dataclasses.replace(step, provider=unit.ep.name, op_type=_op_type(unit))
-            for step, unit in zip(steps, pipeline.units)
-        ]
-        self._plan = build_plan(
-            list(graph.inputs), list(graph.outputs), steps, fold_constants=pipeline.builder.fold
-        )
-        self._inputs = [node_arg(v) for v in graph.inputs if v.const_value is None]
-        self._overridable = [node_arg(v) for v in graph.inputs if v.const_value is not None]
-        self._outputs = [node_arg(v) for v in graph.outputs]
-        self._binder = FeedBinder([InputSpec.from_value(v) for v in graph.inputs])
-        self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
-        self._metadata = model_metadata(pipeline.loaded.model)
-        self._prepare_run()
+        self._adopt(pipeline.plan(compiled))
         logger.debug(
-            "session ready: %d units on %s", len(pipeline.units), ", ".join(ep.name for ep in self._providers)
+            "session ready: %d units on %s",
+            len(compiled.partitions),
+            ", ".join(ep.name for ep in self._providers),
         )
+
+    def _compile(
+        self, pipeline: Pipeline, source: str | os.PathLike[str] | bytes, loading: str, data: bytes | None
+    ) -> CompiledUnits:
+        """Load, partition, compile or load the contexts, and write the context model when asked."""
+        from epctx.epcontext.files import check_writable
+        from epctx.epcontext.generate import generation_target
+        from epctx.epcontext.paths import context_model_path
+
+        options, config = pipeline.options, pipeline.config
+        with _span(self._profiler, loading):
+            partitioning = pipeline.partition(pipeline.load(source, data))
+        if options.optimized_model_filepath:
+            _write_optimized_model(partitioning.loaded.model, options.optimized_model_filepath)
+        self._loaded = partitioning.loaded
+        generate = config.ep_context_enable
+        ctx_path = (
+            context_model_path(self._loaded.path, config) if generate and partitioning.to_compile else None
+        )
+        exists = ctx_path is not None and check_writable(ctx_path, what="the context model")
+        if exists and not self._overwrite_context:
+            raise Fail(
+                f"the context model {str(ctx_path)!r} exists already; remove it or set another "
+                f"{opt.EP_CONTEXT_FILE_PATH}"
+            )
+        compiled = pipeline.compile(partitioning, generation_target(config, ctx_path))
+        # The value compiled holds the partitioning without its capability artefacts (they may hold compiled
+        # code, e.g. IREE's probes): they go no further than the compile.
+        del partitioning
+        if generate:
+            self._generate(compiled, ctx_path, config)
+        return compiled
+
+    def _generate(self, compiled: CompiledUnits, ctx_path: Path | None, config: opt.SessionConfig) -> None:
+        from epctx.epcontext.generate import generate_context_model
+
+        if ctx_path is None:
+            logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
+        elif generate_context_model(
+            compiled.result(config),
+            ctx_path,
+            overwrite=self._overwrite_context,
+            extra_metadata=self._context_metadata,
+        ):
+            logger.info("wrote context model %s", ctx_path)
+            if config.trust_sign_key:
+                from epctx.trust.sign import sign_generated
+
+                sign_generated(config, ctx_path)
+
+    def _adopt(self, prepared: PreparedSession) -> None:
+        """The one place a session takes what creation prepared, on either load path. ``run()`` reads the plan,
+        the binder, the outputs and their index from attributes of its own (one lookup each)."""
+        self._prepared = prepared
+        self._plan = prepared.plan
+        self._outputs = prepared.outputs
+        self._output_index = prepared.output_index
+        self._binder = FeedBinder(prepared.specs)
+        if prepared.loaded is not None:
+            self._loaded = prepared.loaded
+        if self._profiler is not None and prepared.placement is not None:
+            self._profiler.placement(prepared.placement)
+        self._prepare_run()
 
     def _prepare_run(self) -> None:
         # EPs with something to do around each run (a thread limit): run() pays for them only when present.
@@ -314,13 +309,13 @@ class InferenceSession:
 
     # -- introspection -------------------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
-        return list(self._inputs)
+        return list(self._prepared.inputs)
 
     def get_outputs(self) -> list[NodeArg]:
         return list(self._outputs)
 
     def get_overridable_initializers(self) -> list[NodeArg]:
-        return list(self._overridable)
+        return list(self._prepared.overridable)
 
     def get_providers(self) -> list[str]:
         return [ep.name for ep in self._providers]
@@ -329,13 +324,13 @@ class InferenceSession:
         """Where the graph runs, one entry per step in execution order: (EP name, names of the nodes it runs).
         A compiled partition lists its nodes; a partition loaded from a context model, its EPContext node;
         a kernel EP (the CPU EP), one node per entry. Read-only: building it changes nothing."""
-        return [(ep, list(nodes)) for ep, nodes in self._partitions]
+        return [(ep, list(nodes)) for ep, nodes in self._prepared.partitions]
 
     def get_fallback_reasons(self) -> dict[str, dict[str, str]]:
         """Why nodes run where they do when an EP before declined them with a reason: node name -> {EP name:
         reason} (e.g. IREE could not compile the node, so it runs on the CPU EP). Nodes an EP simply does not
         claim are not listed. epctx extension (onnxruntime has no such call)."""
-        return {node: dict(reasons) for node, reasons in self._declined.items()}
+        return {node: dict(reasons) for node, reasons in self._prepared.declined.items()}
 
     def get_node_placement(self) -> list[NodePlacement]:
         """Where each node of the model runs, in graph order: one ``NodePlacement`` per node with the EP that
@@ -345,9 +340,7 @@ class InferenceSession:
         their If / Loop / Scan, ``graph`` naming the body. A session loaded from a context model lists its
         EPContext nodes, with nothing declined. ``NodePlacement.to_dict()`` gives plain data. epctx extension
         (onnxruntime has no such call)."""
-        if self._placement is None:
-            self._placement = _lean_placement(self._partitions)
-        return list(self._placement)
+        return list(self._prepared.node_placement())
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}
@@ -356,7 +349,7 @@ class InferenceSession:
         return self._options
 
     def get_modelmeta(self) -> ModelMetadata:
-        return self._metadata
+        return self._prepared.metadata
 
     @property
     def model(self) -> ir.Model:
@@ -392,29 +385,6 @@ def _resolve_providers(
     from epctx.providers.selection import resolve_providers
 
     return resolve_providers(providers, provider_options, options, source=source, config=config)
-
-
-def _lean_placement(partitions: Sequence[tuple[str, Sequence[str]]]) -> list[NodePlacement]:
-    """A context model's placement (the lean path): each EPContext node on the EP that loaded it."""
-    from epctx.partition.placement import NodePlacement
-
-    return [
-        NodePlacement(
-            index=k,
-            name=nodes[0],
-            op_type="EPContext",
-            domain="com.microsoft",
-            provider=ep,
-            partition=nodes[0],
-        )
-        for k, (ep, nodes) in enumerate(partitions)
-    ]
-
-
-def _op_type(unit: Any) -> str:
-    if unit.partition is None:
-        return str(unit.nodes[0].op_type)
-    return "EPContext" if unit.from_context else str(unit.partition.name)
 
 
 def _span(profiler: Profiler | None, name: str) -> contextlib.AbstractContextManager[None]:

@@ -9,30 +9,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from epctx import options as opt
 from epctx.ep._contract import CompiledPartition, ExecutionProvider, Partition
 from epctx.epcontext.load import ContextLoader
 from epctx.model.lean import LeanGraph, LeanModel, LeanNode, LeanValue, read_context_model
 from epctx.model.source import read_model_file
-from epctx.session.feeds import InputSpec
-from epctx.session.node_arg import ModelMetadata, NodeArg, model_metadata, node_arg
-from epctx.session.plan import ExecutionPlan, PlanStep, build_plan
+from epctx.session.plan import PlanStep, build_plan
+from epctx.session.prepared import PreparedSession, prepare
 from epctx.session.profiling import Phase, no_phase
 
-__all__ = ["LeanSession", "open_lean"]
-
-
-class LeanSession(NamedTuple):
-    """What InferenceSession keeps of a session made on the lean path."""
-
-    plan: ExecutionPlan
-    inputs: list[NodeArg]
-    outputs: list[NodeArg]
-    specs: list[InputSpec]
-    partitions: list[tuple[str, list[str]]]
-    metadata: ModelMetadata
+__all__ = ["open_lean"]
 
 
 def open_lean(
@@ -42,8 +29,8 @@ def open_lean(
     *,
     phase: Phase | None = None,
     read_func: Callable[[str], object] | None = None,
-) -> LeanSession | bytes | None:
-    """The session when ``source`` is a context model the lean reader takes; otherwise the file's bytes (read
+) -> PreparedSession | bytes | None:
+    """The prepared session when ``source`` is a context model the lean reader takes; otherwise the file's bytes (read
     once, for the full loader) or None (bytes given, or nothing read). ``phase(kind, name, EP name)`` wraps
     each context load (profiles, as ``StepBuilder.phase``); ``read_func``: the EPContext data read callback."""
     path: Path | None = None
@@ -67,13 +54,13 @@ def _build(
     config: opt.SessionConfig,
     phase: Phase,
     read_func: Callable[[str], object] | None = None,
-) -> LeanSession:
+) -> PreparedSession:
     graph = model.graph
     loader = ContextLoader(model_path=path, config=config, metadata=model.metadata_props, read_func=read_func)
     routed = loader.route(graph, providers)
     read_later = _readers(graph)
     steps: list[PlanStep] = []
-    partitions: list[tuple[str, list[str]]] = []
+    partitions: list[tuple[str, tuple[str]]] = []
     for k, node in enumerate(graph.nodes):
         ep = routed[node]
         partition = _partition(node, ep, model, read_later[k])
@@ -89,16 +76,9 @@ def _build(
                 provider=ep.name,
             )
         )
-        partitions.append((ep.name, [node.name]))
+        partitions.append((ep.name, (node.name,)))
     loader.finish()
-    return LeanSession(
-        plan=build_plan(graph.inputs, graph.outputs, steps, fold_constants=False),
-        inputs=[node_arg(v) for v in graph.inputs],
-        outputs=[node_arg(v) for v in graph.outputs],
-        specs=[InputSpec.from_value(v) for v in graph.inputs],
-        partitions=partitions,
-        metadata=model_metadata(model),
-    )
+    return prepare(model, build_plan(graph.inputs, graph.outputs, steps, fold_constants=False), partitions)
 
 
 def _readers(graph: LeanGraph) -> list[set[LeanValue]]:

@@ -1,138 +1,185 @@
-"""The session-creation pipeline shared by InferenceSession and ModelCompiler:
-load -> route EPContext nodes -> partition -> compile (or load contexts)."""
+"""The session-creation pipeline shared by InferenceSession and ModelCompiler, one method per stage, each taking
+the value the stage before returned and returning its own, frozen: ``load`` -> ``LoadedModel``, ``partition``
+(EPContext nodes routed, the rest partitioned) -> ``Partitioning``, ``compile`` (new partitions compiled, contexts
+loaded) -> ``CompiledUnits``, ``plan`` -> ``PreparedSession`` (what the lean path makes too)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from epctx import options as opt
 from epctx.ep._compiling import CapabilityContext, CompileGuard
 from epctx.ep._context_io import BinaryLayout
-from epctx.ep._contract import CompiledPartition, ExecutionProvider
+from epctx.ep._contract import ExecutionProvider
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidArgument
 from epctx.model import LoadedModel, load_model
-from epctx.partition import CompiledModel, GraphPartitioner, Unit
-from epctx.partition.placement import NodePlacement, node_placement
+from epctx.partition import GraphPartitioner, Unit
+from epctx.partition.placement import BodyPartitioning, NodePlacement, node_placement
 from epctx.providers.registry import create_provider
 from epctx.session.builder import CompileSetup, StepBuilder
 from epctx.session.overrides import apply_dimension_overrides, apply_initializers
-
-if TYPE_CHECKING:
-    import onnx_ir as ir
+from epctx.session.plan import build_plan
+from epctx.session.prepared import PreparedSession, prepare
+from epctx.session.profiling import Phase, no_phase
+from epctx.session.stages import CompiledUnits, Partitioning, frozen_mapping
 
 __all__ = ["Pipeline"]
 
+Ended = Callable[[str, str, str, float], None]
 
-@dataclasses.dataclass
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Pipeline:
-    """A model split among EPs. ``compile()`` fills ``compiled`` (new) and ``from_context`` (loaded)."""
+    """The stages of one session creation over ``providers`` (in precedence order) with ``options`` and their
+    parsed ``config``. Holds no stage result: each stage method returns a frozen value the next one takes."""
 
-    loaded: LoadedModel
-    providers: list[ExecutionProvider]
+    providers: tuple[ExecutionProvider, ...]
+    options: opt.SessionOptions
     config: opt.SessionConfig
-    units: list[Unit]
-    builder: StepBuilder
-    loader: ContextLoader
-    compiled: dict[int, CompiledPartition] = dataclasses.field(default_factory=dict)
-    from_context: dict[int, CompiledPartition] = dataclasses.field(default_factory=dict)
-    # node name -> {EP name: why that EP declined it} (the node runs on a later EP)
-    declined: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
-    # the same by node (names may repeat or be empty): node -> [(EP name, why)]
-    declined_by_node: dict[ir.Node, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
-    guard: CompileGuard = dataclasses.field(default_factory=CompileGuard)
-    # id(EP) -> its Capability.artefacts, handed to its compile (then dropped: they may hold compiled code)
-    artefacts: dict[int, object] = dataclasses.field(default_factory=dict)
+    level: int  # the graph optimization level
+    kernel_ep: ExecutionProvider  # runs control-flow bodies' nodes: the first kernel EP, else the CPU EP
+    phase: Phase = no_phase  # wraps each context load (profiles)
+    ended: Ended | None = None  # called as each partition's compile ends (profiles)
 
     @classmethod
-    def partition(
+    def of(
         cls,
-        source: str | os.PathLike[str] | bytes,
-        providers: list[ExecutionProvider],
+        providers: Sequence[ExecutionProvider],
         options: opt.SessionOptions,
         *,
         config: opt.SessionConfig | None = None,
-        data: bytes | None = None,
         optimization_level: int | None = None,
+        phase: Phase | None = None,
+        ended: Ended | None = None,
     ) -> Pipeline:
         """``config``: ``options``' config, parsed once by the caller (None: parsed here).
         ``optimization_level``: instead of ``options.graph_optimization_level`` (ModelCompiler's own; the
-        caller's options are never changed)."""
+        caller's options are never changed). ``phase`` / ``ended``: the profiler's hooks."""
         config = opt.SessionConfig.of(options) if config is None else config
         level = options.graph_optimization_level if optimization_level is None else optimization_level
-        loaded = _load(source, options, config, level, data, compiles=any(ep.compiles for ep in providers))
-        graph = loaded.model.graph
-        opsets = dict(loaded.model.opset_imports)
+        kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
+            "CPUExecutionProvider"
+        )
+        return cls(tuple(providers), options, config, level, kernel_ep, phase or no_phase, ended)
+
+    def load(self, source: str | os.PathLike[str] | bytes, data: bytes | None = None) -> LoadedModel:
+        """Stage 1: the model loaded (types inferred when an EP compiles), its free dimensions and initializers
+        overridden as the options say, Conv+BatchNormalization folded from the basic level up."""
+        compiles = any(ep.compiles for ep in self.providers)
+        return _load(source, self.options, self.config, self.level, data, compiles=compiles)
+
+    def partition(self, loaded: LoadedModel) -> Partitioning:
+        """Stages 2 and 3: EPContext nodes routed to the EPs that load them, the other nodes partitioned among
+        the EPs (capability asked under the session's compile guard). A session that must not compile and
+        has partitions to compile is refused here, before any context is loaded."""
+        config, providers = self.config, list(self.providers)
+        model = loaded.model
         loader = ContextLoader(
             model_path=loaded.path,
             config=config,
-            metadata=loaded.model.metadata_props,
-            read_func=options.ep_context_data_read_func,
+            metadata=model.metadata_props,
+            read_func=self.options.ep_context_data_read_func,
         )
-        routed = loader.route(graph, providers)
+        routed = loader.route(model.graph, providers)
         partitioner = GraphPartitioner(
-            providers,
-            cpu_fallback=not config.disable_cpu_ep_fallback,
-            cost_rule=config.partition_cost_rule,
+            providers, cpu_fallback=not config.disable_cpu_ep_fallback, cost_rule=config.partition_cost_rule
         )
-        # The guard of every compile of this session, capability probes included (given to EPs as a value).
-        guard = CompileGuard.current(disable_model_compile=config.disable_model_compile)
+        # The guard of every compile of this session, capability probes included (given to EPs as a value);
+        # a refit compiles nothing: the EPs that refit hand their context's code to the compile point.
         reuse = _reuse(config, providers)
-        if (
-            reuse
-        ):  # a refit compiles nothing: the EPs that refit hand their context's code to the compile point
-            guard = CompileGuard()
-        units = partitioner.partition(
-            graph, opsets, preassigned=routed, ctx=CapabilityContext(guard, reuse=reuse)
+        guard = (
+            CompileGuard()
+            if reuse
+            else CompileGuard.current(disable_model_compile=config.disable_model_compile)
         )
+        ctx = CapabilityContext(guard, reuse=reuse)
+        units = partitioner.partition(model.graph, dict(model.opset_imports), preassigned=routed, ctx=ctx)
         # Control-flow bodies are offered to the EPs too; never in a context model (its bodies were not
         # compiled when it was made, and loading one never compiles), where compiling is disabled, nor in a
         # refit (it compiles nothing).
         bodies = config.partition_control_flow_bodies and not (
             routed or config.disable_model_compile or reuse
         )
-        builder = _step_builder(opsets, providers, level, guard, bodies=bool(bodies))
-        pipeline = cls(loaded, providers, config, units, builder, loader)
-        pipeline.declined = {node.name or "": dict(reasons) for node, reasons in partitioner.declined.items()}
-        pipeline.declined_by_node = partitioner.declined
-        pipeline.guard, pipeline.artefacts = guard, partitioner.artefacts
-        pending = pipeline.to_compile
+        partitioning = Partitioning(
+            loaded=loaded,
+            units=tuple(units),
+            routed=frozen_mapping(routed),
+            declined=frozen_mapping({node: tuple(why) for node, why in partitioner.declined.items()}),
+            artefacts=frozen_mapping(partitioner.artefacts),
+            guard=guard,
+            bodies=bool(bodies),
+            loader=loader,
+        )
+        pending = partitioning.to_compile
         if pending and config.disable_model_compile:  # before any context is loaded
             guard.check(", ".join(sorted({u.ep.name for u in pending})), len(pending))
-        return pipeline
+        return partitioning
 
-    @property
-    def to_compile(self) -> list[Unit]:
-        return [u for u in self.units if u.partition is not None and not u.from_context]
+    def compile(
+        self,
+        partitioning: Partitioning,
+        target: Callable[[ExecutionProvider], BinaryLayout | None] | None = None,
+    ) -> CompiledUnits:
+        """Stage 4: the contexts loaded and the partitions compiled (``target``: EP -> the sharing group's
+        binary the partitions will be saved into, when generating into one), each EP's capability artefacts
+        handed to its compile. The value returned holds the partitioning without those artefacts."""
+        setup = CompileSetup(partitioning.guard, partitioning.artefacts, target)
+        found = self._builder(partitioning).compile_units(partitioning.units, partitioning.loader, setup)
+        return CompiledUnits(partitioning.without_artefacts(), found)
 
-    def placement(self) -> list[NodePlacement]:
-        """Where each node runs (those of control-flow bodies after their node), and why the EPs ahead of its EP
-        declined it. Bodies are partitioned when the plan is built: ask after ``StepBuilder.steps_for_units``."""
-        names = [ep.name for ep in self.providers]
-        graph, builder = self.loaded.model.graph, self.builder
-        return node_placement(
-            graph,
-            self.units,
-            self.declined_by_node,
-            names,
-            bodies=builder.bodies,
-            kernel_ep=builder.kernel_ep.name,
+    def plan(self, compiled: CompiledUnits) -> PreparedSession:
+        """The last stage: one plan step per unit (control-flow bodies partitioned as their steps are built),
+        the plan laid out, and the prepared session InferenceSession adopts."""
+        partitioning = compiled.partitioning
+        units, loaded = partitioning.units, partitioning.loaded
+        builder = self._builder(partitioning)
+        steps = [
+            dataclasses.replace(step, provider=unit.ep.name, op_type=_op_type(unit))
+            for step, unit in zip(builder.steps_for_units(units, compiled.partitions), units, strict=True)
+        ]
+        placement = self.placement(
+            partitioning, builder.bodies
+        )  # after the steps: bodies partitioned by then
+        graph = loaded.model.graph
+        plan = build_plan(list(graph.inputs), list(graph.outputs), steps, fold_constants=builder.fold)
+        return prepare(
+            loaded.model,
+            plan,
+            [(unit.ep.name, [node.name or "" for node in unit.nodes]) for unit in units],
+            declined=partitioning.declined_reasons(),
+            placement=placement,
+            loaded=loaded,
         )
 
-    def compile(self, target: Callable[[ExecutionProvider], BinaryLayout | None] | None = None) -> None:
-        """Load the contexts and compile the partitions (``target``: EP -> the sharing group's binary the
-        partitions will be saved into, when generating into one). The capability artefacts go with it."""
-        setup = CompileSetup(self.guard, self.artefacts, target)
-        self.artefacts = {}
-        self.compiled, self.from_context = self.builder.compile_units(self.units, self.loader, setup)
+    def placement(
+        self, partitioning: Partitioning, bodies: Mapping[Any, BodyPartitioning] | None = None
+    ) -> list[NodePlacement]:
+        """Where each node runs (those of control-flow bodies after their node, given the ``bodies`` the plan
+        stage partitioned), and why the EPs ahead of its EP declined it."""
+        return node_placement(
+            partitioning.loaded.model.graph,
+            partitioning.units,
+            partitioning.declined,
+            [ep.name for ep in self.providers],
+            bodies=bodies or {},
+            kernel_ep=self.kernel_ep.name,
+        )
 
-    def result(self) -> CompiledModel:
-        """What generation needs of this pipeline, as an immutable value."""
-        return CompiledModel(
-            self.loaded.model, self.loaded.path, tuple(self.units), dict(self.compiled), self.config
+    def _builder(self, partitioning: Partitioning) -> StepBuilder:
+        """A step builder for this partitioning: constants folded unless optimizations are off, control-flow
+        bodies offered to the EPs when the partitioning says so, the session's guard and profiler hooks."""
+        return StepBuilder(
+            partitioning.loaded.model.opset_imports,
+            self.kernel_ep,
+            self.level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            guard=partitioning.guard,
+            body_providers=self.providers if partitioning.bodies else (),
+            phase=self.phase,
+            ended=self.ended,
         )
 
 
@@ -197,22 +244,8 @@ def _load(
     return loaded
 
 
-def _step_builder(
-    opsets: dict[str, int],
-    providers: list[ExecutionProvider],
-    level: int,
-    guard: CompileGuard,
-    *,
-    bodies: bool,
-) -> StepBuilder:
-    """The plan's step builder: kernels from the first EP that runs per node (else the CPU EP), constants
-    folded unless optimizations are off, control-flow bodies offered to ``providers`` when ``bodies``."""
-    fold = level != opt.GraphOptimizationLevel.ORT_DISABLE_ALL
-    kernel_ep = next((ep for ep in providers if not ep.compiles), None) or create_provider(
-        "CPUExecutionProvider"
-    )
-    builder = StepBuilder(opsets, kernel_ep, fold)
-    builder.guard = guard
-    if bodies:
-        builder.body_providers = providers
-    return builder
+def _op_type(unit: Unit) -> str:
+    """For profiles: the node's op type, "EPContext", or the compiled partition's name."""
+    if unit.partition is None:
+        return str(unit.nodes[0].op_type)
+    return "EPContext" if unit.from_context else str(unit.partition.name)
