@@ -8,7 +8,8 @@ when only tainted foreign units are ready, the open group is closed. So no path 
 back into it, and groups are as large as the traversal allows.
 
 ``fused_groups`` is the same grouping on a graph's nodes: the partitions the partitioner forms from an EP's
-claimed nodes when no EP before it claimed any (an EP checks what it will be asked to compile).
+flat claim when no EP before it claimed any. An EP that returns its own ``Capability.groups`` forms cycle-free
+groups with it (the nodes it leaves out, those EPs ahead of it took included, lie between the groups).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ __all__ = ["fused_groups", "group_units"]
 
 
 def fused_groups(graph: ir.Graph, claimed: Sequence[ir.Node]) -> list[list[ir.Node]]:
-    """The partitions (each in graph order) the partitioner makes of ``claimed`` nodes of ``graph``."""
+    """The cycle-free groups (each in graph order) of the ``claimed`` nodes of ``graph``: the partitions the
+    partitioner makes of them as a flat claim."""
     from epctx.model.scopes import outer_scope_values
 
     nodes = list(graph)
