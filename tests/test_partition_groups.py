@@ -80,6 +80,7 @@ def test_two_groups_of_one_ep_stay_two_partitions() -> None:
     model = _chain(4)
     grouped = _grouping_ep("TestGroupsEP", [{"n0", "n1"}, {"n2", "n3"}])
     assert _run(model, [grouped]) == [{"n0", "n1"}, {"n2", "n3"}]
+    assert grouped.calls == [2]  # both partitions compiled in one call
     # the same nodes claimed flat: the framework makes one partition of them
     flat = _grouping_ep("TestFlatEP", [], claimed={"n0", "n1", "n2", "n3"})
     assert _run(model, [flat]) == [{"n0", "n1", "n2", "n3"}]
