@@ -184,6 +184,25 @@ def test_a_node_of_another_graph_is_ep_fail_naming_the_ep() -> None:
     with registered(ep), pytest.raises(epctx.EPFail, match="TestStrayEP"):
         _session(_chain(3), [ep.name])
 
+    def flat_capability(self: Any, graph: ir.Graph, opset_imports: Any, ctx: CapabilityContext) -> Capability:
+        return Capability((*graph, next(iter(elsewhere))))
+
+    flat = type("StrayFlatEP", (base,), {"get_capability": flat_capability})
+    with pytest.raises(
+        EPFail, match=r"claims node 'n0' \(Relu\) in claimed, which is not a node of the graph"
+    ):
+        _partition_with(flat, _chain(3))
+
+
+def test_a_flat_claim_may_list_a_node_twice() -> None:
+    base = make_fusing_ep(_by_name(()), "TestRepeatEP")
+
+    def get_capability(self: Any, graph: ir.Graph, opset_imports: Any, ctx: CapabilityContext) -> Capability:
+        return Capability((*graph, *graph))  # the first contract allowed it: taken once
+
+    units = _partition_with(type("RepeatEP", (base,), {"get_capability": get_capability}), _chain(3))
+    assert [_node_names(u) for u in units] == [["n0", "n1", "n2"]]
+
 
 def test_a_kernel_ep_runs_its_groups_node_by_node() -> None:
     class GroupingCPU(CPUExecutionProvider):

@@ -54,6 +54,11 @@ def checked_claims(ep_name: str, capability: Capability, index: Mapping[NodeView
         where[i] = place
         return i
 
+    if not capability.groups:  # the common case, on every node of the graph for the CPU EP: no bookkeeping
+        found = dict.fromkeys(map(index.get, capability.claimed))
+        if None in found:
+            at(next(n for n in capability.claimed if index.get(n) is None), "claimed")  # raises
+        return Claims((), tuple(i for i in found if i is not None))
     groups = []
     for k, group in enumerate(capability.groups):
         place = f"group {k}"
