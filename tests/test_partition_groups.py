@@ -137,6 +137,22 @@ def test_two_groups_that_need_each_other_split_the_later_one() -> None:
     assert _run(_crossed(), [ep]) == [{"b2"}, {"a1", "a2"}, {"b1"}]  # in execution order
 
 
+def test_a_group_closing_a_cycle_through_an_earlier_eps_partition_is_split() -> None:
+    """g1 -> p1 and p2 -> g2, p1 and p2 fused by the earlier EP: {g1, g2} has no path out and back on the nodes,
+    but through the partition {p1, p2} it has (an EP that forms its groups on the nodes cannot see it)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t1"], name="g1"),
+        helper.make_node("Neg", ["t1"], ["y1"], name="p1"),
+        helper.make_node("Abs", ["x"], ["t2"], name="p2"),
+        helper.make_node("Neg", ["t2"], ["y2"], name="g2"),
+    ]
+    model = _model(nodes, ["x"], ["y1", "y2"])
+    earlier = make_fusing_ep(_by_name({"p1", "p2"}), "TestFirstEP")
+    grouped = _grouping_ep("TestSecondEP", [{"g1", "g2"}])
+    assert _run(model, [earlier, grouped]) == [{"g1"}, {"g2"}]
+    assert [{n.name for n in p.nodes} for p in earlier.compiled] == [{"p1", "p2"}]
+
+
 def _partition_with(ep: type[FusingEP], model: bytes) -> list[Unit]:
     ir_model = load_model(model).model
     return GraphPartitioner([ep(), CPUExecutionProvider()], cpu_fallback=True).partition(
