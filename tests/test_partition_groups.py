@@ -5,6 +5,7 @@ the EP. Sessions run against onnxruntime; the property test checks random groupi
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import epctx
-from epctx.ep import Capability, CapabilityContext
+from epctx.ep import Capability, CapabilityContext, fused_groups
 from epctx.errors import EPFail
 from epctx.model import load_model
 from epctx.partition import GraphPartitioner, Unit
@@ -137,9 +138,11 @@ def test_two_groups_that_need_each_other_split_the_later_one() -> None:
     assert _run(_crossed(), [ep]) == [{"b2"}, {"a1", "a2"}, {"b1"}]  # in execution order
 
 
-def test_a_group_closing_a_cycle_through_an_earlier_eps_partition_is_split() -> None:
+def test_a_group_closing_a_cycle_through_an_earlier_eps_partition_is_split(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """g1 -> p1 and p2 -> g2, p1 and p2 fused by the earlier EP: {g1, g2} has no path out and back on the nodes,
-    but through the partition {p1, p2} it has (an EP that forms its groups on the nodes cannot see it)."""
+    but through the partition {p1, p2} it has (``CapabilityContext.assigned_partitions`` shows it)."""
     nodes = [
         helper.make_node("Relu", ["x"], ["t1"], name="g1"),
         helper.make_node("Neg", ["t1"], ["y1"], name="p1"),
@@ -149,8 +152,25 @@ def test_a_group_closing_a_cycle_through_an_earlier_eps_partition_is_split() -> 
     model = _model(nodes, ["x"], ["y1", "y2"])
     earlier = make_fusing_ep(_by_name({"p1", "p2"}), "TestFirstEP")
     grouped = _grouping_ep("TestSecondEP", [{"g1", "g2"}])
-    assert _run(model, [earlier, grouped]) == [{"g1"}, {"g2"}]
+    with caplog.at_level(logging.INFO, logger="epctx"):
+        assert _run(model, [earlier, grouped]) == [{"g1"}, {"g2"}]
     assert [{n.name for n in p.nodes} for p in earlier.compiled] == [{"p1", "p2"}]
+    assert "TestSecondEP: group 0 of 2 node(s) split into 2 cycle-free partitions" in caplog.text
+    (ctx,) = grouped.contexts  # type: ignore[attr-defined]
+    assert [{n.name for n in p} for p in ctx.assigned_partitions] == [{"p1", "p2"}]
+
+    # An EP that forms its groups with fused_groups and the partitions ahead gets them as they are.
+    base = make_fusing_ep(_by_name(()), "TestAwareEP")
+
+    def get_capability(self: Any, graph: ir.Graph, opset_imports: Any, ctx: CapabilityContext) -> Capability:
+        mine = [n for n in graph if n.name in ("g1", "g2")]
+        return Capability(groups=tuple(map(tuple, fused_groups(graph, mine, ctx.assigned_partitions))))
+
+    aware = type("AwareEP", (base,), {"get_capability": get_capability})
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="epctx"):
+        assert _run(model, [earlier, aware]) == [{"g1"}, {"g2"}]
+    assert "split into" not in caplog.text
 
 
 def _partition_with(ep: type[FusingEP], model: bytes) -> list[Unit]:

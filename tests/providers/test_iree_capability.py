@@ -44,6 +44,7 @@ def _check(
     budget_s: float = 30,
     full_only: Callable[[set[str], Sequence[str]], bool] = lambda names, flags: True,
     skip: frozenset[str] = frozenset(),
+    partitions: Sequence[Sequence[str]] = (),
 ) -> tuple[probing.Verdict, list[set[str]]]:
     """``compiles``: whether a node set passes; ``full_only``: what fails only in a full compile (not a probe),
     or with the flags given. ``asked``: the node sets of full compiles."""
@@ -73,6 +74,7 @@ def _check(
         CompileGuard(),
         layout_flag=LAYOUT,
         budget_s=budget_s,
+        partitions=[[n for n in graph if n.name in names] for names in partitions],
     )
     return verdict, asked
 
@@ -182,3 +184,32 @@ def test_nodes_an_earlier_ep_took_are_neither_offered_nor_declined() -> None:
     assert not found and sorted(n.name or "" for n in declined) == ["r0", "r2"]
     found, declined = candidate_nodes(graph, frozenset())
     assert sorted(n.name or "" for n in declined) == ["r0", "r1", "r2"]
+
+
+def _crossed() -> ir.Graph:
+    """g1 -> p1 and p2 -> g2 (p1 and p2 independent)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t1"], name="g1"),
+        helper.make_node("Relu", ["t1"], ["y1"], name="p1"),
+        helper.make_node("Relu", ["x"], ["t2"], name="p2"),
+        helper.make_node("Relu", ["t2"], ["y2"], name="g2"),
+    ]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "crossed",
+        [value("x", TensorProto.FLOAT, [2])],
+        [value("y1", TensorProto.FLOAT, [2]), value("y2", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ir.serde.deserialize_model(model).graph
+
+
+def test_groups_form_around_the_partitions_of_the_eps_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    skip = frozenset({"p1", "p2"})  # taken by an EP ahead
+    alone, _ = _check(monkeypatch, _crossed(), lambda names: True, skip=skip)
+    assert _names(alone.groups) == [["g1", "g2"]]  # no path out and back on the nodes
+    # ... but the EP ahead fused p1 and p2 into one partition: through it, g1 reaches g2 and g2 needs it
+    verdict, asked = _check(monkeypatch, _crossed(), lambda names: True, skip=skip, partitions=[["p1", "p2"]])
+    assert _names(verdict.groups) == [["g1"], ["g2"]] and _all_compiled(verdict)
+    assert asked == [{"g1", "g2"}, {"g1"}, {"g2"}]

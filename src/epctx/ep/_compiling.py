@@ -98,11 +98,16 @@ class CapabilityContext:
       compiled from and hands their code to ``compile`` as artefacts, compiling nothing;
     - ``assigned``: the nodes of the graph that EPs ahead of this one took (onnxruntime's GraphViewer shows
       them with their EP set): claiming them is harmless (first come first served) but gains nothing, and an
-      EP that forms its own ``Capability.groups`` forms them around these nodes."""
+      EP that forms its own ``Capability.groups`` forms them around these nodes;
+    - ``assigned_partitions``: the partitions of several nodes that compiling EPs ahead formed (onnxruntime
+      shows each as one fused node): the partitioner sees each as one unit, so a group that needs a path out
+      through one and back in is split; ``fused_groups(graph, nodes, ctx.assigned_partitions)`` forms groups
+      that are not."""
 
     guard: CompileGuard = CompileGuard()
     reuse: Mapping[str, Sequence[ContextReader]] = dataclasses.field(default_factory=dict)
     assigned: frozenset[ir.Node] = frozenset()
+    assigned_partitions: tuple[tuple[ir.Node, ...], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

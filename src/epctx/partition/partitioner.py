@@ -15,11 +15,10 @@ from epctx.ep._calls import ask_capability
 from epctx.ep._compiling import Capability, CapabilityContext
 from epctx.ep._contract import ExecutionProvider, Partition, make_partition
 from epctx.errors import InvalidGraph, NotImplemented
-from epctx.model.scopes import outer_scope_values
 from epctx.model.view import NodeView
 from epctx.partition.claims import checked_claims
 from epctx.partition.cost import cost_rule_reason
-from epctx.partition.grouping import group_units
+from epctx.partition.grouping import group_nodes, node_successors
 
 __all__ = ["GraphPartitioner", "Unit"]
 
@@ -53,7 +52,13 @@ class _State:
         nodes = list(graph)
         index: dict[NodeView, int] = {node: i for i, node in enumerate(nodes)}
         n = len(nodes)
-        return cls(nodes, index, _node_successors(nodes, index), [None] * n, list(range(n)), {})
+        return cls(nodes, index, node_successors(nodes, index), [None] * n, list(range(n)), {})
+
+    def context(self, ctx: CapabilityContext) -> CapabilityContext:
+        """``ctx`` for the next EP: the nodes taken so far, and the partitions of several nodes formed so far."""
+        taken = frozenset(n for n, o in zip(self.nodes, self.owner) if o is not None)
+        parts = tuple(tuple(self.nodes[i] for i in m) for _, m in self.fused.values() if len(m) > 1)
+        return dataclasses.replace(ctx, assigned=taken, assigned_partitions=parts)
 
 
 class GraphPartitioner:
@@ -93,10 +98,7 @@ class GraphPartitioner:
         for ep in self.providers:
             if all(o is not None for o in st.owner):
                 break  # every node has its EP: later ones are not asked (the CPU EP's kernels stay unimported)
-            taken = frozenset(n for n, o in zip(st.nodes, st.owner) if o is not None)
-            self._take(
-                ep, ask_capability(ep, graph, opset_imports, dataclasses.replace(ctx, assigned=taken)), st
-            )
+            self._take(ep, ask_capability(ep, graph, opset_imports, st.context(ctx)), st)
         missing = [st.nodes[i] for i, ep in enumerate(st.owner) if ep is None]
         if missing and self.cost_rule and any(_by_cost_rule(self.declined.get(n, ())) for n in missing):
             logger.info(
@@ -140,7 +142,7 @@ class GraphPartitioner:
     def _fuse(self, ep: ExecutionProvider, mine: list[int], st: _State, group: str | None = None) -> None:
         """Group a compiling EP's new nodes into partitions; those the cost rule refuses are left unowned.
         ``group``: ``mine`` is (what is left of) one of the EP's groups, split only where it must be."""
-        parts = self._group(st.node_succ, st.unit_of, set(mine))
+        parts = group_nodes(st.node_succ, st.unit_of, set(mine))
         if group is not None and len(parts) > 1:
             logger.info(
                 "%s: %s split into %d cycle-free partitions (a path leaves it and comes back into it)",
@@ -165,24 +167,6 @@ class GraphPartitioner:
         if why is not None:
             logger.info("%s: %d node(s) left to the next EP (%s)", ep.name, len(members), why)
         return why
-
-    @staticmethod
-    def _group(node_succ: list[set[int]], unit_of: list[int], owned_nodes: set[int]) -> list[list[int]]:
-        """Group the EP's nodes on the current unit DAG (earlier EPs' partitions already contracted)."""
-        heads = sorted(set(unit_of))
-        uid = {h: k for k, h in enumerate(heads)}
-        succ: list[set[int]] = [set() for _ in heads]
-        for i, targets in enumerate(node_succ):
-            for j in targets:
-                a, b = uid[unit_of[i]], uid[unit_of[j]]
-                if a != b:
-                    succ[a].add(b)
-        owned = {uid[unit_of[i]] for i in owned_nodes}
-        groups = group_units([sorted(s) for s in succ], owned)
-        members_of: dict[int, list[int]] = {}
-        for i, h in enumerate(unit_of):
-            members_of.setdefault(uid[h], []).append(i)
-        return [sorted(i for u in g for i in members_of[u]) for g in groups]
 
     def _unassigned_error(self, missing: list[ir.Node], opset_imports: Mapping[str, int]) -> Exception:
         from epctx.ep._contract import opset_of
@@ -251,20 +235,6 @@ class GraphPartitioner:
 
 def _by_cost_rule(reasons: Sequence[tuple[str, str]]) -> bool:
     return any(why.startswith("cost rule:") for _, why in reasons)
-
-
-def _node_successors(nodes: list[ir.Node], index: Mapping[NodeView, int]) -> list[set[int]]:
-    """Data edges between nodes, including reads of outer values from inside subgraphs."""
-    succ: list[set[int]] = [set() for _ in nodes]
-    for j, node in enumerate(nodes):
-        for value in (*node.inputs, *outer_scope_values(node)):
-            if value is None:
-                continue
-            producer = value.producer()
-            i = index.get(producer) if producer is not None else None
-            if i is not None and i != j:
-                succ[i].add(j)
-    return succ
 
 
 # Attributes that distinguish otherwise equal nodes in partition names (tensors and graphs are left out:

@@ -9,7 +9,7 @@
    formation, where IREE rejects ops, without code generation), in parallel, down to single nodes, until the
    budget is spent (nodes not decided then are declined, saying so);
 4. the claim is split into cycle-free groups (``fused_groups``: other EPs' nodes, those ahead of IREE included,
-   and the nodes IREE declines lie between them) and each group is compiled fully; one that fails is shrunk
+   and the nodes IREE declines lie between them; the partitions of EPs ahead count as one unit each) and each group is compiled fully; one that fails is shrunk
    (its probed pieces added in graph order, a piece that breaks it declined) and the claim grouped again. The
    groups returned are those compiled (``Capability.groups``): the partitioner makes each one partition, so
    what passes capability is what the framework asks IREE to compile.
@@ -66,6 +66,7 @@ class _Search:
     opsets: Mapping[str, int]
     guard: CompileGuard
     budget_s: float
+    partitions: Sequence[Sequence[ir.Node]] = ()  # of the EPs ahead: one unit each when grouping
     started: float = dataclasses.field(default_factory=time.perf_counter)
     count: int = 0
 
@@ -102,9 +103,11 @@ def check_nodes(
     *,
     layout_flag: str | None = None,
     budget_s: float = 30.0,
+    partitions: Sequence[Sequence[ir.Node]] = (),
 ) -> Verdict:
-    """The nodes of ``nodes`` (graph order) IREE takes, and why it declines the others (see the module)."""
-    search = _Search(ep_name, graph, opsets, guard, budget_s)
+    """The nodes of ``nodes`` (graph order) IREE takes, and why it declines the others (see the module).
+    ``partitions``: those the EPs ahead formed (``CapabilityContext.assigned_partitions``)."""
+    search = _Search(ep_name, graph, opsets, guard, budget_s, partitions)
     probes = Probes({}, tuple(flags))
     verdict = Verdict([], {}, probes)
     if not nodes:
@@ -191,7 +194,7 @@ def _check_partitions(search: _Search, verdict: Verdict, passed: list[Group]) ->
     """The claim's cycle-free groups, each compiled; those IREE fails on are shrunk and the claim regrouped."""
     flags = verdict.probes.flags
     for _ in range(_ROUNDS):
-        groups = fused_groups(search.graph, verdict.claimed)
+        groups = fused_groups(search.graph, verdict.claimed, search.partitions)
         todo = [g for g in groups if frozenset(g) not in verdict.probes.compiled]
         if not todo:
             return groups
@@ -206,8 +209,8 @@ def _check_partitions(search: _Search, verdict: Verdict, passed: list[Group]) ->
             return groups
         gone = set(verdict.declined)
         verdict.claimed = [n for n in verdict.claimed if n not in gone]
-    kept = []
-    for group in fused_groups(search.graph, verdict.claimed):  # rounds spent: what is unchecked is declined
+    kept = []  # rounds spent: what is unchecked is declined
+    for group in fused_groups(search.graph, verdict.claimed, search.partitions):
         if frozenset(group) in verdict.probes.compiled:
             kept.append(group)
         else:

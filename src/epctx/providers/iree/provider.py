@@ -141,6 +141,7 @@ class IREEExecutionProvider(ExecutionProvider):
             ctx.guard,
             layout_flag=CHANNELS_LAST if self.config.channels_last else None,
             budget_s=self.config.capability_budget_s,
+            partitions=ctx.assigned_partitions,
         )
         declined.update(verdict.declined)
         for node, why in declined.items():
