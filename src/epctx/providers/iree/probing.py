@@ -9,10 +9,11 @@
    formation, where IREE rejects ops, without code generation), in parallel, down to single nodes, until the
    budget is spent (nodes not decided then are declined, saying so);
 4. the claim is split into cycle-free groups (``fused_groups``: other EPs' nodes, those ahead of IREE included,
-   and the nodes IREE declines lie between them; the partitions of EPs ahead count as one unit each) and each group is compiled fully; one that fails is shrunk
-   (its probed pieces added in graph order, a piece that breaks it declined) and the claim grouped again. The
-   groups returned are those compiled (``Capability.groups``): the partitioner makes each one partition, so
-   what passes capability is what the framework asks IREE to compile.
+   and the nodes IREE declines lie between them; the partitions of EPs ahead count as one unit each) and each
+   group is compiled fully; one that fails is shrunk (its probed pieces added in graph order, a piece that
+   breaks it declined) and the claim grouped again. The groups returned are those compiled
+   (``Capability.groups``): the partitioner makes each one partition, so what passes capability is what the
+   framework asks IREE to compile.
 
 Every compile passes the session's guard; results are cached per process by content (``compile``)."""
 
