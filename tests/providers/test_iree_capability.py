@@ -44,6 +44,7 @@ def _check(
     budget_s: float = 30,
     full_only: Callable[[set[str], Sequence[str]], bool] = lambda names, flags: True,
     skip: frozenset[str] = frozenset(),
+    partitions: Sequence[Sequence[str]] = (),
 ) -> tuple[probing.Verdict, list[set[str]]]:
     """``compiles``: whether a node set passes; ``full_only``: what fails only in a full compile (not a probe),
     or with the flags given. ``asked``: the node sets of full compiles."""
@@ -73,6 +74,7 @@ def _check(
         CompileGuard(),
         layout_flag=LAYOUT,
         budget_s=budget_s,
+        partitions=[[n for n in graph if n.name in names] for names in partitions],
     )
     return verdict, asked
 
@@ -90,6 +92,7 @@ def test_a_node_iree_cannot_compile_is_declined_and_the_rest_checked_together(
         frozenset({"r0", "r1"}),
         frozenset({"r3"}),
     }
+    assert _names(verdict.groups) == [["r0", "r1"], ["r3"]]  # what IREE returns: the groups compiled
 
 
 def test_groups_that_compile_apart_but_not_together_are_declined(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,6 +103,7 @@ def test_groups_that_compile_apart_but_not_together_are_declined(monkeypatch: py
     why = verdict.declined[next(n for n in verdict.declined if n.name == "r2")]
     assert why.startswith("IREE compile failed: error: no") and "not with the nodes before them" in why
     assert frozenset(verdict.claimed) in verdict.probes.compiled
+    assert _names(verdict.groups) == [["r0", "r1"]]
 
 
 def test_a_partition_that_fails_only_in_a_full_compile_is_declined(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,13 +120,20 @@ def test_a_partition_that_fails_only_in_a_full_compile_is_declined(monkeypatch: 
     assert {n.name for n in verdict.declined} == {"r1", "r2", "r3"}
     why = verdict.declined[next(n for n in verdict.declined if n.name == "r3")]
     assert "not in the partition they would form" in why
-    assert all(frozenset(g) in verdict.probes.compiled for g in _groups(verdict))
+    assert _names(verdict.groups) == [["r0"]] and _all_compiled(verdict)
 
 
-def _groups(verdict: probing.Verdict) -> list[frozenset[ir.Node]]:
-    graph = verdict.claimed[0].graph if verdict.claimed else None
-    assert graph is not None
-    return [frozenset(g) for g in probing.fused_groups(graph, verdict.claimed)]
+def _names(groups: Sequence[Sequence[ir.Node]]) -> list[list[str]]:
+    return [[n.name or "" for n in g] for g in groups]
+
+
+def _all_compiled(verdict: probing.Verdict) -> bool:
+    """The groups cover the claim, each node once, and each group is a compile that passed."""
+    flat = [n for g in verdict.groups for n in g]
+    return sorted(flat, key=verdict.claimed.index) == verdict.claimed and all(
+        frozenset(g) in verdict.probes.compiled and verdict.probes.compiled[frozenset(g)][1].ok
+        for g in verdict.groups
+    )
 
 
 def test_channels_last_dropped_when_only_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +150,7 @@ def test_channels_last_dropped_when_only_it_fails(monkeypatch: pytest.MonkeyPatc
 
 def test_the_budget_bounds_the_bisection(monkeypatch: pytest.MonkeyPatch) -> None:
     verdict, _ = _check(monkeypatch, _relu_chain(8), lambda names: "r5" not in names, budget_s=0)
-    assert not verdict.claimed
+    assert not verdict.claimed and not verdict.groups
     assert all("capability budget of 0 s was spent" in why for why in verdict.declined.values())
     assert len(verdict.declined) == 8
 
@@ -150,6 +161,7 @@ def test_a_set_that_compiles_whole_is_compiled_once(monkeypatch: pytest.MonkeyPa
         len(asked) == 1 and [n.name for n in verdict.claimed] == ["r0", "r1", "r2"] and not verdict.declined
     )
     assert frozenset(verdict.claimed) in verdict.probes.compiled
+    assert _names(verdict.groups) == [["r0", "r1", "r2"]] and _all_compiled(verdict)
 
 
 def test_a_set_that_compiles_whole_but_is_split_is_checked_as_split(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,4 +171,45 @@ def test_a_set_that_compiles_whole_but_is_split_is_checked_as_split(monkeypatch:
     verdict, asked = _check(monkeypatch, _relu_chain(4), lambda names: True, skip=frozenset({"r1"}))
     assert [n.name for n in verdict.claimed] == ["r0", "r2", "r3"] and not verdict.declined
     assert asked == [{"r0", "r2", "r3"}, {"r0"}, {"r2", "r3"}]
-    assert all(frozenset(g) in verdict.probes.compiled for g in _groups(verdict))
+    assert _names(verdict.groups) == [["r0"], ["r2", "r3"]] and _all_compiled(verdict)
+
+
+def test_nodes_an_earlier_ep_took_are_neither_offered_nor_declined() -> None:
+    from epctx.providers.iree.capability import candidate_nodes
+
+    graph = _relu_chain(3)
+    taken = frozenset(n for n in graph if n.name == "r1")
+    found, declined = candidate_nodes(graph, frozenset(), taken)
+    # (the chain's inner values have no declared type: IREE declines r0 and r2 for that, never r1)
+    assert not found and sorted(n.name or "" for n in declined) == ["r0", "r2"]
+    found, declined = candidate_nodes(graph, frozenset())
+    assert sorted(n.name or "" for n in declined) == ["r0", "r1", "r2"]
+
+
+def _crossed() -> ir.Graph:
+    """g1 -> p1 and p2 -> g2 (p1 and p2 independent)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t1"], name="g1"),
+        helper.make_node("Relu", ["t1"], ["y1"], name="p1"),
+        helper.make_node("Relu", ["x"], ["t2"], name="p2"),
+        helper.make_node("Relu", ["t2"], ["y2"], name="g2"),
+    ]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "crossed",
+        [value("x", TensorProto.FLOAT, [2])],
+        [value("y1", TensorProto.FLOAT, [2]), value("y2", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ir.serde.deserialize_model(model).graph
+
+
+def test_groups_form_around_the_partitions_of_the_eps_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    skip = frozenset({"p1", "p2"})  # taken by an EP ahead
+    alone, _ = _check(monkeypatch, _crossed(), lambda names: True, skip=skip)
+    assert _names(alone.groups) == [["g1", "g2"]]  # no path out and back on the nodes
+    # ... but the EP ahead fused p1 and p2 into one partition: through it, g1 reaches g2 and g2 needs it
+    verdict, asked = _check(monkeypatch, _crossed(), lambda names: True, skip=skip, partitions=[["p1", "p2"]])
+    assert _names(verdict.groups) == [["g1"], ["g2"]] and _all_compiled(verdict)
+    assert asked == [{"g1", "g2"}, {"g1"}, {"g2"}]

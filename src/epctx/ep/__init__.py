@@ -2,7 +2,8 @@
 
 An execution provider implements :class:`ExecutionProvider` (capability, then compile or per-node kernels, and
 for the EP context cache ``save_partition`` / ``load_partition``) against the values the framework hands it:
-a :class:`CapabilityContext` (returning a :class:`Capability`), a :class:`Partition` of the graph and a
+a :class:`CapabilityContext` (returning a :class:`Capability`: the nodes it claims, or its own node groups, one
+partition each, which ``fused_groups`` helps it form), a :class:`Partition` of the graph and a
 :class:`CompileContext` to compile with, a :class:`ContextWriter` to save into, a :class:`ContextReader` to load
 from, and the :class:`EPContextNode` being loaded. Everything else (partitioning, files, names, checksums,
 identities, sharing, devices) is the framework's.

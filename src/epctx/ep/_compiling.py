@@ -1,8 +1,9 @@
 """The values of the EP contract's two compile-side stages, and the compile guard.
 
-- ``get_capability(graph, opset_imports, ctx: CapabilityContext) -> Capability``: what the EP claims, why it
-  declines the nodes it was offered and does not take, and the artefacts its checks produced (compiles an EP
-  made to probe its backend) that ``compile`` may reuse;
+- ``get_capability(graph, opset_imports, ctx: CapabilityContext) -> Capability``: what the EP claims (nodes
+  the framework groups, or groups the EP made, each one partition), why it declines the nodes it was offered
+  and does not take, and the artefacts its checks produced (compiles an EP made to probe its backend) that
+  ``compile`` may reuse;
 - ``compile(partitions, ctx: CompileContext) -> list[CompiledPartition]``: all partitions of the EP at once,
   with the capability's artefacts, the binary the partitions will be saved into, progress reporting and the
   guard.
@@ -89,25 +90,51 @@ class CompileGuard:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CapabilityContext:
-    """What ``get_capability`` is given besides the graph: the guard its probe compiles must pass, and when the
-    session refits a context (``epctx.refit_context``), the graphs of that context by EP name: an EP whose
-    code does not hold its weights (``ExecutionProvider.refits``) claims the nodes they were compiled from and
-    hands their code to ``compile`` as artefacts, compiling nothing."""
+    """What ``get_capability`` is given besides the graph:
+
+    - ``guard``: the guard its probe compiles must pass;
+    - ``reuse``: when the session refits a context (``epctx.refit_context``), the graphs of that context by EP
+      name: an EP whose code does not hold its weights (``ExecutionProvider.refits``) claims the nodes they were
+      compiled from and hands their code to ``compile`` as artefacts, compiling nothing;
+    - ``assigned``: the nodes of the graph that EPs ahead of this one took (onnxruntime's GraphViewer shows
+      them with their EP set): claiming them is harmless (first come first served) but gains nothing, and an
+      EP that forms its own ``Capability.groups`` forms them around these nodes;
+    - ``assigned_partitions``: the partitions of several nodes that compiling EPs ahead formed (onnxruntime
+      shows each as one fused node): the partitioner sees each as one unit, so a group that needs a path out
+      through one and back in is split; ``fused_groups(graph, nodes, ctx.assigned_partitions)`` forms groups
+      that are not."""
 
     guard: CompileGuard = CompileGuard()
     reuse: Mapping[str, Sequence[ContextReader]] = dataclasses.field(default_factory=dict)
+    assigned: frozenset[ir.Node] = frozenset()
+    assigned_partitions: tuple[tuple[ir.Node, ...], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Capability:
-    """What an EP takes of a graph. ``claimed``: the nodes it runs (the framework groups them into cycle-free
-    partitions, first come first served among EPs); ``declined``: nodes it was offered and does not run, each
-    with the reason (shown by ``InferenceSession.get_fallback_reasons`` and in errors); ``artefacts``: anything
-    its checks produced that ``compile`` may reuse (handed back as ``CompileContext.artefacts``)."""
+    """What an EP takes of a graph, first come first served among EPs:
+
+    - ``claimed``: nodes it runs, any order; the framework groups them into cycle-free partitions;
+    - ``groups``: node sets it runs, each compiled as one partition (onnxruntime's IndexedSubGraph): the
+      partitioner never merges two groups nor a group with ``claimed`` nodes, and splits a group only when it
+      must, into its largest cycle-free parts: when EPs ahead of this one took some of its nodes, or when a path
+      leaves the group and comes back into it (through nodes of other EPs, or through another of its groups);
+      a node in two groups, or in a group and in ``claimed``, or not in the graph is EPFail. A kernel EP's
+      groups are claimed nodes (it runs nodes one by one);
+    - ``declined``: nodes it was offered and does not run, each with the reason (shown by
+      ``InferenceSession.get_fallback_reasons`` and in errors);
+    - ``artefacts``: anything its checks produced that ``compile`` may reuse (handed back as
+      ``CompileContext.artefacts``)."""
 
     claimed: tuple[ir.Node, ...] = ()
     declined: Mapping[ir.Node, str] = dataclasses.field(default_factory=dict)
     artefacts: Any = None
+    groups: tuple[tuple[ir.Node, ...], ...] = ()
+
+    @property
+    def nodes(self) -> tuple[ir.Node, ...]:
+        """Every node claimed: the groups' nodes, then ``claimed``."""
+        return (*(node for group in self.groups for node in group), *self.claimed)
 
 
 def _no_target() -> BinaryLayout | None:

@@ -7,37 +7,83 @@ joins the open group; a ready foreign unit is processed only while it does not d
 when only tainted foreign units are ready, the open group is closed. So no path leaves a group and comes
 back into it, and groups are as large as the traversal allows.
 
+``group_nodes`` runs it on the DAG of units of a graph's nodes (contracted partitions are one unit each), as
+the partitioner does for each EP's claim and group.
+
 ``fused_groups`` is the same grouping on a graph's nodes: the partitions the partitioner forms from an EP's
-claimed nodes when no EP before it claimed any (an EP checks what it will be asked to compile).
+flat claim. An EP that returns its own ``Capability.groups`` forms cycle-free groups with it: the nodes it
+leaves out, those EPs ahead of it took included, lie between the groups, and the partitions those EPs formed
+(``CapabilityContext.assigned_partitions``) count as one unit each, as the partitioner sees them.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-__all__ = ["fused_groups", "group_units"]
+    from epctx.model.view import NodeView
+
+__all__ = ["fused_groups", "group_nodes", "group_units", "node_successors"]
 
 
-def fused_groups(graph: ir.Graph, claimed: Sequence[ir.Node]) -> list[list[ir.Node]]:
-    """The partitions (each in graph order) the partitioner makes of ``claimed`` nodes of ``graph``."""
+def node_successors(nodes: Sequence[ir.Node], index: Mapping[NodeView, int]) -> list[set[int]]:
+    """Data edges between ``nodes`` (by position), including reads of outer values from inside subgraphs."""
     from epctx.model.scopes import outer_scope_values
 
-    nodes = list(graph)
-    index = {node: i for i, node in enumerate(nodes)}
     succ: list[set[int]] = [set() for _ in nodes]
     for j, node in enumerate(nodes):
         for value in (*node.inputs, *outer_scope_values(node)):
-            producer = value.producer() if value is not None else None
+            if value is None:
+                continue
+            producer = value.producer()
             i = index.get(producer) if producer is not None else None
             if i is not None and i != j:
                 succ[i].add(j)
-    owned = {index[n] for n in claimed if n in index}
-    return [[nodes[i] for i in sorted(g)] for g in group_units([sorted(s) for s in succ], owned)]
+    return succ
+
+
+def group_nodes(
+    node_succ: Sequence[set[int]], unit_of: Sequence[int], owned_nodes: set[int]
+) -> list[list[int]]:
+    """``group_units`` on the DAG of units, ``unit_of[i]`` being the unit (its first node) of node ``i``: the
+    cycle-free groups of ``owned_nodes`` (each a unit of its own), as sorted node indices."""
+    heads = sorted(set(unit_of))
+    uid = {h: k for k, h in enumerate(heads)}
+    succ: list[set[int]] = [set() for _ in heads]
+    for i, targets in enumerate(node_succ):
+        for j in targets:
+            a, b = uid[unit_of[i]], uid[unit_of[j]]
+            if a != b:
+                succ[a].add(b)
+    owned = {uid[unit_of[i]] for i in owned_nodes}
+    groups = group_units([sorted(s) for s in succ], owned)
+    members_of: dict[int, list[int]] = {}
+    for i, h in enumerate(unit_of):
+        members_of.setdefault(uid[h], []).append(i)
+    return [sorted(i for u in g for i in members_of[u]) for g in groups]
+
+
+def fused_groups(
+    graph: ir.Graph, claimed: Sequence[ir.Node], partitions: Sequence[Sequence[ir.Node]] = ()
+) -> list[list[ir.Node]]:
+    """The cycle-free groups (each in graph order) of the ``claimed`` nodes of ``graph``: the partitions the
+    partitioner makes of them as a flat claim. ``partitions``: node sets that run as one unit each (the
+    partitions of EPs ahead, ``CapabilityContext.assigned_partitions``); their nodes are not grouped."""
+    nodes = list(graph)
+    index: dict[NodeView, int] = {node: i for i, node in enumerate(nodes)}
+    unit_of = list(range(len(nodes)))
+    inside: set[int] = set()
+    for part in partitions:
+        members = sorted(index[n] for n in part if n in index)
+        inside.update(members)
+        for i in members:
+            unit_of[i] = members[0]
+    owned = {index[n] for n in claimed if n in index} - inside
+    return [[nodes[i] for i in g] for g in group_nodes(node_successors(nodes, index), unit_of, owned)]
 
 
 def group_units(succ: Sequence[Sequence[int]], owned: set[int]) -> list[list[int]]:

@@ -1,5 +1,5 @@
-"""The partitioner's grouping lives in ``epctx.ep._grouping`` (EPs ask it which partitions their claim forms)."""
+"""The partitioner's grouping lives in ``epctx.ep._grouping`` (EPs form their groups with it too)."""
 
-from epctx.ep._grouping import group_units
+from epctx.ep._grouping import group_nodes, group_units, node_successors
 
-__all__ = ["group_units"]
+__all__ = ["group_nodes", "group_units", "node_successors"]

@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from epctx.ep._calls import ask_capability
-from epctx.ep._compiling import CapabilityContext
+from epctx.ep._compiling import Capability, CapabilityContext
 from epctx.ep._contract import ExecutionProvider, Partition, make_partition
 from epctx.errors import InvalidGraph, NotImplemented
-from epctx.model.scopes import outer_scope_values
 from epctx.model.view import NodeView
+from epctx.partition.claims import checked_claims
 from epctx.partition.cost import cost_rule_reason
-from epctx.partition.grouping import group_units
+from epctx.partition.grouping import group_nodes, node_successors
 
 __all__ = ["GraphPartitioner", "Unit"]
 
@@ -33,6 +33,32 @@ class Unit:
     nodes: tuple[ir.Node, ...]
     partition: Partition | None = None  # set for compiling EPs
     from_context: bool = False  # an EPContext node: loaded from its binary, never compiled
+
+
+@dataclasses.dataclass(slots=True)
+class _State:
+    """The graph being partitioned: its nodes, their data edges, and who runs them so far."""
+
+    nodes: list[ir.Node]
+    index: dict[NodeView, int]
+    node_succ: list[set[int]]
+    owner: list[ExecutionProvider | None]
+    # unit_of[i]: the unit node i belongs to; units start as single nodes and merge as EPs fuse.
+    unit_of: list[int]
+    fused: dict[int, tuple[ExecutionProvider, list[int]]]  # unit head -> (compiling EP, its nodes)
+
+    @classmethod
+    def of(cls, graph: ir.Graph) -> _State:
+        nodes = list(graph)
+        index: dict[NodeView, int] = {node: i for i, node in enumerate(nodes)}
+        n = len(nodes)
+        return cls(nodes, index, node_successors(nodes, index), [None] * n, list(range(n)), {})
+
+    def context(self, ctx: CapabilityContext) -> CapabilityContext:
+        """``ctx`` for the next EP: the nodes taken so far, and the partitions of several nodes formed so far."""
+        taken = frozenset(n for n, o in zip(self.nodes, self.owner) if o is not None)
+        parts = tuple(tuple(self.nodes[i] for i in m) for _, m in self.fused.values() if len(m) > 1)
+        return dataclasses.replace(ctx, assigned=taken, assigned_partitions=parts)
 
 
 class GraphPartitioner:
@@ -60,42 +86,20 @@ class GraphPartitioner:
     ) -> list[Unit]:
         """Assign every node of ``graph``; return the units in a valid execution order.
         ``preassigned`` nodes (EPContext nodes routed by their source) are units of their own, not asked about;
-        ``ctx`` is given to each EP's ``get_capability`` (the session's compile guard)."""
+        ``ctx`` is given to each EP's ``get_capability`` (the session's compile guard), with the nodes the EPs
+        ahead of it took (``CapabilityContext.assigned``)."""
         ctx = ctx or CapabilityContext()
-        nodes = list(graph)
-        index: dict[NodeView, int] = {node: i for i, node in enumerate(nodes)}
-        owner: list[ExecutionProvider | None] = [None] * len(nodes)
-        node_succ = _node_successors(nodes, index)
-        # unit_of[i]: the unit node i belongs to; units start as single nodes and merge as EPs fuse.
-        unit_of = list(range(len(nodes)))
-        fused: dict[int, tuple[ExecutionProvider, list[int]]] = {}
+        st = _State.of(graph)
         for node, ep in (preassigned or {}).items():
-            i = index[node]
-            owner[i] = ep
-            fused[i] = (ep, [i])
-        loaded = set(fused)
-        key = _graph_key(nodes)
+            i = st.index[node]
+            st.owner[i] = ep
+            st.fused[i] = (ep, [i])
+        loaded = set(st.fused)
         for ep in self.providers:
-            if all(o is not None for o in owner):
+            if all(o is not None for o in st.owner):
                 break  # every node has its EP: later ones are not asked (the CPU EP's kernels stay unimported)
-            mine: list[int] = []
-            capability = ask_capability(ep, graph, opset_imports, ctx)
-            if capability.artefacts is not None:
-                self.artefacts[id(ep)] = capability.artefacts
-            for node in capability.claimed:
-                claimed = index.get(node)
-                if claimed is None:
-                    raise InvalidGraph(f"{ep.name}.get_capability returned a node that is not in the graph")
-                if owner[claimed] is None:
-                    owner[claimed] = ep
-                    mine.append(claimed)
-            for node, why in capability.declined.items():
-                at = index.get(node)
-                if at is not None and owner[at] is None:
-                    self.declined.setdefault(node, []).append((ep.name, why))
-            if ep.compiles and mine:
-                self._fuse(ep, mine, nodes, node_succ, unit_of, owner, fused)
-        missing = [nodes[i] for i, ep in enumerate(owner) if ep is None]
+            self._take(ep, ask_capability(ep, graph, opset_imports, st.context(ctx)), st)
+        missing = [st.nodes[i] for i, ep in enumerate(st.owner) if ep is None]
         if missing and self.cost_rule and any(_by_cost_rule(self.declined.get(n, ())) for n in missing):
             logger.info(
                 "no EP after the one the cost rule refused takes its nodes: partitioning without the rule"
@@ -106,33 +110,55 @@ class GraphPartitioner:
             raise self._unassigned_error(missing, opset_imports)
         for node, reasons in self.declined.items():
             logger.info(
-                "node %r (%s) runs on %s: %s", node.name, node.op_type, owner[index[node]].name,  # type: ignore[union-attr]
+                "node %r (%s) runs on %s: %s", node.name, node.op_type, st.owner[st.index[node]].name,  # type: ignore[union-attr]
                 "; ".join(f"{ep} declined it: {why}" for ep, why in reasons),
             )  # fmt: skip
-        return self._ordered_units(graph, nodes, node_succ, unit_of, owner, fused, loaded, opset_imports, key)
+        return self._ordered_units(graph, st, loaded, opset_imports, _graph_key(st.nodes))
 
-    def _fuse(
-        self,
-        ep: ExecutionProvider,
-        mine: list[int],
-        nodes: list[ir.Node],
-        node_succ: list[set[int]],
-        unit_of: list[int],
-        owner: list[ExecutionProvider | None],
-        fused: dict[int, tuple[ExecutionProvider, list[int]]],
-    ) -> None:
-        """Group a compiling EP's new nodes into partitions; those the cost rule refuses are left unowned."""
-        for members in self._group(node_succ, unit_of, set(mine)):
-            refused = self._cost_reason(ep, [nodes[i] for i in members], len(nodes))
+    def _take(self, ep: ExecutionProvider, capability: Capability, st: _State) -> None:
+        """Give ``ep`` the nodes it claims that no EP ahead of it took; a compiling EP's become partitions."""
+        if capability.artefacts is not None:
+            self.artefacts[id(ep)] = capability.artefacts
+        claims = checked_claims(ep.name, capability, st.index)
+        free_groups = [[i for i in group if st.owner[i] is None] for group in claims.groups]
+        flat = [i for i in claims.flat if st.owner[i] is None]
+        for i in (*flat, *(i for group in free_groups for i in group)):
+            st.owner[i] = ep
+        for node, why in capability.declined.items():
+            at = st.index.get(node)
+            if at is not None and st.owner[at] is None:
+                self.declined.setdefault(node, []).append((ep.name, why))
+        if not ep.compiles:
+            return
+        for k, (group, free) in enumerate(zip(claims.groups, free_groups)):
+            if len(free) < len(group):
+                logger.info("%s: %d of the %d node(s) of its group %d run on EPs ahead of it", ep.name,
+                            len(group) - len(free), len(group), k)  # fmt: skip
+            if free:
+                self._fuse(ep, free, st, f"group {k} of {len(group)} node(s)")
+        if flat:
+            self._fuse(ep, flat, st)
+
+    def _fuse(self, ep: ExecutionProvider, mine: list[int], st: _State, group: str | None = None) -> None:
+        """Group a compiling EP's new nodes into partitions; those the cost rule refuses are left unowned.
+        ``group``: ``mine`` is (what is left of) one of the EP's groups, split only where it must be."""
+        parts = group_nodes(st.node_succ, st.unit_of, set(mine))
+        if group is not None and len(parts) > 1:
+            logger.info(
+                "%s: %s split into %d cycle-free partitions (a path leaves it and comes back into it)",
+                ep.name, group, len(parts),
+            )  # fmt: skip
+        for members in parts:
+            refused = self._cost_reason(ep, [st.nodes[i] for i in members], len(st.nodes))
             if refused is not None:
                 for i in members:
-                    owner[i] = None
-                    self.declined.setdefault(nodes[i], []).append((ep.name, refused))
+                    st.owner[i] = None
+                    self.declined.setdefault(st.nodes[i], []).append((ep.name, refused))
                 continue
             head = members[0]
             for i in members:
-                unit_of[i] = head
-            fused[head] = (ep, members)
+                st.unit_of[i] = head
+            st.fused[head] = (ep, members)
 
     def _cost_reason(self, ep: ExecutionProvider, members: list[ir.Node], graph_size: int) -> str | None:
         if not self.cost_rule or ep is self.providers[-1]:
@@ -141,24 +167,6 @@ class GraphPartitioner:
         if why is not None:
             logger.info("%s: %d node(s) left to the next EP (%s)", ep.name, len(members), why)
         return why
-
-    @staticmethod
-    def _group(node_succ: list[set[int]], unit_of: list[int], owned_nodes: set[int]) -> list[list[int]]:
-        """Group the EP's nodes on the current unit DAG (earlier EPs' partitions already contracted)."""
-        heads = sorted(set(unit_of))
-        uid = {h: k for k, h in enumerate(heads)}
-        succ: list[set[int]] = [set() for _ in heads]
-        for i, targets in enumerate(node_succ):
-            for j in targets:
-                a, b = uid[unit_of[i]], uid[unit_of[j]]
-                if a != b:
-                    succ[a].add(b)
-        owned = {uid[unit_of[i]] for i in owned_nodes}
-        groups = group_units([sorted(s) for s in succ], owned)
-        members_of: dict[int, list[int]] = {}
-        for i, h in enumerate(unit_of):
-            members_of.setdefault(uid[h], []).append(i)
-        return [sorted(i for u in g for i in members_of[u]) for g in groups]
 
     def _unassigned_error(self, missing: list[ir.Node], opset_imports: Mapping[str, int]) -> Exception:
         from epctx.ep._contract import opset_of
@@ -183,20 +191,13 @@ class GraphPartitioner:
 
     @staticmethod
     def _ordered_units(
-        graph: ir.Graph,
-        nodes: list[ir.Node],
-        node_succ: list[set[int]],
-        unit_of: list[int],
-        owner: list[ExecutionProvider | None],
-        fused: dict[int, tuple[ExecutionProvider, list[int]]],
-        loaded: set[int],
-        opset_imports: Mapping[str, int],
-        key: str,
+        graph: ir.Graph, st: _State, loaded: set[int], opset_imports: Mapping[str, int], key: str
     ) -> list[Unit]:
+        nodes, unit_of, fused = st.nodes, st.unit_of, st.fused
         heads = sorted(set(unit_of))
         succ: dict[int, set[int]] = {h: set() for h in heads}
         indeg: Counter[int] = Counter()
-        for i, targets in enumerate(node_succ):
+        for i, targets in enumerate(st.node_succ):
             for j in targets:
                 a, b = unit_of[i], unit_of[j]
                 if a != b and b not in succ[a]:
@@ -219,7 +220,7 @@ class GraphPartitioner:
                 part = make_partition(name, ep.name, graph, [nodes[i] for i in members], opset_imports)
                 units.append(Unit(ep, tuple(nodes[i] for i in members), part))
             else:
-                kernel_ep = owner[h]
+                kernel_ep = st.owner[h]
                 if kernel_ep is None:  # every node was checked to have an owner before ordering
                     raise InvalidGraph(f"node {nodes[h].name!r} has no execution provider (internal error)")
                 units.append(Unit(kernel_ep, (nodes[h],)))
@@ -234,20 +235,6 @@ class GraphPartitioner:
 
 def _by_cost_rule(reasons: Sequence[tuple[str, str]]) -> bool:
     return any(why.startswith("cost rule:") for _, why in reasons)
-
-
-def _node_successors(nodes: list[ir.Node], index: Mapping[NodeView, int]) -> list[set[int]]:
-    """Data edges between nodes, including reads of outer values from inside subgraphs."""
-    succ: list[set[int]] = [set() for _ in nodes]
-    for j, node in enumerate(nodes):
-        for value in (*node.inputs, *outer_scope_values(node)):
-            if value is None:
-                continue
-            producer = value.producer()
-            i = index.get(producer) if producer is not None else None
-            if i is not None and i != j:
-                succ[i].add(j)
-    return succ
 
 
 # Attributes that distinguish otherwise equal nodes in partition names (tensors and graphs are left out:

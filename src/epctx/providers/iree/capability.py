@@ -1,5 +1,5 @@
 """Which nodes IREE may run: the candidates (standard-domain nodes whose values all have a known tensor type, no
-control flow, not disabled) and IREE's message in one line. ``probing`` asks IREE itself which of them it takes:
+control flow, not disabled, not taken by an EP ahead of IREE) and IREE's message in one line. ``probing`` asks IREE itself which of them it takes:
 no hand-kept op list."""
 
 from __future__ import annotations
@@ -39,13 +39,14 @@ def _why_untyped(values: Sequence[ir.Value | None]) -> str | None:
 
 
 def candidate_nodes(
-    graph: ir.Graph, disabled_ops: frozenset[str]
+    graph: ir.Graph, disabled_ops: frozenset[str], assigned: frozenset[ir.Node] = frozenset()
 ) -> tuple[list[ir.Node], dict[ir.Node, str]]:
-    """The nodes worth compiling, and why each other node is not one."""
+    """The nodes worth compiling, and why each other node is not one (``assigned``: nodes EPs ahead of IREE
+    took, neither offered to IREE nor declined)."""
     found: list[ir.Node] = []
     declined: dict[ir.Node, str] = {}
     for node in graph:
-        if is_ep_context(node):
+        if is_ep_context(node) or node in assigned:
             continue
         if node.domain not in _DOMAINS:
             declined[node] = f"domain {node.domain!r} is not ONNX's: IREE imports standard ONNX ops only"

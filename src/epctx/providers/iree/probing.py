@@ -1,16 +1,19 @@
 """Which candidate nodes IREE takes, asked of IREE itself within a time budget (``capability_budget_s``):
 
-1. the candidates are compiled whole with the EP's flags: usually the one compile of the model (the framework's
-   partition is then that set, and the compile is reused);
+1. the candidates are compiled whole with the EP's flags: usually the one compile of the model (its one group,
+   and the compile is reused);
 2. when that fails and the flags convert convolutions to channels-last, the whole set is compiled again in ONNX's
    layout (IREE's conversion fails on convolutions with dynamic sizes): the model stays whole, and the log says
    which ``--dim`` would give channels-last back;
 3. else the set is bisected with cheap probes (``--compile-to=flow``: import, legalisation and dispatch
    formation, where IREE rejects ops, without code generation), in parallel, down to single nodes, until the
    budget is spent (nodes not decided then are declined, saying so);
-4. the partitions the partitioner will form from the claim (``fused_groups``) are compiled fully; one that fails
-   is shrunk (its probed groups added in graph order, a group that breaks it declined) and the claim grouped
-   again: what passes capability is what the framework compiles.
+4. the claim is split into cycle-free groups (``fused_groups``: other EPs' nodes, those ahead of IREE included,
+   and the nodes IREE declines lie between them; the partitions of EPs ahead count as one unit each) and each
+   group is compiled fully; one that fails is shrunk (its probed pieces added in graph order, a piece that
+   breaks it declined) and the claim grouped again. The groups returned are those compiled
+   (``Capability.groups``): the partitioner makes each one partition, so what passes capability is what the
+   framework asks IREE to compile.
 
 Every compile passes the session's guard; results are cached per process by content (``compile``)."""
 
@@ -48,9 +51,13 @@ class Probes:
 
 @dataclasses.dataclass
 class Verdict:
+    """``claimed``: the nodes IREE takes, in graph order; ``groups``: the same nodes as the partitions checked
+    (each compiled, in ``probes.compiled``); ``declined``: the others, with IREE's reasons."""
+
     claimed: list[ir.Node]
     declined: dict[ir.Node, str]
     probes: Probes
+    groups: list[Group] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -60,6 +67,7 @@ class _Search:
     opsets: Mapping[str, int]
     guard: CompileGuard
     budget_s: float
+    partitions: Sequence[Sequence[ir.Node]] = ()  # of the EPs ahead: one unit each when grouping
     started: float = dataclasses.field(default_factory=time.perf_counter)
     count: int = 0
 
@@ -96,9 +104,11 @@ def check_nodes(
     *,
     layout_flag: str | None = None,
     budget_s: float = 30.0,
+    partitions: Sequence[Sequence[ir.Node]] = (),
 ) -> Verdict:
-    """The nodes of ``nodes`` (graph order) IREE takes, and why it declines the others (see the module)."""
-    search = _Search(ep_name, graph, opsets, guard, budget_s)
+    """The nodes of ``nodes`` (graph order) IREE takes, and why it declines the others (see the module).
+    ``partitions``: those the EPs ahead formed (``CapabilityContext.assigned_partitions``)."""
+    search = _Search(ep_name, graph, opsets, guard, budget_s, partitions)
     probes = Probes({}, tuple(flags))
     verdict = Verdict([], {}, probes)
     if not nodes:
@@ -123,11 +133,11 @@ def check_nodes(
     else:
         passed = _bisect(search, whole, probes.flags, verdict.declined)
     verdict.claimed = [n for group in passed for n in group]
-    _check_partitions(search, verdict, passed)
+    verdict.groups = _check_partitions(search, verdict, passed)
     order = {node: i for i, node in enumerate(graph)}
     verdict.claimed.sort(key=order.__getitem__)
-    logger.info("%s capability: %d node(s) claimed, %d declined, in %.1f s", ep_name, len(verdict.claimed),
-                len(verdict.declined), search.spent)  # fmt: skip
+    logger.info("%s capability: %d node(s) claimed in %d group(s), %d declined, in %.1f s", ep_name,
+                len(verdict.claimed), len(verdict.groups), len(verdict.declined), search.spent)  # fmt: skip
     if verdict.declined:
         logger.warning("%s declines %d node(s) of this model. %s", ep_name, len(verdict.declined),
                        _dims_hint(graph, "for IREE to try them with static shapes"))  # fmt: skip
@@ -181,14 +191,14 @@ def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[
     return sorted(passed, key=lambda g: order[g[0]])
 
 
-def _check_partitions(search: _Search, verdict: Verdict, passed: list[Group]) -> None:
-    """Compile the partitions the partitioner will form from the claim; shrink the ones IREE fails on."""
+def _check_partitions(search: _Search, verdict: Verdict, passed: list[Group]) -> list[Group]:
+    """The claim's cycle-free groups, each compiled; those IREE fails on are shrunk and the claim regrouped."""
     flags = verdict.probes.flags
     for _ in range(_ROUNDS):
-        groups = fused_groups(search.graph, verdict.claimed)
+        groups = fused_groups(search.graph, verdict.claimed, search.partitions)
         todo = [g for g in groups if frozenset(g) not in verdict.probes.compiled]
         if not todo:
-            return
+            return groups
         failed = False
         for group, (part, result) in zip(todo, search.compile(todo, flags)):
             if result.ok:
@@ -197,14 +207,18 @@ def _check_partitions(search: _Search, verdict: Verdict, passed: list[Group]) ->
                 failed = True
                 _shrink(search, verdict, group, passed, result)
         if not failed:
-            return
+            return groups
         gone = set(verdict.declined)
         verdict.claimed = [n for n in verdict.claimed if n not in gone]
-    for group in fused_groups(search.graph, verdict.claimed):  # rounds spent: what is unchecked is declined
-        if frozenset(group) not in verdict.probes.compiled:
+    kept = []  # rounds spent: what is unchecked is declined
+    for group in fused_groups(search.graph, verdict.claimed, search.partitions):
+        if frozenset(group) in verdict.probes.compiled:
+            kept.append(group)
+        else:
             verdict.declined.update(dict.fromkeys(group, search.budget_reason()))
     gone = set(verdict.declined)
     verdict.claimed = [n for n in verdict.claimed if n not in gone]
+    return kept
 
 
 def _shrink(

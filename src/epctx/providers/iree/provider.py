@@ -1,8 +1,8 @@
 """IREEExecutionProvider: partitions compiled ahead of time by IREE for ``llvm-cpu``, loaded in milliseconds.
 
 - ``get_capability`` compiles the candidate nodes (``capability``; the session's compile guard first),
-  declining with IREE's reason the nodes it cannot import or compile; the successful compiles are the
-  capability's artefacts;
+  declining with IREE's reason the nodes it cannot import or compile, and returns as ``Capability.groups`` the
+  cycle-free groups whose compiles passed; those compiles are the capability's artefacts;
 - ``compile`` reuses those artefacts when the partition is one checked, else compiles all the partitions out
   of process (``compile``), in parallel; the weights stay the model's arrays, served to IREE as parameters;
 - ``save_partition`` stores the ``.vmfb`` (code only) and each weight as a ``weights`` entry
@@ -125,13 +125,13 @@ class IREEExecutionProvider(ExecutionProvider):
         if ctx.reuse.get(self.name):  # refit: the nodes the context's graphs were compiled from, checked
             from epctx.providers.iree.refit import claim
 
-            claimed, refits = claim(graph, ctx.reuse[self.name], self.name)
-            return Capability(tuple(claimed), {}, artefacts=refits)
+            recorded, refits = claim(graph, ctx.reuse[self.name], self.name)
+            return Capability(groups=tuple(map(tuple, recorded)), artefacts=refits)
         # Capability and compiling import onnx-ir and IREE's compiler tools: here, never on the load path.
         from epctx.providers.iree.capability import candidate_nodes
         from epctx.providers.iree.probing import check_nodes
 
-        nodes, declined = candidate_nodes(graph, self.config.disabled_ops)
+        nodes, declined = candidate_nodes(graph, self.config.disabled_ops, ctx.assigned)
         verdict = check_nodes(
             self.name,
             graph,
@@ -141,11 +141,14 @@ class IREEExecutionProvider(ExecutionProvider):
             ctx.guard,
             layout_flag=CHANNELS_LAST if self.config.channels_last else None,
             budget_s=self.config.capability_budget_s,
+            partitions=ctx.assigned_partitions,
         )
         declined.update(verdict.declined)
         for node, why in declined.items():
             logger.info("%s declines node %r (%s): %s", self.name, node.name, node.op_type, why)
-        return Capability(tuple(verdict.claimed), declined, artefacts=verdict.probes)
+        # The groups its check compiled: the partitioner makes each one partition, the one compile reused.
+        groups = tuple(tuple(group) for group in verdict.groups)
+        return Capability(groups=groups, declined=declined, artefacts=verdict.probes)
 
     def _owns(self, node: ir.Node) -> bool:
         value = getattr(node.attributes.get("source"), "value", None)

@@ -9,7 +9,7 @@ At compile, each partition records in its ``meta`` (``refit``) what the code dep
 - ``inlined``: the digest of each tensor IREE compiled into the code (under ``worker._MIN_ELEMENTS`` elements),
   which a refit cannot change.
 
-A refit (``epctx.refit_context``) claims, in the new model, the nodes of each recorded partition, after checking
+A refit (``epctx.refit_context``) claims, in the new model, the nodes of each recorded partition as one group, after checking
 each one: a node missing or changed, a parameter of another type or shape, an inlined tensor with other values
 is InvalidGraph naming it. The module is handed to ``compile`` as the partition's compile result.
 """
@@ -81,13 +81,16 @@ def _check_weights(rec: RefitRecord, tensors: Mapping[str, Any], where: str) -> 
             )
 
 
-def claim(graph: ir.Graph, readers: Sequence[ContextReader], ep_name: str) -> tuple[list[ir.Node], Refits]:
-    """The nodes of the new ``graph`` the context's graphs were compiled from, each checked, and their code."""
+def claim(
+    graph: ir.Graph, readers: Sequence[ContextReader], ep_name: str
+) -> tuple[list[list[ir.Node]], Refits]:
+    """The nodes of the new ``graph`` each of the context's graphs was compiled from (one group per graph, each
+    node checked), and their code."""
     from epctx.providers.iree.compile import CompileResult
     from epctx.providers.iree.context import read_meta
 
     by_name = {node.name: node for node in graph if node.name}
-    claimed: list[ir.Node] = []
+    groups: list[list[ir.Node]] = []
     found = {}
     for reader in readers:
         where = f"refit: {ep_name} graph {reader.graph_name!r}"
@@ -114,5 +117,5 @@ def claim(graph: ir.Graph, readers: Sequence[ContextReader], ep_name: str) -> tu
         }
         result = CompileResult(True, vmfb=reader.read("module"), params=params, transposed=layouts)  # type: ignore[arg-type]
         found[frozenset(nodes)] = (meta.inputs, meta.outputs, result)
-        claimed += nodes
-    return claimed, Refits(found)
+        groups.append(nodes)
+    return groups, Refits(found)
