@@ -1,0 +1,96 @@
+"""``session.run()``'s own cost, this checkout against another (issue 17: "run() overhead no worse than before").
+
+    python benchmarks/bench_run_overhead.py [--baseline TREE] [--calls 2000] [--repeat 15] [--rounds 3]
+
+Two sessions whose runs do almost nothing, so what is timed is epctx around the kernel: a one-node Identity model
+on the CPU EP, and the test suite's whole model compiled for the example EP and loaded from its context model (the
+lean path). Each is timed as the best of ``--repeat`` blocks of ``--calls`` runs, on the calling thread's CPU clock
+(``time.thread_time``: other processes' load does not count, unlike wall time). With ``--baseline`` (another epctx
+checkout, e.g. ``git worktree add /tmp/before <rev>``) every round runs a child on this tree and one on the
+baseline's ``src`` in turn, so the comparison is paired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_CHILD = r"""
+import sys, tempfile, time, timeit
+import numpy as np, onnx
+from onnx import TensorProto, helper
+sys.path.insert(0, {root!r})
+from tests.epcontext.models import EXAMPLE, feed, whole_model
+import epctx
+
+folder = tempfile.mkdtemp()
+graph = helper.make_graph(
+    [helper.make_node("Identity", ["x"], ["y"])], "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+)
+onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), folder + "/i.onnx")
+identity = epctx.InferenceSession(folder + "/i.onnx", providers=["CPUExecutionProvider"])
+onnx.save(whole_model(), folder + "/w.onnx")
+so = epctx.SessionOptions()
+so.add_session_config_entry("ep.context_enable", "1")
+epctx.InferenceSession(folder + "/w.onnx", so, providers=[EXAMPLE])
+context = epctx.InferenceSession(folder + "/w_ctx.onnx", providers=[EXAMPLE])
+x, f = {{"x": np.ones((1, 4), np.float32)}}, feed()
+for name, call in (("identity_cpu", lambda: identity.run(None, x)), ("example_context", lambda: context.run(None, f))):
+    timer = timeit.Timer(call, timer=time.thread_time)
+    print(name, min(timer.repeat(number={calls}, repeat={repeat})) / {calls})
+"""
+
+
+def _child(src: Path, calls: int, repeat: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    code = _CHILD.format(root=str(ROOT), calls=calls, repeat=repeat)
+    with tempfile.TemporaryDirectory() as cwd:
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"child on {src} failed:\n{out.stderr[-2000:]}")
+    return {name: float(value) for name, value in (line.split() for line in out.stdout.splitlines())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--baseline", type=Path, help="another epctx checkout (its src/ is imported)")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    trees = {"this": ROOT / "src"}
+    if args.baseline is not None:
+        if not (args.baseline / "src" / "epctx").is_dir():
+            parser.error(f"--baseline {args.baseline} is not an epctx checkout (no src/epctx)")
+        trees["baseline"] = args.baseline / "src"
+    best: dict[tuple[str, str], float] = {}
+    for round_ in range(args.rounds):
+        for tree, src in trees.items():
+            for name, seconds in _child(src, args.calls, args.repeat).items():
+                print(f"round {round_ + 1} {tree:8s} {name:16s} {seconds * 1e6:7.2f} us", file=sys.stderr)
+                best[tree, name] = min(best.get((tree, name), seconds), seconds)
+    print(
+        "| session | "
+        + " | ".join(f"{tree} us" for tree in trees)
+        + (" | this / baseline |" if len(trees) > 1 else " |")
+    )
+    print("|---|" + "---:|" * (len(trees) + (len(trees) > 1)))
+    for name in sorted({name for _, name in best}):
+        cells = [f"{best[tree, name] * 1e6:.2f}" for tree in trees]
+        ratio = [f"{best['this', name] / best['baseline', name]:.2f}"] if len(trees) > 1 else []
+        print(f"| {name} | " + " | ".join(cells + ratio) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
