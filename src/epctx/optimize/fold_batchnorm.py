@@ -3,6 +3,10 @@
 Conv(x, W, b) -> BatchNormalization(scale, B, mean, var, eps) becomes Conv(x, W * f, (b - mean) * f + B)
 with f = scale / sqrt(var + eps) per output channel, when W, b and the BN parameters are constants, the Conv
 output feeds only the BatchNormalization, and the BatchNormalization is in inference mode.
+
+A constant is an initializer or the output of a ``Constant`` node (its ``value`` tensor): Paddle exports feed
+every Conv weight and BatchNormalization parameter from Constant nodes (PP-OCR's det, rec and cls models, 35
+of cls's 53 Convs). Constant nodes left without readers by a fold are removed with it.
 """
 
 from __future__ import annotations
@@ -16,9 +20,18 @@ __all__ = ["fold_conv_batchnorm"]
 
 
 def _const(value: ir.Value | None) -> np.ndarray | None:
-    if value is None or value.const_value is None or value.is_graph_input():
+    """The array of an initializer (not a graph input: it may be fed) or of a ``Constant`` node's output."""
+    if value is None or value.is_graph_input():
         return None
-    return to_numpy(value.const_value)
+    if value.const_value is not None:
+        return to_numpy(value.const_value)
+    node = value.producer()
+    if node is None or node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+        return None
+    attr = node.attributes.get("value")
+    if not isinstance(attr, ir.Attr) or attr.type != ir.AttributeType.TENSOR:
+        return None
+    return to_numpy(attr.value)
 
 
 def fold_conv_batchnorm(graph: ir.Graph) -> int:
@@ -70,7 +83,7 @@ def fold_conv_batchnorm(graph: ir.Graph) -> int:
         if len(conv.inputs) < 3:
             conv.resize_inputs(3)
         conv.replace_input_with(2, b_value)
-        replaced = [v for v in (*bn.inputs[1:5], *old_conv_inputs) if v is not None]
+        replaced = list(dict.fromkeys(v for v in (*bn.inputs[1:5], *old_conv_inputs) if v is not None))
         out = bn.outputs[0]
         name = out.name
         out.replace_all_uses_with(x, replace_graph_outputs=True)
@@ -82,7 +95,13 @@ def fold_conv_batchnorm(graph: ir.Graph) -> int:
 
 
 def _drop_unused_initializers(graph: ir.Graph, values: list[ir.Value]) -> None:
+    """Initializers and ``Constant`` nodes among ``values`` that nothing reads any more are removed."""
     for value in values:
         shared = value.uses() or value.is_graph_output() or value.is_graph_input()
-        if value.name and value.name in graph.initializers and not shared:
+        if shared:
+            continue
+        producer = value.producer()
+        if producer is not None and producer.op_type == "Constant" and producer.graph is graph:
+            graph.remove(producer, safe=True)
+        elif value.name and value.name in graph.initializers:
             del graph.initializers[value.name]
