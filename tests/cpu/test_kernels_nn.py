@@ -116,6 +116,11 @@ CONV_CASES = [
     ((1, 32, 4, 5, 6), (32, 1, 3, 3, 3), {"group": 32, "pads": [1, 1, 1, 1, 1, 1]}),
     ((1, 64, 7, 7), (64, 1, 3, 3), {"group": 64, "auto_pad": "SAME_LOWER", "strides": [2, 2]}),
     ((1, 32, 6, 6), (32, 1, 3, 3), {"group": 32}),
+    # depthwise on few rows, padding most of the kernel rows: einsums over output-row bands (PP-OCR cls)
+    ((1, 64, 2, 20), (64, 1, 5, 5), {"group": 64, "pads": [2, 2, 2, 2]}),
+    ((2, 48, 3, 17), (48, 1, 5, 5), {"group": 48, "pads": [2, 2, 2, 2], "strides": [2, 1]}),
+    ((1, 40, 3, 9), (80, 1, 3, 3), {"group": 40, "pads": [3, 1, 0, 1], "dilations": [2, 1]}),
+    ((1, 32, 2, 8), (32, 1, 3, 3), {"group": 32, "pads": [4, 1, 4, 1]}),  # whole output rows of padding
     # stride-1 depthwise on flattened rows: few channels, or >= 1024 output pixels; dilations, asymmetric pads
     ((2, 8, 12, 13), (8, 1, 3, 3), {"group": 8, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
     ((1, 40, 33, 32), (40, 1, 5, 5), {"group": 40, "pads": [2, 2, 2, 2]}),
@@ -136,6 +141,26 @@ def test_conv(
     x, w = _f(*xs), _f(*ws)
     inputs = [x, w, _f(ws[0])] if bias else [x, w]
     _check("Conv", inputs, attrs, const=const, atol=1e-4, rtol=1e-4)
+
+
+BANDED_CASES = [c for c in CONV_CASES if c[0][1] >= 32 and c[0][2] <= 3 and c[2].get("group")]
+
+
+@pytest.mark.parametrize(("xs", "ws", "attrs"), BANDED_CASES)
+def test_depthwise_on_few_rows_runs_in_bands(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any]
+) -> None:
+    """The cases above take the banded einsum (so test_conv checks its numbers against onnxruntime)."""
+    geo = conv_kernels.spatial_geometry(
+        xs[2:],
+        ws[2:],
+        tuple(attrs.get("strides", (1, 1))),
+        tuple(attrs.get("dilations", (1, 1))),
+        attrs["pads"],
+        "NOTSET",
+    )
+    plan = conv_kernels._ConvPlan(xs, ws, geo, attrs["group"])
+    assert plan.channels_last is not None and plan.channels_last.bands is not None
 
 
 WINOGRAD_CASES = [
