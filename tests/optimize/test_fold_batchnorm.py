@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import epctx
-from epctx.optimize import fold_conv_batchnorm
+from epctx.optimize import fold_batchnorms, fold_conv_batchnorm
 from tests.oracle import assert_matches_ort
 
 
@@ -145,7 +145,7 @@ def test_paddle_models_constant_fed_batchnorms_fold_and_match_onnxruntime(filena
     path = Path(spec.submodule_search_locations[0]) / "models" / filename
     graph = ir.load(str(path)).graph
     before = sum(n.op_type == "BatchNormalization" for n in graph)
-    assert fold_conv_batchnorm(graph) == folds
+    assert fold_batchnorms(graph) == folds
     assert sum(n.op_type == "BatchNormalization" for n in graph) == before - folds
     sess = epctx.InferenceSession(str(path))
     assert sum(n.op_type == "BatchNormalization" for n in sess.model.graph) == before - folds
