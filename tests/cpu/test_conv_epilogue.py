@@ -58,7 +58,45 @@ CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto], int]] = {
         [],
         17,
     ),
+    # HardSwish as Paddle exports it: x * Clip(x + 3, 0, 6) / 6 (or * (1/6)), operands in either order
+    "paddle_hard_swish": (
+        [
+            helper.make_node("Add", ["y", "three"], ["t"]),
+            helper.make_node("Clip", ["t", "zero", "six"], ["c"]),
+            helper.make_node("Mul", ["y", "c"], ["m"]),
+            helper.make_node("Div", ["m", "six"], ["z"]),
+        ],
+        [_scalar("three", 3.0), _scalar("zero", 0.0), _scalar("six", 6.0)],
+        17,
+    ),
+    "paddle_hard_swish_swapped": (
+        [
+            helper.make_node("Add", ["three", "y"], ["t"]),
+            helper.make_node("Clip", ["t", "zero", "six"], ["c"]),
+            helper.make_node("Mul", ["c", "y"], ["m"]),
+            helper.make_node("Mul", ["m", "sixth"], ["z"]),
+        ],
+        [_scalar("three", 3.0), _scalar("zero", 0.0), _scalar("six", 6.0), _scalar("sixth", 1.0 / 6.0)],
+        17,
+    ),
 }
+
+
+def _paddle_hard_swish(three: float = 3.0, *, outputs: tuple[str, ...] = ("z",)) -> bytes:
+    tail, inits, opset = CASES["paddle_hard_swish"]
+    return _model(tail, list(outputs), [_scalar("three", three), *inits[1:]], opset)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [_paddle_hard_swish(2.0), _paddle_hard_swish(outputs=("z", "t")), _paddle_hard_swish(outputs=("z", "m"))],
+    ids=["not_three", "sum_is_an_output", "product_is_an_output"],
+)
+def test_paddle_hard_swish_not_fused_unless_exactly_that(data: bytes) -> None:
+    ours, sess = _run(data)
+    for a, b in zip(ours, run_ort(data, {"x": X})):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    assert _epilogues(sess) == []
 
 
 def _run(data: bytes, **kwargs: Any) -> tuple[list[Any], Any]:
