@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 import epctx
 import epctx.providers.cpu.kernels
 from epctx.providers.cpu.kernels import conv as conv_kernels
+from epctx.providers.cpu.kernels import depthwise
 from epctx.providers.cpu.registry import find_factory
 from tests.oracle import assert_matches_ort, graph_inputs_for
 
@@ -121,10 +122,17 @@ CONV_CASES = [
     ((2, 48, 3, 17), (48, 1, 5, 5), {"group": 48, "pads": [2, 2, 2, 2], "strides": [2, 1]}),
     ((1, 40, 3, 9), (80, 1, 3, 3), {"group": 40, "pads": [3, 1, 0, 1], "dilations": [2, 1]}),
     ((1, 32, 2, 8), (32, 1, 3, 3), {"group": 32, "pads": [4, 1, 4, 1]}),  # whole output rows of padding
-    # stride-1 depthwise on flattened rows: few channels, or >= 1024 output pixels; dilations, asymmetric pads
+    # depthwise in column blocks (2-D, column stride 1): few channels, dilations, asymmetric pads, row stride,
+    # a prime output width (blocks of 1 or of the whole width), a filter too large to tile (blocks of 1)
     ((2, 8, 12, 13), (8, 1, 3, 3), {"group": 8, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
     ((1, 40, 33, 32), (40, 1, 5, 5), {"group": 40, "pads": [2, 2, 2, 2]}),
     ((1, 16, 10, 9), (16, 1, 1, 3), {"group": 16, "auto_pad": "SAME_UPPER"}),
+    (
+        (2, 12, 9, 11),
+        (12, 1, 3, 3),
+        {"group": 12, "pads": [1, 2, 1, 2], "dilations": [1, 2], "strides": [2, 1]},
+    ),
+    ((1, 1400, 3, 4), (1400, 1, 5, 5), {"group": 1400, "pads": [2, 2, 2, 2]}),
     # dense stride-1 with M <= C: one GEMM per kernel offset on shifted runs (dilations, pads, batch, SAME)
     ((2, 8, 9, 11), (6, 8, 3, 2), {"pads": [1, 0, 2, 1], "dilations": [2, 1]}),
     ((1, 12, 7, 8), (12, 12, 2, 2), {"auto_pad": "SAME_LOWER"}),
@@ -141,6 +149,29 @@ def test_conv(
     x, w = _f(*xs), _f(*ws)
     inputs = [x, w, _f(ws[0])] if bias else [x, w]
     _check("Conv", inputs, attrs, const=const, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "attrs", "block"),
+    [
+        ((1, 32, 6, 96), (32, 1, 3, 3), {"pads": [1, 1, 1, 1]}, 96),  # 96 * 9 * 32 values fit the tile
+        ((1, 200, 2, 96), (200, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 6),  # the largest divisor of 96 that fits
+        ((1, 40, 3, 13), (40, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 13),
+        ((1, 1400, 3, 4), (1400, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 1),  # one column is over the tile already
+        ((1, 32, 8, 8), (32, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, 0),  # column stride
+        ((1, 32, 8, 8), (64, 1, 3, 3), {"pads": [1, 1, 1, 1]}, 0),  # two output channels per group
+    ],
+)
+def test_depthwise_column_blocks(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], block: int
+) -> None:
+    geo = conv_kernels.spatial_geometry(
+        xs[2:], ws[2:], tuple(attrs.get("strides", (1, 1))), (1, 1), attrs["pads"], "NOTSET"
+    )
+    assert depthwise.column_block(xs, ws, geo) == block
+    _check(
+        "Conv", [_f(*xs), _f(*ws), _f(ws[0])], {"group": xs[1], **attrs}, const=(1, 2), atol=1e-4, rtol=1e-4
+    )
 
 
 BANDED_CASES = [c for c in CONV_CASES if c[0][1] >= 32 and c[0][2] <= 3 and c[2].get("group")]

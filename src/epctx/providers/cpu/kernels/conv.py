@@ -1,8 +1,8 @@
 """CPU kernels: Conv and ConvTranspose (matmul + col2im scatter-add).
 
 A Conv runs as im2col + one matmul per group, or without the im2col copy where that costs less
-(``conv_flat.py``: dense stride-1 convs with M <= C, depthwise convs), or as Winograd F(2x2, 3x3) when BLAS is
-single-threaded. Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and
+(``conv_flat.py``: dense stride-1 convs with M <= C), depthwise convs channels-last (``depthwise.py``), or as
+Winograd F(2x2, 3x3) when BLAS is single-threaded. Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and
 cached; the activation after a Conv may run inside it (``fusion.py``). The window geometry and scratch arrays
 shared with the pooling kernels are in ``windows.py``.
 """
@@ -22,14 +22,8 @@ from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu import fusion, parallel
-from epctx.providers.cpu.kernels.conv_flat import (
-    DepthwiseChannelsLast,
-    DepthwiseFlat,
-    FlatGemm,
-    channels_last_fits,
-    flat_fits,
-    flat_gemm_fits,
-)
+from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
+from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
     Geometry,
@@ -148,7 +142,6 @@ class _ConvPlan:
         "channels_last",
         "depthwise",
         "empty",
-        "flat",
         "flat_gemm",
         "geo",
         "group",
@@ -175,13 +168,12 @@ class _ConvPlan:
         self.pointwise = all(k == 1 for k in geo.kernel) and not geo.needs_pad
         self.depthwise = w_shape[1] == 1 and group > 1 and not self.pointwise
         self.slices = window_slices(geo) if self.depthwise else []
-        self.flat = DepthwiseFlat(geo) if self.depthwise and flat_fits(x_shape, w_shape, geo) else None
-        self.flat_gemm = FlatGemm(geo) if flat_gemm_fits(x_shape, w_shape, geo, group) else None
         self.channels_last = (
             DepthwiseChannelsLast(x_shape, w_shape, geo)
-            if self.depthwise and self.flat is None and channels_last_fits(x_shape)
+            if self.depthwise and channels_last_fits(x_shape, w_shape, geo)
             else None
         )
+        self.flat_gemm = FlatGemm(geo) if flat_gemm_fits(x_shape, w_shape, geo, group) else None
         self.winograd = (
             _Winograd(x_shape, w_shape, geo) if _winograd_fits(x_shape, w_shape, geo, group) else None
         )
@@ -240,10 +232,8 @@ class _ConvPlan:
         return y.reshape(self.out_shape)
 
     def _depthwise(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
-        if self.flat is not None:
-            return self.flat.run(x, prep["wd"])
         if self.channels_last is not None:
-            return self.channels_last.run(x, prep["wl"])
+            return self.channels_last.run(x, prep)
         # wd: (K, C, multiplier); out (N, C, multiplier, *out) accumulated offset by offset.
         wd = prep["wd"]
         geo = self.geo
