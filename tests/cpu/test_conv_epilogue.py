@@ -189,3 +189,35 @@ def test_weights_and_clip_bounds_from_constant_nodes() -> None:
     np.testing.assert_allclose(ours[0], run_ort(model, {"x": X})[0], atol=1e-5, rtol=1e-5)
     (epilogue,) = _epilogues(sess)
     assert epilogue.active()
+
+
+@pytest.mark.parametrize("case", ["clip", "clip_max_only", "hard_sigmoid", "hard_swish", "paddle_hard_swish"])
+def test_outputs_larger_than_a_chunk(case: str) -> None:
+    """Multi-pass activations run over the output in chunks of fusion._CHUNK values: 4 x 16 x 66 x 66 is 4.3
+    chunks, the last one short."""
+    tail, inits, opset = CASES[case]
+    x = RNG.standard_normal((4, 8, 66, 66)).astype(np.float32) * 3
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [conv, *tail],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b"), *inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    sess = epctx.InferenceSession(model.SerializeToString())
+    ours = sess.run(None, {"x": x})[0]
+    assert ours.size > 4 * fusion._CHUNK
+    np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-5, rtol=1e-5)
+    (epilogue,) = _epilogues(sess)
+    assert epilogue.active()
+
+
+def test_clip_without_bounds_is_fused_as_nothing() -> None:
+    data = _model([helper.make_node("Clip", ["y"], ["z"])], ["z"], [])
+    ours, sess = _run(data)
+    np.testing.assert_allclose(ours[0], run_ort(data, {"x": X})[0], atol=1e-5, rtol=1e-5)
+    (epilogue,) = _epilogues(sess)
+    assert epilogue.active()

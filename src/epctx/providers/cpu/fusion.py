@@ -63,32 +63,54 @@ def _relu(y: np.ndarray) -> None:
     np.maximum(y, 0, out=y)
 
 
-def _clip(lo: float | None, hi: float | None) -> Activation:
-    def clip(y: np.ndarray) -> None:
-        if lo is not None:
-            np.maximum(y, y.dtype.type(lo), out=y)
-        if hi is not None:
-            np.minimum(y, y.dtype.type(hi), out=y)
+# Values per pass of a multi-pass activation: 256 KB of float32 stay in cache from one pass to the next
+# (HardSwish on 32x112x112: 389 -> 192 us, on 256x14x14: 34 -> 22 us, measured here).
+_CHUNK = 1 << 16
 
-    return clip
+Step = Callable[[np.ndarray, np.ndarray], None]  # (values, scratch of the same size), in place
+
+
+def _chunked(step: Step) -> Activation:
+    def run(y: np.ndarray) -> None:
+        if not y.flags.c_contiguous or y.size <= _CHUNK:
+            step(y, np.empty_like(y))
+            return
+        flat = y.reshape(-1)
+        scratch = np.empty(_CHUNK, dtype=y.dtype)
+        for start in range(0, flat.size, _CHUNK):
+            part = flat[start : start + _CHUNK]
+            step(part, scratch[: part.size])
+
+    return run
+
+
+def _clip(lo: float | None, hi: float | None) -> Activation:
+    if lo is None and hi is None:  # a Clip without bounds passes its input on
+        return lambda y: None
+
+    def clip(y: np.ndarray, _scratch: np.ndarray) -> None:
+        np.clip(y, None if lo is None else y.dtype.type(lo), None if hi is None else y.dtype.type(hi), out=y)
+
+    return _chunked(clip)
 
 
 def _hard_sigmoid(alpha: float, beta: float) -> Activation:
-    def hard_sigmoid(y: np.ndarray) -> None:
+    def hard_sigmoid(y: np.ndarray, _scratch: np.ndarray) -> None:
         y *= y.dtype.type(alpha)
         y += y.dtype.type(beta)
-        np.maximum(y, 0, out=y)
-        np.minimum(y, 1, out=y)
+        np.clip(y, y.dtype.type(0), y.dtype.type(1), out=y)
 
-    return hard_sigmoid
+    return _chunked(hard_sigmoid)
 
 
-def _hard_swish(y: np.ndarray) -> None:
-    t = y * y.dtype.type(1.0 / 6.0)
+def _hard_swish_step(y: np.ndarray, t: np.ndarray) -> None:
+    np.multiply(y, y.dtype.type(1.0 / 6.0), out=t)
     t += y.dtype.type(0.5)
-    np.maximum(t, 0, out=t)
-    np.minimum(t, 1, out=t)
+    np.clip(t, y.dtype.type(0), y.dtype.type(1), out=t)
     y *= t
+
+
+_hard_swish = _chunked(_hard_swish_step)
 
 
 def _silu(y: np.ndarray) -> None:
