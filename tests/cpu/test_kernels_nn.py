@@ -133,6 +133,9 @@ CONV_CASES = [
         {"group": 12, "pads": [1, 2, 1, 2], "dilations": [1, 2], "strides": [2, 1]},
     ),
     ((1, 1400, 3, 4), (1400, 1, 5, 5), {"group": 1400, "pads": [2, 2, 2, 2]}),
+    # pointwise convs of one image: one GEMM called straight away (a small one, one on the one-thread gate)
+    ((1, 16, 5, 5), (8, 16, 1, 1), {}),
+    ((1, 64, 32, 32), (64, 64, 1, 1), {}),
     # dense stride-1 with M <= C: one GEMM per kernel offset on shifted runs (dilations, pads, batch, SAME)
     ((2, 8, 9, 11), (6, 8, 3, 2), {"pads": [1, 0, 2, 1], "dilations": [2, 1]}),
     ((1, 12, 7, 8), (12, 12, 2, 2), {"auto_pad": "SAME_LOWER"}),
@@ -172,6 +175,26 @@ def test_depthwise_column_blocks(
     _check(
         "Conv", [_f(*xs), _f(*ws), _f(ws[0])], {"group": xs[1], **attrs}, const=(1, 2), atol=1e-4, rtol=1e-4
     )
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "attrs", "lean", "tiny"),
+    [
+        ((1, 16, 5, 5), (8, 16, 1, 1), {}, True, True),
+        ((1, 64, 32, 32), (64, 64, 1, 1), {}, True, False),
+        ((2, 16, 5, 5), (8, 16, 1, 1), {}, False, True),  # a batch
+        ((1, 8, 7, 7), (5, 8, 1, 1), {"strides": [2, 2]}, False, True),
+        ((1, 256, 64, 64), (256, 256, 1, 1), {}, False, False),  # large: column blocks shared with helpers
+    ],
+)
+def test_lean_pointwise_plans(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], lean: bool, tiny: bool
+) -> None:
+    geo = conv_kernels.spatial_geometry(
+        xs[2:], ws[2:], tuple(attrs.get("strides", (1, 1))), (1, 1), None, "NOTSET"
+    )
+    plan = conv_kernels._ConvPlan(xs, ws, geo, 1)
+    assert (plan.lean, plan.tiny) == (lean, tiny)
 
 
 BANDED_CASES = [c for c in CONV_CASES if c[0][1] >= 32 and c[0][2] <= 3 and c[2].get("group")]
@@ -362,6 +385,22 @@ def test_global_pools(op: str, shape: tuple[int, ...]) -> None:
     _check(op, [_f(*shape)], atol=1e-5)
     if op == "GlobalLpPool":
         _check(op, [_f(*shape)], {"p": 3}, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(1, 200, 2, 96), (1, 8, 200, 200), (3, 5, 1, 1), (0, 4, 3, 3)])
+def test_global_average_pool_as_a_gemv(shape: tuple[int, ...], dtype: Any) -> None:
+    """float32 as one gemv (on one BLAS thread from 2^18 values on); float16 and an empty batch by mean."""
+    x = np.random.default_rng(5).standard_normal(shape).astype(dtype) * 4 + 1
+    _check("GlobalAveragePool", [x], atol=1e-2 if dtype == np.float16 else 1e-5)
+
+
+def test_global_average_pool_float64_as_a_gemv() -> None:  # onnxruntime has no float64 kernel: numpy's mean
+    x = np.random.default_rng(6).standard_normal((2, 7, 5, 9)) * 4 + 1
+    model, feeds = _model("GlobalAveragePool", [x])
+    (y,) = epctx.InferenceSession(model.SerializeToString()).run(None, feeds)
+    assert y.dtype == np.float64 and y.shape == (2, 7, 1, 1)
+    np.testing.assert_allclose(y, x.mean(axis=(2, 3), keepdims=True), rtol=1e-12, atol=1e-12)
 
 
 def test_global_pool_rejects_rank2() -> None:

@@ -15,6 +15,7 @@ Conv's output must not be a graph output, everything must be in one graph, and t
 
 from __future__ import annotations
 
+import importlib
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -63,6 +64,18 @@ def _relu(y: np.ndarray) -> None:
     np.maximum(y, 0, out=y)
 
 
+# numpy's clip ufunc itself: np.clip wraps it in Python (2.1 against 0.6 us on 200 values, measured here)
+def _find_clip_ufunc() -> Any:
+    for module in ("numpy._core.umath", "numpy.core.umath"):  # numpy 2, numpy 1
+        try:
+            return importlib.import_module(module).clip
+        except (ImportError, AttributeError):
+            continue
+    return np.clip
+
+
+_clip_ufunc = _find_clip_ufunc()
+
 # Values per pass of a multi-pass activation: 256 KB of float32 stay in cache from one pass to the next
 # (HardSwish on 32x112x112: 389 -> 192 us, on 256x14x14: 34 -> 22 us, measured here).
 _CHUNK = 1 << 16
@@ -89,7 +102,12 @@ def _clip(lo: float | None, hi: float | None) -> Activation:
         return lambda y: None
 
     def clip(y: np.ndarray, _scratch: np.ndarray) -> None:
-        np.clip(y, None if lo is None else y.dtype.type(lo), None if hi is None else y.dtype.type(hi), out=y)
+        if lo is not None and hi is not None:
+            _clip_ufunc(y, y.dtype.type(lo), y.dtype.type(hi), out=y)
+        elif lo is not None:
+            np.maximum(y, y.dtype.type(lo), out=y)
+        else:
+            np.minimum(y, y.dtype.type(hi), out=y)
 
     return _chunked(clip)
 
@@ -98,7 +116,7 @@ def _hard_sigmoid(alpha: float, beta: float) -> Activation:
     def hard_sigmoid(y: np.ndarray, _scratch: np.ndarray) -> None:
         y *= y.dtype.type(alpha)
         y += y.dtype.type(beta)
-        np.clip(y, y.dtype.type(0), y.dtype.type(1), out=y)
+        _clip_ufunc(y, y.dtype.type(0), y.dtype.type(1), out=y)
 
     return _chunked(hard_sigmoid)
 
@@ -106,7 +124,7 @@ def _hard_sigmoid(alpha: float, beta: float) -> Activation:
 def _hard_swish_step(y: np.ndarray, t: np.ndarray) -> None:
     np.multiply(y, y.dtype.type(1.0 / 6.0), out=t)
     t += y.dtype.type(0.5)
-    np.clip(t, y.dtype.type(0), y.dtype.type(1), out=t)
+    _clip_ufunc(t, y.dtype.type(0), y.dtype.type(1), out=t)
     y *= t
 
 
