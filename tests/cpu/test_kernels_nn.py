@@ -161,15 +161,20 @@ def test_conv(
         ((1, 200, 2, 96), (200, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 6),  # the largest divisor of 96 that fits
         ((1, 40, 3, 13), (40, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 13),
         ((1, 1400, 3, 4), (1400, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 1),  # one column is over the tile already
-        ((1, 32, 8, 8), (32, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, 0),  # column stride
+        ((1, 32, 8, 8), (32, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, 4),  # 2 phases, 2 taps
+        ((1, 16, 13, 15), (16, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}, 8),
+        ((2, 24, 9, 12), (24, 1, 3, 3), {"pads": [1, 0, 1, 2], "strides": [1, 3]}, 4),  # 3 phases, 1 tap
+        ((1, 40, 6, 11), (40, 1, 4, 4), {"pads": [1, 2, 1, 1], "strides": [2, 2]}, 6),  # even kernel
+        ((1, 8, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [1, 2], "dilations": [1, 2]}, 0),
         ((1, 32, 8, 8), (64, 1, 3, 3), {"pads": [1, 1, 1, 1]}, 0),  # two output channels per group
     ],
 )
 def test_depthwise_column_blocks(
     xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], block: int
 ) -> None:
+    dilations = tuple(attrs.get("dilations", (1, 1)))
     geo = conv_kernels.spatial_geometry(
-        xs[2:], ws[2:], tuple(attrs.get("strides", (1, 1))), (1, 1), attrs["pads"], "NOTSET"
+        xs[2:], ws[2:], tuple(attrs.get("strides", (1, 1))), dilations, attrs["pads"], "NOTSET"
     )
     assert depthwise.column_block(xs, ws, geo) == block
     _check(

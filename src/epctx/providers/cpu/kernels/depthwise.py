@@ -3,11 +3,13 @@
 
 Two refinements, both measured here on one thread:
 
-* **Column blocks** (2-D, column stride 1, one output channel per group): for a kernel offset, the inputs of
-  ``B`` consecutive output columns are one contiguous run of ``B * C`` values of a buffer row. With the filter
-  tiled ``B`` times along that run (``(KH, KW, B * C)``, at most ``_TILE_FLOATS``, so it stays in cache), the
-  einsum's inner loop is ``B * C`` long instead of ``C``: 32 channels at 6x96, 3x3: 90 -> 22 us; 16 at 56x56,
-  3x3: 409 -> 53 us; 88 at 28x28, 3x3: 160 -> 73 us; 576 at 7x7, 5x5 (one column a block): 78 us either way.
+* **Column blocks** (2-D, one output channel per group): for a kernel offset, the inputs of ``B`` consecutive
+  output columns are one contiguous run of ``B * C`` values of a buffer row. With the filter tiled ``B`` times
+  along that run (``(KH, KW, B * C)``, at most ``_TILE_FLOATS``, so it stays in cache), the einsum's inner loop
+  is ``B * C`` long instead of ``C``: 32 channels at 6x96, 3x3: 90 -> 22 us; 16 at 56x56, 3x3: 409 -> 53 us;
+  88 at 28x28, 3x3: 160 -> 73 us; 576 at 7x7, 5x5 (one column a block): 78 us either way. A column stride s
+  splits the buffer's columns into s phases (``_ColumnBlocks``) so that the runs stay contiguous, the kernel
+  zero-padded to a multiple of s columns: 16 channels at 112x112, 3x3, stride 2: 417 -> 245 us a call.
 * **Row bands**: when padding rows are a large part of the windows (few rows: PP-OCR's direction classifier
   runs 5x5 depthwise convs on 2 or 3 rows of 96 columns), output rows are computed in bands that share the
   kernel rows landing inside the input, one einsum each, skipping the products with padding (200 channels at
@@ -33,53 +35,148 @@ _BANDED_MAX_INSIDE = 0.75
 
 
 def column_block(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> int:
-    """Output columns per block (a divisor of the output width), or 0 where blocks do not apply: not 2-D, a
-    column stride, or more than one output channel per group."""
-    if len(geo.out) != 2 or geo.strides[1] != 1 or w_shape[0] != x_shape[1] or w_shape[1] != 1:
+    """Output columns per block (a divisor of the output width), or 0 where blocks do not apply: not 2-D, more
+    than one output channel per group, or both a column stride and a column dilation."""
+    if len(geo.out) != 2 or w_shape[0] != x_shape[1] or w_shape[1] != 1:
         return 0
-    width, per_column = geo.out[1], geo.kernel[0] * geo.kernel[1] * x_shape[1]
+    if geo.strides[1] > 1 and geo.dilations[1] > 1:
+        return 0
+    taps, phases = _column_taps(geo)
+    width, per_column = geo.out[1], geo.kernel[0] * taps * phases * x_shape[1]
     fits = [b for b in range(1, width + 1) if width % b == 0 and b * per_column <= _TILE_FLOATS]
-    return max(fits, default=1)
+    block = max(fits, default=1)
+    # With a column stride, blocks of one column only add the zero taps (288 channels at 14x14, 5x5, stride 2:
+    # 102 us without, 145 with): the plain view then.
+    return 0 if phases > 1 and block == 1 else block
+
+
+def _column_taps(geo: Geometry) -> tuple[int, int]:
+    """(taps, phases): a column stride s splits the padded columns into s phases (column mod s), each kernel
+    column ``u * s + v`` reading phase v at position ``j + u`` for output column j (the kernel zero-padded to
+    a multiple of s); without a stride, one phase and the kernel's columns."""
+    stride, kernel = geo.strides[1], geo.kernel[1]
+    if stride == 1:
+        return kernel, 1
+    return -(-kernel // stride), stride
 
 
 def channels_last_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> bool:
     return column_block(x_shape, w_shape, geo) > 0 or x_shape[1] >= _CHANNELS_LAST_MIN
 
 
+class _ColumnBlocks:
+    """The padded input as (N, rows, phases, positions, C) and the window view (N, out rows, blocks, KH, taps,
+    phases, B * C) over it; the filter tiled to (KH, taps, phases, B * C)."""
+
+    __slots__ = ("block", "buf_shape", "geo", "phases", "positions", "taps", "view_shape")
+
+    def __init__(self, x_shape: tuple[int, ...], geo: Geometry, block: int) -> None:
+        n, c = x_shape[0], x_shape[1]
+        self.geo, self.block = geo, block
+        self.taps, self.phases = _column_taps(geo)
+        reach = (self.taps - 1) * (geo.dilations[1] if self.phases == 1 else 1)
+        self.positions = geo.out[1] + reach
+        self.buf_shape = (n, geo.padded[0], self.phases, self.positions, c)
+        kh = geo.kernel[0]
+        self.view_shape = (n, geo.out[0], geo.out[1] // block, kh, self.taps, self.phases, block * c)
+
+    def fill(self, buf: np.ndarray, x: np.ndarray) -> None:
+        """``x`` (N, C, H, W) into ``buf``, zeros around it."""
+        geo, stride = self.geo, self.phases
+        top, left = geo.pad_begin
+        height, width = x.shape[2], x.shape[3]
+        buf[:, :top] = 0
+        buf[:, top + height :] = 0
+        rows = buf[:, top : top + height]
+        xt = x.transpose(0, 2, 3, 1)
+        for phase in range(stride):
+            first = (phase - left) % stride  # the first input column landing in this phase
+            start = (first + left) // stride
+            count = max(0, min(len(range(first, width, stride)), self.positions - start))
+            rows[:, :, phase, :start] = 0
+            rows[:, :, phase, start + count :] = 0
+            if count:
+                rows[:, :, phase, start : start + count] = xt[:, :, first::stride][:, :, :count]
+
+    def strides(self, buf: np.ndarray) -> tuple[int, ...]:
+        geo, st = self.geo, buf.strides
+        tap = st[3] * (geo.dilations[1] if self.phases == 1 else 1)
+        return (
+            st[0],
+            st[1] * geo.strides[0],
+            st[3] * self.block,
+            st[1] * geo.dilations[0],
+            tap,
+            st[2],
+            st[4],
+        )
+
+    def tiled(self, wl: np.ndarray) -> np.ndarray:
+        """(KH, KW, C, 1) -> (KH, taps, phases, B * C), zeros for the kernel columns past KW."""
+        kh, kw, c = wl.shape[:3]
+        padded = np.zeros((kh, self.taps * self.phases, c), dtype=wl.dtype)
+        padded[:, :kw] = wl[..., 0]
+        grid = padded.reshape(kh, self.taps, self.phases, 1, c)
+        tiled = np.broadcast_to(grid, (kh, self.taps, self.phases, self.block, c))
+        return np.ascontiguousarray(tiled).reshape(kh, self.taps, self.phases, self.block * c)
+
+
 class DepthwiseChannelsLast:
     """A depthwise conv as one einsum (or one per row band) over a window view of the padded channels-last
-    input: (N, out rows, column blocks, KH, KW, B * C) with column blocks, else (N, *out, *K, C)."""
+    input: in column blocks (``_ColumnBlocks``) where they apply, else (N, *out, *K, C)."""
 
-    __slots__ = ("bands", "block", "eq", "geo", "k_axis", "out_nchw", "padded_shape", "to_nhwc", "view_shape")
+    __slots__ = (
+        "bands",
+        "blocks",
+        "eq",
+        "geo",
+        "k_axis",
+        "out_nchw",
+        "padded_shape",
+        "to_nhwc",
+        "view_shape",
+    )
 
     def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> None:
         nd = len(geo.out)
         n, c = x_shape[0], x_shape[1]
         self.geo = geo
-        self.padded_shape = (n, *geo.padded, c)
         self.out_nchw = (0, nd + 1, *range(1, nd + 1))
         self.to_nhwc = (0, *range(2, nd + 2), 1)
-        self.block = column_block(x_shape, w_shape, geo)
-        if self.block:
-            self.view_shape = (n, geo.out[0], geo.out[1] // self.block, *geo.kernel, self.block * c)
-            self.eq = "nibpqJ,pqJ->nibJ"
+        block = column_block(x_shape, w_shape, geo)
+        self.blocks = _ColumnBlocks(x_shape, geo, block) if block else None
+        self.padded_shape: tuple[int, ...]
+        self.view_shape: tuple[int, ...]
+        if self.blocks is not None:
+            self.padded_shape = self.blocks.buf_shape
+            self.view_shape = self.blocks.view_shape
+            self.eq = "nibpuvJ,puvJ->nibJ"
             self.k_axis = 3
         else:
             out, ker = "ijk"[:nd], "pqr"[:nd]
+            self.padded_shape = (n, *geo.padded, c)
             self.view_shape = (n, *geo.out, *geo.kernel, c)
             self.eq = f"n{out}{ker}c,{ker}cm->n{out}cm"
             self.k_axis = 1 + nd
         self.bands = row_bands(x_shape[2], geo)
 
+    @property
+    def block(self) -> int:
+        return 0 if self.blocks is None else self.blocks.block
+
     def run(self, x: np.ndarray, prep: dict[str, np.ndarray]) -> np.ndarray:
         """``prep["wl"]``: the filter as (*K, C, multiplier); the tiled filter is kept in ``prep`` too."""
         geo = self.geo
         buf = SCRATCH.take(self.padded_shape, x.dtype)
-        _zero_border(buf, geo, x.shape[2:])
-        inner = (_ALL,) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, x.shape[2:])) + (_ALL,)
-        buf[inner] = x.transpose(self.to_nhwc)
+        if self.blocks is not None:
+            self.blocks.fill(buf, x)
+            strides = self.blocks.strides(buf)
+        else:
+            _zero_border(buf, geo, x.shape[2:])
+            inner = (_ALL,) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, x.shape[2:])) + (_ALL,)
+            buf[inner] = x.transpose(self.to_nhwc)
+            strides = self._strides(buf)
         w = self._filter(prep)
-        strides = self._strides(buf)
         if self.bands is None:
             y = np.einsum(self.eq, _window(buf, 0, self.view_shape, strides), w)
         else:
@@ -89,23 +186,17 @@ class DepthwiseChannelsLast:
         return np.ascontiguousarray(y.transpose(self.out_nchw))
 
     def _filter(self, prep: dict[str, np.ndarray]) -> np.ndarray:
-        if not self.block:
+        if self.blocks is None:
             return prep["wl"]
-        key = f"wl_tiled_{self.block}"
+        key = f"wl_tiled_{self.blocks.block}_{self.blocks.phases}"
         tiled = prep.get(key)
         if tiled is None:
-            wl = prep["wl"]  # (KH, KW, C, 1)
-            kh, kw, c = wl.shape[:3]
-            tiled = np.broadcast_to(wl[:, :, None, :, 0], (kh, kw, self.block, c))
-            tiled = prep[key] = np.ascontiguousarray(tiled).reshape(kh, kw, self.block * c)
+            tiled = prep[key] = self.blocks.tiled(prep["wl"])
         return tiled
 
     def _strides(self, buf: np.ndarray) -> tuple[int, ...]:
         geo, st = self.geo, buf.strides
         nd = len(geo.out)
-        if self.block:
-            sh, dh, dw = geo.strides[0], geo.dilations[0], geo.dilations[1]
-            return (st[0], st[1] * sh, st[2] * self.block, st[1] * dh, st[2] * dw, st[3])
         return (
             st[0],
             *(st[1 + i] * geo.strides[i] for i in range(nd)),
@@ -116,7 +207,8 @@ class DepthwiseChannelsLast:
     def _banded(self, buf: np.ndarray, w: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
         """The einsum band by band of output rows, each over its kernel rows inside the input only."""
         geo, k_axis = self.geo, self.k_axis
-        out_shape = self.view_shape[:k_axis] + w.shape[len(geo.kernel) :]
+        kernel_axes = len(self.view_shape) - k_axis - 1  # w's: (*K, C, M), or (KH, taps, phases, B * C)
+        out_shape = self.view_shape[:k_axis] + w.shape[kernel_axes:]
         y = np.empty(out_shape, dtype=np.result_type(buf.dtype, w.dtype))
         for r0, r1, k0, k1 in self.bands or ():
             if k1 <= k0:  # every kernel row of these output rows is padding
