@@ -18,6 +18,8 @@ Two refinements, both measured here on one thread:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from epctx.providers.cpu.kernels.windows import ALL as _ALL
@@ -96,7 +98,9 @@ class _ColumnBlocks:
             rows[:, :, phase, :start] = 0
             rows[:, :, phase, start + count :] = 0
             if count:
-                rows[:, :, phase, start : start + count] = xt[:, :, first::stride][:, :, :count]
+                _copy_in_tiles(
+                    rows[:, :, phase, start : start + count], xt[:, :, first::stride][:, :, :count]
+                )
 
     def strides(self, buf: np.ndarray) -> tuple[int, ...]:
         geo, st = self.geo, buf.strides
@@ -183,7 +187,9 @@ class DepthwiseChannelsLast:
             y = self._banded(buf, w, strides)
         SCRATCH.give(buf)
         y = y.reshape((x.shape[0], *geo.out, -1))  # (N, *out, C * multiplier)
-        return np.ascontiguousarray(y.transpose(self.out_nchw))
+        out = np.empty(tuple(y.shape[i] for i in self.out_nchw), dtype=y.dtype)
+        _copy_in_tiles(out.transpose(self.to_nhwc), y)
+        return out
 
     def _filter(self, prep: dict[str, np.ndarray]) -> np.ndarray:
         if self.blocks is None:
@@ -219,6 +225,22 @@ class DepthwiseChannelsLast:
             shape[1], shape[k_axis] = r1 - r0, k1 - k0
             np.einsum(self.eq, _window(buf, first, tuple(shape), strides), w[k0:k1], out=y[:, r0:r1])
         return y
+
+
+# A layout change (NCHW <-> NHWC) copies tiles of about this many values, which stay in cache between the
+# strided reads and writes: 64 channels at 56x56: 171 -> 67 us, 256 at 14x14: 45 -> 18 us, measured here.
+_TILE_VALUES = 1 << 13
+
+
+def _copy_in_tiles(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for (N, H, W, C)-shaped arrays of which one is a transposed view, a few rows at a time."""
+    per_row = math.prod(src.shape[2:])
+    rows = max(1, _TILE_VALUES // max(1, per_row))
+    if rows >= src.shape[1]:
+        dst[...] = src
+        return
+    for r in range(0, src.shape[1], rows):
+        dst[:, r : r + rows] = src[:, r : r + rows]
 
 
 def _window(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
