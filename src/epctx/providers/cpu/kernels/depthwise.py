@@ -236,7 +236,7 @@ def _copy_in_tiles(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` for (N, H, W, C)-shaped arrays of which one is a transposed view, a few rows at a time."""
     per_row = math.prod(src.shape[2:])
     rows = max(1, _TILE_VALUES // max(1, per_row))
-    if rows >= src.shape[1]:
+    if rows >= src.shape[1] or src.size <= 4 * _TILE_VALUES:  # small: one copy costs less than the loop
         dst[...] = src
         return
     for r in range(0, src.shape[1], rows):
