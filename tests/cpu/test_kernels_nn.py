@@ -627,3 +627,35 @@ def test_resize_nearest_halfway_sweep() -> None:
             for n_in, n_out in itertools.product((3, 7, 11), (2, 5, 13)):
                 x = np.arange(n_in, dtype=F32).reshape(1, n_in)
                 _check("Resize", [x, None, None, np.array([1, n_out], np.int64)], attrs, opset=19)
+
+
+@pytest.mark.parametrize(
+    ("xs", "attrs"),
+    [
+        ((2, 32, 40, 56), {"pads": [1, 1, 1, 1]}),
+        ((1, 64, 30, 200), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    ],
+    ids=["blocks", "phases"],
+)
+def test_depthwise_rows_shared_with_helper_threads(
+    xs: tuple[int, ...], attrs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A depthwise conv of >= 2^20 multiply-adds splits its output rows over two runners (the caller and a
+    helper thread, einsum releasing the GIL): the same numbers as onnxruntime."""
+    from epctx.providers.cpu import blas_serial, parallel
+
+    monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
+    calls: list[int] = []
+    split = parallel.split_ranges
+
+    def counted(count: int, block: Any, min_size: int = 1) -> None:
+        calls.append(count)
+        split(count, block, min_size)
+
+    monkeypatch.setattr(parallel, "split_ranges", counted)
+    k = 3 if attrs["pads"][0] == 1 else 5
+    ws = (xs[1], 1, k, k)
+    _check(
+        "Conv", [_f(*xs), _f(*ws), _f(ws[0])], {"group": xs[1], **attrs}, const=(1, 2), atol=1e-4, rtol=1e-4
+    )
+    assert calls

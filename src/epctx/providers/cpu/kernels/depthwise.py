@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from epctx.providers.cpu import parallel
 from epctx.providers.cpu.kernels.windows import ALL as _ALL
 from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry
 
@@ -180,11 +181,7 @@ class DepthwiseChannelsLast:
             inner = (_ALL,) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, x.shape[2:])) + (_ALL,)
             buf[inner] = x.transpose(self.to_nhwc)
             strides = self._strides(buf)
-        w = self._filter(prep)
-        if self.bands is None:
-            y = np.einsum(self.eq, _window(buf, 0, self.view_shape, strides), w)
-        else:
-            y = self._banded(buf, w, strides)
+        y = self._einsums(buf, self._filter(prep), strides)
         SCRATCH.give(buf)
         y = y.reshape((x.shape[0], *geo.out, -1))  # (N, *out, C * multiplier)
         out = np.empty(tuple(y.shape[i] for i in self.out_nchw), dtype=y.dtype)
@@ -210,21 +207,39 @@ class DepthwiseChannelsLast:
             st[-1],
         )
 
-    def _banded(self, buf: np.ndarray, w: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
-        """The einsum band by band of output rows, each over its kernel rows inside the input only."""
+    def _einsums(self, buf: np.ndarray, w: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
+        """The einsum over every output row (band by band, each over its kernel rows inside the input only, when
+        there are ``bands``); rows of a large band shared with helper threads (``parallel.split_ranges``: as many
+        runners as BLAS has threads, so one under ``intra_op_num_threads=1``)."""
         geo, k_axis = self.geo, self.k_axis
         kernel_axes = len(self.view_shape) - k_axis - 1  # w's: (*K, C, M), or (KH, taps, phases, B * C)
         out_shape = self.view_shape[:k_axis] + w.shape[kernel_axes:]
+        if self.bands is None and math.prod(self.view_shape) < _SHARED_MACS:
+            return np.einsum(self.eq, _window(buf, 0, self.view_shape, strides), w)
         y = np.empty(out_shape, dtype=np.result_type(buf.dtype, w.dtype))
-        for r0, r1, k0, k1 in self.bands or ():
+        # multiply-adds per output row and kernel row (the batch included)
+        per_row = self.view_shape[0] * math.prod(self.view_shape[2:]) // geo.kernel[0]
+        for r0, r1, k0, k1 in self.bands or [(0, geo.out[0], 0, geo.kernel[0])]:
             if k1 <= k0:  # every kernel row of these output rows is padding
                 y[:, r0:r1] = 0
                 continue
-            first = (r0 * geo.strides[0] + k0 * geo.dilations[0]) * buf.strides[1]  # the band's first row
-            shape = list(self.view_shape)
-            shape[1], shape[k_axis] = r1 - r0, k1 - k0
-            np.einsum(self.eq, _window(buf, first, tuple(shape), strides), w[k0:k1], out=y[:, r0:r1])
+
+            def rows(lo: int, hi: int, r0: int = r0, k0: int = k0, k1: int = k1) -> None:
+                first = ((r0 + lo) * geo.strides[0] + k0 * geo.dilations[0]) * buf.strides[1]
+                shape = list(self.view_shape)
+                shape[1], shape[k_axis] = hi - lo, k1 - k0
+                view = _window(buf, first, tuple(shape), strides)
+                np.einsum(self.eq, view, w[k0:k1], out=y[:, r0 + lo : r0 + hi])
+
+            if per_row * (k1 - k0) * (r1 - r0) >= _SHARED_MACS:
+                parallel.split_ranges(r1 - r0, rows)
+            else:
+                rows(0, r1 - r0)
         return y
+
+
+# A depthwise conv of at least this many multiply-adds shares its output rows with helper threads.
+_SHARED_MACS = 1 << 20
 
 
 # A layout change (NCHW <-> NHWC) copies tiles of about this many values, which stay in cache between the
