@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import epctx
-from epctx.optimize import fold_conv_affine, fold_scales_and_shifts
+from epctx.optimize import fold_conv_affine
 from tests.oracle import assert_matches_ort
 
 _RNG = np.random.default_rng(0)
@@ -76,8 +76,9 @@ _PER_CHANNEL_3D = _RNG.standard_normal((4, 1, 1)).astype(np.float32)
 def test_folded_into_the_conv_and_matches_onnxruntime(readers, bias, constant_nodes):
     model = _model(readers, bias=bias, constant_nodes=constant_nodes)
     graph = ir.serde.deserialize_model(model).graph
-    assert fold_scales_and_shifts(graph) == len(readers)
+    assert fold_conv_affine(graph) == len(readers)
     assert [n.op_type for n in graph] == ["Conv"]
+    assert sorted(graph.initializers) == ["conv_fold_B", "conv_fold_W"]  # the chain folded in one rewrite
     assert graph.outputs[0].name == f"c{len(readers)}"
     assert_matches_ort(model, _feeds(model), atol=1e-5)
     sess = epctx.InferenceSession(model.SerializeToString())  # type: ignore[attr-defined]
@@ -98,7 +99,7 @@ def test_folded_into_the_conv_and_matches_onnxruntime(readers, bias, constant_no
 def test_not_folded_unless_per_channel_constant_on_an_unshared_output(readers, extra_reader):
     model = _model(readers, extra_reader=extra_reader)
     graph = ir.serde.deserialize_model(model).graph
-    assert fold_scales_and_shifts(graph) == 0
+    assert fold_conv_affine(graph) == 0
     assert_matches_ort(model, _feeds(model), atol=1e-5)
 
 
@@ -153,6 +154,39 @@ def test_a_bias_added_through_a_reshape_of_constants_folds(shape):
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     g = ir.serde.deserialize_model(model).graph
-    assert fold_scales_and_shifts(g) == 1
+    assert fold_conv_affine(g) == 1
     assert [n.op_type for n in g] == ["Conv"]
+    assert_matches_ort(model, _feeds(model), atol=1e-5)
+
+
+def test_batchnorm_then_mul_then_add_fold_whole():
+    rng = np.random.default_rng(7)
+    arrays = {
+        "W": rng.standard_normal((4, 3, 3, 3)),
+        "scale": rng.standard_normal(4),
+        "B": rng.standard_normal(4),
+        "mean": rng.standard_normal(4),
+        "var": rng.random(4) + 0.5,
+        "k": np.array([0.7]),
+        "a": rng.standard_normal((4, 1, 1)),
+    }
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("BatchNormalization", ["c", "scale", "B", "mean", "var"], ["n"], epsilon=1e-3),
+        helper.make_node("Mul", ["k", "n"], ["m"]),
+        helper.make_node("Add", ["m", "a"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    g = ir.serde.deserialize_model(model).graph
+    assert fold_conv_affine(g) == 3
+    assert [n.op_type for n in g] == ["Conv"] and sorted(g.initializers) == ["conv_fold_B", "conv_fold_W"]
+    assert g.outputs[0].name == "y"
     assert_matches_ort(model, _feeds(model), atol=1e-5)

@@ -11,7 +11,7 @@ import onnx_ir as ir
 
 from epctx.model.tensors import to_numpy
 
-__all__ = ["const_array", "conv_before", "conv_params", "rewrite_conv"]
+__all__ = ["const_array", "conv_params", "rewrite_conv", "sole_reader"]
 
 _DOMAINS = ("", "ai.onnx")
 
@@ -52,14 +52,13 @@ def _reshaped(node: ir.Node) -> np.ndarray | None:
         return None
 
 
-def conv_before(graph: ir.Graph, x: ir.Value | None) -> ir.Node | None:
-    """The Conv of ``graph`` that makes ``x`` when ``x`` has no other reader and is no graph output."""
-    conv = x.producer() if x is not None else None
-    if conv is None or conv.op_type != "Conv" or conv.domain not in _DOMAINS or conv.graph is not graph:
+def sole_reader(graph: ir.Graph, x: ir.Value) -> ir.Node | None:
+    """The one node of ``graph`` that reads ``x`` once, when ``x`` is no graph output."""
+    uses = list(x.uses())
+    if len(uses) != 1 or x.is_graph_output():
         return None
-    if x is None or len(x.uses()) != 1 or x.is_graph_output():
-        return None
-    return conv
+    node = uses[0][0]
+    return node if node.graph is graph and node.domain in _DOMAINS else None
 
 
 def conv_params(conv: ir.Node) -> tuple[np.ndarray, np.ndarray | None] | None:
@@ -75,7 +74,9 @@ def conv_params(conv: ir.Node) -> tuple[np.ndarray, np.ndarray | None] | None:
 
 
 def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    value = ir.Value(name=name, const_value=ir.tensor(array))
+    value = ir.Value(
+        name=name, const_value=ir.Tensor(array)
+    )  # not ir.tensor: its protocol checks cost 0.1 ms
     value.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
     value.shape = ir.Shape(array.shape)
     graph.register_initializer(value)
@@ -83,33 +84,33 @@ def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
 
 
 def rewrite_conv(
-    graph: ir.Graph, conv: ir.Node, reader: ir.Node, weight: np.ndarray, bias: np.ndarray, tag: str
+    graph: ir.Graph, conv: ir.Node, readers: list[ir.Node], weight: np.ndarray, bias: np.ndarray
 ) -> None:
-    """Gives ``conv`` the new ``weight`` and ``bias`` (computed in float64, stored in the weight's dtype) and
-    removes ``reader``, whose output the Conv's output becomes (under the reader's output name); the new
-    initializers are named after the Conv and ``tag``. Initializers and
-    Constant nodes that nothing reads any more are removed."""
+    """Gives ``conv`` the new ``weight`` and ``bias`` (computed in float64, stored in ``weight``'s dtype as
+    given by the caller) and removes ``readers``, a chain of one-reader nodes after it: the Conv's output
+    becomes the last one's (under its name). Initializers, Constant nodes and Reshapes of constants that
+    nothing reads any more are removed."""
     x = conv.outputs[0]
-    original = const_array(conv.inputs[1])
-    dtype = weight.dtype if original is None else original.dtype
     base = conv.name or x.name
-    w_value = _initializer(graph, _fresh(graph, f"{base}_{tag}_W"), weight.astype(dtype))
-    b_value = _initializer(graph, _fresh(graph, f"{base}_{tag}_B"), bias.astype(dtype))
-    old = [v for v in (*conv.inputs[1:3], *reader.inputs) if v is not None and v is not x]
+    w_value = _initializer(graph, _fresh(graph, f"{base}_fold_W"), weight)
+    b_value = _initializer(graph, _fresh(graph, f"{base}_fold_B"), bias)
+    chain = {x, *(r.outputs[0] for r in readers)}
+    old = [v for v in (*conv.inputs[1:3], *(i for r in readers for i in r.inputs)) if v is not None]
     conv.replace_input_with(1, w_value)
     if len(conv.inputs) < 3:
         conv.resize_inputs(3)
     conv.replace_input_with(2, b_value)
-    out = reader.outputs[0]
+    out = readers[-1].outputs[0]
     name = out.name
     out.replace_all_uses_with(x, replace_graph_outputs=True)
-    graph.remove(reader, safe=True)
+    for reader in reversed(readers):
+        graph.remove(reader, safe=True)
     x.name = name
-    _drop_unread(graph, list(dict.fromkeys(old)))
+    _drop_unread(graph, [v for v in dict.fromkeys(old) if v not in chain])
 
 
 def _fresh(graph: ir.Graph, name: str) -> str:
-    """``name``, or ``name_2``, ``name_3``... when an initializer has it (a Conv folded twice by one kind of reader)."""
+    """``name``, or ``name_2``, ``name_3``... when an initializer has it already."""
     taken = graph.initializers
     if name not in taken:
         return name
