@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 import epctx
 import epctx.providers.cpu.kernels
 from epctx.providers.cpu.kernels import conv as conv_kernels
-from epctx.providers.cpu.kernels import depthwise
+from epctx.providers.cpu.kernels import depthwise, winograd
 from epctx.providers.cpu.registry import find_factory
 from tests.oracle import assert_matches_ort, graph_inputs_for
 
@@ -239,7 +239,7 @@ def test_conv_winograd(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Winograd runs only when BLAS is single-threaded; force it so the path is tested on any machine.
-    monkeypatch.setattr(conv_kernels, "_blas_single_threaded", lambda: True)
+    monkeypatch.setattr(winograd, "blas_single_threaded", lambda: True)
     geo = conv_kernels.spatial_geometry(
         xs[2:], ws[2:], (1, 1), (1, 1), attrs.get("pads"), attrs.get("auto_pad", "NOTSET")
     )
