@@ -200,6 +200,11 @@ def test_lean_pointwise_plans(
     )
     plan = conv_kernels._ConvPlan(xs, ws, geo, 1)
     assert (plan.lean, plan.tiny) == (lean, tiny)
+    if lean:  # a fresh array of the output's shape, not a view: the session hands it over without a copy
+        x, w = _f(*xs), _f(*ws)
+        y = plan.pointwise_gemm(x, w.reshape(ws[0], ws[1]))
+        assert y.base is None and y.shape == (1, ws[0], *xs[2:])
+        np.testing.assert_allclose(y[0], np.einsum("mc,chw->mhw", w[:, :, 0, 0], x[0]), rtol=1e-5, atol=1e-5)
 
 
 BANDED_CASES = [c for c in CONV_CASES if c[0][1] >= 32 and c[0][2] <= 3 and c[2].get("group")]

@@ -247,8 +247,15 @@ class _ConvPlan:
     def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:
         """A ``lean`` conv: W (M, C) times x (C, H * W)."""
         x2 = x.reshape(x.shape[1], self.l_out)
-        y = np.matmul(w2, x2) if self.tiny else self.serial(np.matmul, w2, x2)  # type: ignore[misc]
-        return y.reshape(self.out_shape)
+        y = np.empty(
+            self.out_shape, dtype=np.result_type(w2.dtype, x2.dtype)
+        )  # owned: no view of another array
+        y2 = y.reshape(w2.shape[0], self.l_out)
+        if self.tiny:
+            np.matmul(w2, x2, out=y2)
+        else:
+            self.serial(np.matmul, w2, x2, out=y2)  # type: ignore[misc]
+        return y
 
     def _depthwise(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
         if self.channels_last is not None:
