@@ -83,13 +83,15 @@ class _ColumnBlocks:
         kh = geo.kernel[0]
         self.view_shape = (n, geo.out[0], geo.out[1] // block, kh, self.taps, self.phases, block * c)
 
-    def fill(self, buf: np.ndarray, x: np.ndarray) -> None:
-        """``x`` (N, C, H, W) into ``buf``, zeros around it."""
+    def fill(self, buf: np.ndarray, x: np.ndarray, *, pad_rows: bool = True) -> None:
+        """``x`` (N, C, H, W) into ``buf``, zeros around it (not in the padding rows unless ``pad_rows``: row
+        bands never read them; PP-OCR cls's 200 channels at 2x96, 5x5: 4 of 6 rows)."""
         geo, stride = self.geo, self.phases
         top, left = geo.pad_begin
         height, width = x.shape[2], x.shape[3]
-        buf[:, :top] = 0
-        buf[:, top + height :] = 0
+        if pad_rows:
+            buf[:, :top] = 0
+            buf[:, top + height :] = 0
         rows = buf[:, top : top + height]
         xt = x.transpose(0, 2, 3, 1)
         for phase in range(stride):
@@ -174,7 +176,7 @@ class DepthwiseChannelsLast:
         geo = self.geo
         buf = SCRATCH.take(self.padded_shape, x.dtype)
         if self.blocks is not None:
-            self.blocks.fill(buf, x)
+            self.blocks.fill(buf, x, pad_rows=self.bands is None)
             strides = self.blocks.strides(buf)
         else:
             _zero_border(buf, geo, x.shape[2:])
