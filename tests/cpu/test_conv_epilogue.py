@@ -58,7 +58,45 @@ CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto], int]] = {
         [],
         17,
     ),
+    # HardSwish as Paddle exports it: x * Clip(x + 3, 0, 6) / 6 (or * (1/6)), operands in either order
+    "paddle_hard_swish": (
+        [
+            helper.make_node("Add", ["y", "three"], ["t"]),
+            helper.make_node("Clip", ["t", "zero", "six"], ["c"]),
+            helper.make_node("Mul", ["y", "c"], ["m"]),
+            helper.make_node("Div", ["m", "six"], ["z"]),
+        ],
+        [_scalar("three", 3.0), _scalar("zero", 0.0), _scalar("six", 6.0)],
+        17,
+    ),
+    "paddle_hard_swish_swapped": (
+        [
+            helper.make_node("Add", ["three", "y"], ["t"]),
+            helper.make_node("Clip", ["t", "zero", "six"], ["c"]),
+            helper.make_node("Mul", ["c", "y"], ["m"]),
+            helper.make_node("Mul", ["m", "sixth"], ["z"]),
+        ],
+        [_scalar("three", 3.0), _scalar("zero", 0.0), _scalar("six", 6.0), _scalar("sixth", 1.0 / 6.0)],
+        17,
+    ),
 }
+
+
+def _paddle_hard_swish(three: float = 3.0, *, outputs: tuple[str, ...] = ("z",)) -> bytes:
+    tail, inits, opset = CASES["paddle_hard_swish"]
+    return _model(tail, list(outputs), [_scalar("three", three), *inits[1:]], opset)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [_paddle_hard_swish(2.0), _paddle_hard_swish(outputs=("z", "t")), _paddle_hard_swish(outputs=("z", "m"))],
+    ids=["not_three", "sum_is_an_output", "product_is_an_output"],
+)
+def test_paddle_hard_swish_not_fused_unless_exactly_that(data: bytes) -> None:
+    ours, sess = _run(data)
+    for a, b in zip(ours, run_ort(data, {"x": X})):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    assert _epilogues(sess) == []
 
 
 def _run(data: bytes, **kwargs: Any) -> tuple[list[Any], Any]:
@@ -149,5 +187,37 @@ def test_weights_and_clip_bounds_from_constant_nodes() -> None:
     model.ir_version = 8
     ours, sess = _run(model.SerializeToString())
     np.testing.assert_allclose(ours[0], run_ort(model, {"x": X})[0], atol=1e-5, rtol=1e-5)
+    (epilogue,) = _epilogues(sess)
+    assert epilogue.active()
+
+
+@pytest.mark.parametrize("case", ["clip", "clip_max_only", "hard_sigmoid", "hard_swish", "paddle_hard_swish"])
+def test_outputs_larger_than_a_chunk(case: str) -> None:
+    """Multi-pass activations run over the output in chunks of fusion._CHUNK values: 4 x 16 x 66 x 66 is 4.3
+    chunks, the last one short."""
+    tail, inits, opset = CASES[case]
+    x = RNG.standard_normal((4, 8, 66, 66)).astype(np.float32) * 3
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [conv, *tail],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b"), *inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    sess = epctx.InferenceSession(model.SerializeToString())
+    ours = sess.run(None, {"x": x})[0]
+    assert ours.size > 4 * fusion._CHUNK
+    np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-5, rtol=1e-5)
+    (epilogue,) = _epilogues(sess)
+    assert epilogue.active()
+
+
+def test_clip_without_bounds_is_fused_as_nothing() -> None:
+    data = _model([helper.make_node("Clip", ["y"], ["z"])], ["z"], [])
+    ours, sess = _run(data)
+    np.testing.assert_allclose(ours[0], run_ort(data, {"x": X})[0], atol=1e-5, rtol=1e-5)
     (epilogue,) = _epilogues(sess)
     assert epilogue.active()

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 import epctx
 import epctx.providers.cpu.kernels
 from epctx.providers.cpu.kernels import conv as conv_kernels
+from epctx.providers.cpu.kernels import depthwise, winograd
 from epctx.providers.cpu.registry import find_factory
 from tests.oracle import assert_matches_ort, graph_inputs_for
 
@@ -116,10 +117,25 @@ CONV_CASES = [
     ((1, 32, 4, 5, 6), (32, 1, 3, 3, 3), {"group": 32, "pads": [1, 1, 1, 1, 1, 1]}),
     ((1, 64, 7, 7), (64, 1, 3, 3), {"group": 64, "auto_pad": "SAME_LOWER", "strides": [2, 2]}),
     ((1, 32, 6, 6), (32, 1, 3, 3), {"group": 32}),
-    # stride-1 depthwise on flattened rows: few channels, or >= 1024 output pixels; dilations, asymmetric pads
+    # depthwise on few rows, padding most of the kernel rows: einsums over output-row bands (PP-OCR cls)
+    ((1, 64, 2, 20), (64, 1, 5, 5), {"group": 64, "pads": [2, 2, 2, 2]}),
+    ((2, 48, 3, 17), (48, 1, 5, 5), {"group": 48, "pads": [2, 2, 2, 2], "strides": [2, 1]}),
+    ((1, 40, 3, 9), (80, 1, 3, 3), {"group": 40, "pads": [3, 1, 0, 1], "dilations": [2, 1]}),
+    ((1, 32, 2, 8), (32, 1, 3, 3), {"group": 32, "pads": [4, 1, 4, 1]}),  # whole output rows of padding
+    # depthwise in column blocks (2-D, column stride 1): few channels, dilations, asymmetric pads, row stride,
+    # a prime output width (blocks of 1 or of the whole width), a filter too large to tile (blocks of 1)
     ((2, 8, 12, 13), (8, 1, 3, 3), {"group": 8, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
     ((1, 40, 33, 32), (40, 1, 5, 5), {"group": 40, "pads": [2, 2, 2, 2]}),
     ((1, 16, 10, 9), (16, 1, 1, 3), {"group": 16, "auto_pad": "SAME_UPPER"}),
+    (
+        (2, 12, 9, 11),
+        (12, 1, 3, 3),
+        {"group": 12, "pads": [1, 2, 1, 2], "dilations": [1, 2], "strides": [2, 1]},
+    ),
+    ((1, 1400, 3, 4), (1400, 1, 5, 5), {"group": 1400, "pads": [2, 2, 2, 2]}),
+    # pointwise convs of one image: one GEMM called straight away (a small one, one on the one-thread gate)
+    ((1, 16, 5, 5), (8, 16, 1, 1), {}),
+    ((1, 64, 32, 32), (64, 64, 1, 1), {}),
     # dense stride-1 with M <= C: one GEMM per kernel offset on shifted runs (dilations, pads, batch, SAME)
     ((2, 8, 9, 11), (6, 8, 3, 2), {"pads": [1, 0, 2, 1], "dilations": [2, 1]}),
     ((1, 12, 7, 8), (12, 12, 2, 2), {"auto_pad": "SAME_LOWER"}),
@@ -136,6 +152,79 @@ def test_conv(
     x, w = _f(*xs), _f(*ws)
     inputs = [x, w, _f(ws[0])] if bias else [x, w]
     _check("Conv", inputs, attrs, const=const, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "attrs", "block"),
+    [
+        ((1, 32, 6, 96), (32, 1, 3, 3), {"pads": [1, 1, 1, 1]}, 96),  # 96 * 9 * 32 values fit the tile
+        ((1, 200, 2, 96), (200, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 6),  # the largest divisor of 96 that fits
+        ((1, 40, 3, 13), (40, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 13),
+        ((1, 1400, 3, 4), (1400, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 1),  # one column is over the tile already
+        ((1, 32, 8, 8), (32, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, 4),  # 2 phases, 2 taps
+        ((1, 16, 13, 15), (16, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}, 8),
+        ((2, 24, 9, 12), (24, 1, 3, 3), {"pads": [1, 0, 1, 2], "strides": [1, 3]}, 4),  # 3 phases, 1 tap
+        ((1, 40, 6, 11), (40, 1, 4, 4), {"pads": [1, 2, 1, 1], "strides": [2, 2]}, 6),  # even kernel
+        ((1, 8, 9, 9), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [1, 2], "dilations": [1, 2]}, 0),
+        ((1, 32, 8, 8), (64, 1, 3, 3), {"pads": [1, 1, 1, 1]}, 0),  # two output channels per group
+    ],
+)
+def test_depthwise_column_blocks(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], block: int
+) -> None:
+    dilations = tuple(attrs.get("dilations", (1, 1)))
+    geo = conv_kernels.spatial_geometry(
+        xs[2:], ws[2:], tuple(attrs.get("strides", (1, 1))), dilations, attrs["pads"], "NOTSET"
+    )
+    assert depthwise.column_block(xs, ws, geo) == block
+    _check(
+        "Conv", [_f(*xs), _f(*ws), _f(ws[0])], {"group": xs[1], **attrs}, const=(1, 2), atol=1e-4, rtol=1e-4
+    )
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "attrs", "lean", "tiny"),
+    [
+        ((1, 16, 5, 5), (8, 16, 1, 1), {}, True, True),
+        ((1, 64, 32, 32), (64, 64, 1, 1), {}, True, False),
+        ((2, 16, 5, 5), (8, 16, 1, 1), {}, False, True),  # a batch
+        ((1, 8, 7, 7), (5, 8, 1, 1), {"strides": [2, 2]}, False, True),
+        ((1, 256, 64, 64), (256, 256, 1, 1), {}, False, False),  # large: column blocks shared with helpers
+    ],
+)
+def test_lean_pointwise_plans(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], lean: bool, tiny: bool
+) -> None:
+    geo = conv_kernels.spatial_geometry(
+        xs[2:], ws[2:], tuple(attrs.get("strides", (1, 1))), (1, 1), None, "NOTSET"
+    )
+    plan = conv_kernels._ConvPlan(xs, ws, geo, 1)
+    assert (plan.lean, plan.tiny) == (lean, tiny)
+    if lean:  # a fresh array of the output's shape, not a view: the session hands it over without a copy
+        x, w = _f(*xs), _f(*ws)
+        y = plan.pointwise_gemm(x, w.reshape(ws[0], ws[1]))
+        assert y.base is None and y.shape == (1, ws[0], *xs[2:])
+        np.testing.assert_allclose(y[0], np.einsum("mc,chw->mhw", w[:, :, 0, 0], x[0]), rtol=1e-5, atol=1e-5)
+
+
+BANDED_CASES = [c for c in CONV_CASES if c[0][1] >= 32 and c[0][2] <= 3 and c[2].get("group")]
+
+
+@pytest.mark.parametrize(("xs", "ws", "attrs"), BANDED_CASES)
+def test_depthwise_on_few_rows_runs_in_bands(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any]
+) -> None:
+    """The cases above take the banded einsum (so test_conv checks its numbers against onnxruntime)."""
+    geo = conv_kernels.spatial_geometry(
+        xs[2:],
+        ws[2:],
+        tuple(attrs.get("strides", (1, 1))),
+        tuple(attrs.get("dilations", (1, 1))),
+        attrs["pads"],
+        "NOTSET",
+    )
+    plan = conv_kernels._ConvPlan(xs, ws, geo, attrs["group"])
+    assert plan.channels_last is not None and plan.channels_last.bands is not None
 
 
 WINOGRAD_CASES = [
@@ -155,7 +244,7 @@ def test_conv_winograd(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Winograd runs only when BLAS is single-threaded; force it so the path is tested on any machine.
-    monkeypatch.setattr(conv_kernels, "_blas_single_threaded", lambda: True)
+    monkeypatch.setattr(winograd, "blas_single_threaded", lambda: True)
     geo = conv_kernels.spatial_geometry(
         xs[2:], ws[2:], (1, 1), (1, 1), attrs.get("pads"), attrs.get("auto_pad", "NOTSET")
     )
@@ -306,6 +395,22 @@ def test_global_pools(op: str, shape: tuple[int, ...]) -> None:
     _check(op, [_f(*shape)], atol=1e-5)
     if op == "GlobalLpPool":
         _check(op, [_f(*shape)], {"p": 3}, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(1, 200, 2, 96), (1, 8, 200, 200), (3, 5, 1, 1), (0, 4, 3, 3)])
+def test_global_average_pool_as_a_gemv(shape: tuple[int, ...], dtype: Any) -> None:
+    """float32 as one gemv (on one BLAS thread from 2^18 values on); float16 and an empty batch by mean."""
+    x = np.random.default_rng(5).standard_normal(shape).astype(dtype) * 4 + 1
+    _check("GlobalAveragePool", [x], atol=1e-2 if dtype == np.float16 else 1e-5)
+
+
+def test_global_average_pool_float64_as_a_gemv() -> None:  # onnxruntime has no float64 kernel: numpy's mean
+    x = np.random.default_rng(6).standard_normal((2, 7, 5, 9)) * 4 + 1
+    model, feeds = _model("GlobalAveragePool", [x])
+    (y,) = epctx.InferenceSession(model.SerializeToString()).run(None, feeds)
+    assert y.dtype == np.float64 and y.shape == (2, 7, 1, 1)
+    np.testing.assert_allclose(y, x.mean(axis=(2, 3), keepdims=True), rtol=1e-12, atol=1e-12)
 
 
 def test_global_pool_rejects_rank2() -> None:
@@ -527,3 +632,35 @@ def test_resize_nearest_halfway_sweep() -> None:
             for n_in, n_out in itertools.product((3, 7, 11), (2, 5, 13)):
                 x = np.arange(n_in, dtype=F32).reshape(1, n_in)
                 _check("Resize", [x, None, None, np.array([1, n_out], np.int64)], attrs, opset=19)
+
+
+@pytest.mark.parametrize(
+    ("xs", "attrs"),
+    [
+        ((2, 32, 40, 56), {"pads": [1, 1, 1, 1]}),
+        ((1, 64, 30, 200), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    ],
+    ids=["blocks", "phases"],
+)
+def test_depthwise_rows_shared_with_helper_threads(
+    xs: tuple[int, ...], attrs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A depthwise conv of >= 2^20 multiply-adds splits its output rows over two runners (the caller and a
+    helper thread, einsum releasing the GIL): the same numbers as onnxruntime."""
+    from epctx.providers.cpu import blas_serial, parallel
+
+    monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
+    calls: list[int] = []
+    split = parallel.split_ranges
+
+    def counted(count: int, block: Any, min_size: int = 1) -> None:
+        calls.append(count)
+        split(count, block, min_size)
+
+    monkeypatch.setattr(parallel, "split_ranges", counted)
+    k = 3 if attrs["pads"][0] == 1 else 5
+    ws = (xs[1], 1, k, k)
+    _check(
+        "Conv", [_f(*xs), _f(*ws), _f(ws[0])], {"group": xs[1], **attrs}, const=(1, 2), atol=1e-4, rtol=1e-4
+    )
+    assert calls

@@ -20,7 +20,7 @@ import numpy as np
 
 from epctx.providers.cpu import blas_serial as blas
 
-__all__ = ["MIN_BLOCK_COLUMNS", "matmul_columns", "split_columns"]
+__all__ = ["MIN_BLOCK_COLUMNS", "matmul_columns", "split_columns", "split_ranges"]
 
 MIN_BLOCK_COLUMNS = 128  # narrower blocks lose more to call overhead than they gain
 
@@ -99,16 +99,22 @@ def _run(job: _Job, helpers: int) -> None:
 def split_columns(cols: int, block: Callable[[int, int], None]) -> None:
     """Run ``block(lo, hi)`` over column ranges covering ``range(cols)``, shared with helper threads (as many
     runners as BLAS has threads now), each range computed with BLAS on one thread."""
+    split_ranges(cols, block, MIN_BLOCK_COLUMNS)
+
+
+def split_ranges(count: int, block: Callable[[int, int], None], min_size: int = 1) -> None:
+    """Run ``block(lo, hi)`` over ranges of at least ``min_size`` covering ``range(count)``, shared with helper
+    threads as :func:`split_columns` shares columns (any work that releases the GIL: BLAS, numpy's einsum)."""
     gate = blas.serial()
     runners = gate.threads()
-    blocks = min(4 * runners, cols // MIN_BLOCK_COLUMNS)
+    blocks = min(4 * runners, count // max(1, min_size))
     if runners <= 1:
-        block(0, cols)
+        block(0, count)
         return
-    if blocks <= 1:  # too narrow to share: one range, BLAS on one thread
-        gate(block, 0, cols)
+    if blocks <= 1:  # too small to share: one range, BLAS on one thread
+        gate(block, 0, count)
         return
-    edges = [cols * k // blocks for k in range(blocks + 1)]
+    edges = [count * k // blocks for k in range(blocks + 1)]
     gate(_run, _Job(lambda k: block(edges[k], edges[k + 1]), blocks), runners - 1)
 
 

@@ -1,18 +1,16 @@
 """CPU kernels: Conv and ConvTranspose (matmul + col2im scatter-add).
 
 A Conv runs as im2col + one matmul per group, or without the im2col copy where that costs less
-(``conv_flat.py``: dense stride-1 convs with M <= C, depthwise convs), or as Winograd F(2x2, 3x3) when BLAS is
-single-threaded. Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and
+(``conv_flat.py``: dense stride-1 convs with M <= C), depthwise convs channels-last (``depthwise.py``), or as
+Winograd F(2x2, 3x3) when BLAS is single-threaded. Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and
 cached; the activation after a Conv may run inside it (``fusion.py``). The window geometry and scratch arrays
 shared with the pooling kernels are in ``windows.py``.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,14 +20,8 @@ from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu import fusion, parallel
-from epctx.providers.cpu.kernels.conv_flat import (
-    DepthwiseChannelsLast,
-    DepthwiseFlat,
-    FlatGemm,
-    channels_last_fits,
-    flat_fits,
-    flat_gemm_fits,
-)
+from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
+from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
     Geometry,
@@ -41,6 +33,7 @@ from epctx.providers.cpu.kernels.windows import (
     window_slices,
     window_view,
 )
+from epctx.providers.cpu.kernels.winograd import Winograd, winograd_fits, winograd_weight
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__ = [
@@ -54,6 +47,7 @@ __all__ = [
 ]
 
 _ALL = slice(None)
+_OWN_SERIAL_MACS = 1 << 18  # OpenBLAS runs a GEMM of fewer multiply-adds on one thread (blas_serial.py)
 
 
 def _conv_attrs(info: NodeInfo, n: int) -> tuple[tuple[int, ...], tuple[int, ...], list[int] | None, str]:
@@ -111,8 +105,11 @@ def _conv(info: NodeInfo) -> Kernel:
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = plan_for(x, w)
-        prep = prepared if w_const is not None else _prepare_weight(w, group)
-        y = plan.run(x, prep) if plan.serial is None else plan.serial(plan.run, x, prep)
+        if plan.lean and w_const is not None:
+            y = plan.pointwise_gemm(x, prepared["w2"])
+        else:
+            prep = prepared if w_const is not None else _prepare_weight(w, group)
+            y = plan.run(x, prep) if plan.serial is None else plan.serial(plan.run, x, prep)
         if b is not None:
             bb = bias if bias is not None else b.reshape(-1, 1)
             if y.size:  # an empty batch has no -1 to infer
@@ -148,15 +145,16 @@ class _ConvPlan:
         "channels_last",
         "depthwise",
         "empty",
-        "flat",
         "flat_gemm",
         "geo",
         "group",
         "l_out",
+        "lean",
         "out_shape",
         "pointwise",
         "serial",
         "slices",
+        "tiny",
         "w_shape",
         "winograd",
         "x_shape",
@@ -175,19 +173,26 @@ class _ConvPlan:
         self.pointwise = all(k == 1 for k in geo.kernel) and not geo.needs_pad
         self.depthwise = w_shape[1] == 1 and group > 1 and not self.pointwise
         self.slices = window_slices(geo) if self.depthwise else []
-        self.flat = DepthwiseFlat(geo) if self.depthwise and flat_fits(x_shape, w_shape, geo) else None
-        self.flat_gemm = FlatGemm(geo) if flat_gemm_fits(x_shape, w_shape, geo, group) else None
         self.channels_last = (
             DepthwiseChannelsLast(x_shape, w_shape, geo)
-            if self.depthwise and self.flat is None and channels_last_fits(x_shape)
+            if self.depthwise and channels_last_fits(x_shape, w_shape, geo)
             else None
         )
+        self.flat_gemm = FlatGemm(geo) if flat_gemm_fits(x_shape, w_shape, geo, group) else None
         self.winograd = (
-            _Winograd(x_shape, w_shape, geo) if _winograd_fits(x_shape, w_shape, geo, group) else None
+            Winograd(x_shape, w_shape, geo) if winograd_fits(x_shape, w_shape, geo, group) else None
         )
         # Small convolutions call BLAS on one thread (see blas.SERIAL_MACS).
         macs = n * m * w_shape[1] * math.prod(geo.kernel) * self.l_out
         self.serial = blas.serial() if macs < blas.SERIAL_MACS else None
+        # A small pointwise conv of one image is one GEMM called straight away (squeeze-excitation blocks:
+        # 50 -> 200 channels at 1x1 was 10.6 us a call for a 1.5 us GEMM); OpenBLAS keeps one that small
+        # (under 2^18 multiply-adds) on one thread by itself, so the one-thread gate is skipped too.
+        unit = all(s == 1 for s in geo.strides)
+        self.lean = (
+            self.pointwise and unit and n == 1 and group == 1 and self.serial is not None and not self.empty
+        )
+        self.tiny = macs < _OWN_SERIAL_MACS
 
     def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
         geo = self.geo
@@ -201,7 +206,7 @@ class _ConvPlan:
         if self.winograd is not None and x.dtype.kind == "f" and x.dtype.itemsize >= 4:
             u = prep.get("winograd")
             if u is None:
-                u = prep["winograd"] = _winograd_weight(prep["w2"].reshape(self.w_shape))
+                u = prep["winograd"] = winograd_weight(prep["w2"].reshape(self.w_shape))
             return self.winograd.run(x, u)
         if self.flat_gemm is not None:
             wk = prep.get("wk")
@@ -239,11 +244,22 @@ class _ConvPlan:
             SCRATCH.give(scratch)
         return y.reshape(self.out_shape)
 
+    def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:
+        """A ``lean`` conv: W (M, C) times x (C, H * W)."""
+        x2 = x.reshape(x.shape[1], self.l_out)
+        y = np.empty(
+            self.out_shape, dtype=np.result_type(w2.dtype, x2.dtype)
+        )  # owned: no view of another array
+        y2 = y.reshape(w2.shape[0], self.l_out)
+        if self.tiny:
+            np.matmul(w2, x2, out=y2)
+        else:
+            self.serial(np.matmul, w2, x2, out=y2)  # type: ignore[misc]
+        return y
+
     def _depthwise(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
-        if self.flat is not None:
-            return self.flat.run(x, prep["wd"])
         if self.channels_last is not None:
-            return self.channels_last.run(x, prep["wl"])
+            return self.channels_last.run(x, prep)
         # wd: (K, C, multiplier); out (N, C, multiplier, *out) accumulated offset by offset.
         wd = prep["wd"]
         geo = self.geo
@@ -260,122 +276,6 @@ class _ConvPlan:
             y += tmp
         release_padded(x, xp)
         return y.reshape(self.out_shape)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Winograd F(2x2, 3x3): 3x3 stride-1 convs as 16 GEMMs over 2x2 output tiles (2.25x fewer multiplies)
-
-_WINO_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
-_WINO_MIN_TILES = 36  # below this many tiles per GEMM, im2col + one GEMM is faster
-_WINO_MIN_CHANNELS = 16
-
-
-@functools.cache
-def _blas_single_threaded() -> bool:
-    """True when numpy's BLAS runs one thread (thread-count variables set to 1, or a single CPU).
-
-    Winograd's 16 small GEMMs only pay off then: a multi-threaded OpenBLAS synchronizes its threads on
-    every call, which makes them slower than the one large im2col GEMM (measured 2x slower end to end).
-    """
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
-        value = os.environ.get(var, "").strip()
-        if value:
-            return value == "1"
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return cpus == 1
-
-
-def _winograd_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry, group: int) -> bool:
-    if group != 1 or len(geo.kernel) != 2 or geo.kernel != (3, 3) or not _blas_single_threaded():
-        return False
-    if geo.strides != (1, 1) or geo.dilations != (1, 1):
-        return False
-    tiles = x_shape[0] * ((geo.out[0] + 1) // 2) * ((geo.out[1] + 1) // 2)
-    return tiles >= _WINO_MIN_TILES and w_shape[0] >= _WINO_MIN_CHANNELS and w_shape[1] >= _WINO_MIN_CHANNELS
-
-
-def _winograd_weight(w: np.ndarray) -> np.ndarray:
-    """(M, C, 3, 3) -> U (16, M, C) = G g G^T per filter, computed in float64."""
-    gw = np.tensordot(_WINO_G, w.astype(np.float64), axes=(1, 2))  # (a, M, C, j)
-    u = np.tensordot(gw, _WINO_G, axes=(3, 1)).transpose(0, 3, 1, 2)  # (a, b, M, C)
-    return np.ascontiguousarray(u.reshape((16,) + w.shape[:2]).astype(w.dtype))
-
-
-class _Winograd:
-    __slots__ = ("oh", "ow", "pad_h", "pad_w", "th", "tw")
-
-    def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> None:
-        self.oh, self.ow = geo.out
-        self.th, self.tw = (self.oh + 1) // 2, (self.ow + 1) // 2
-        self.pad_h, self.pad_w = geo.pad_begin
-
-    def run(self, x: np.ndarray, u: np.ndarray) -> np.ndarray:
-        n, c = x.shape[0], x.shape[1]
-        m = u.shape[1]
-        th, tw = self.th, self.tw
-        dt = np.result_type(x.dtype, u.dtype)
-        v = self._transform_input(x, dt)
-        prod = SCRATCH.take((16, m, n * th * tw), dt)
-        np.matmul(u, v.reshape(16, c, n * th * tw), out=prod)
-        SCRATCH.give(v)
-        mt = prod.reshape(4, 4, m, n, th, tw)
-        # Y = A^T M A with A^T = [[1, 1, 1, 0], [0, 1, -1, -1]].
-        p = SCRATCH.take((2, 4, m, n, th, tw), dt)
-        np.add(mt[0], mt[1], out=p[0])
-        p[0] += mt[2]
-        np.subtract(mt[1], mt[2], out=p[1])
-        p[1] -= mt[3]
-        SCRATCH.give(prod)
-        exact = n == 1 and 2 * th == self.oh and 2 * tw == self.ow
-        y = np.empty((m, n, 2 * th, 2 * tw), dtype=dt) if exact else SCRATCH.take((m, n, 2 * th, 2 * tw), dt)
-        for i in range(2):
-            pr = p[i]
-            np.add(pr[0], pr[1], out=y[:, :, i::2, 0::2])
-            y[:, :, i::2, 0::2] += pr[2]
-            np.subtract(pr[1], pr[2], out=y[:, :, i::2, 1::2])
-            y[:, :, i::2, 1::2] -= pr[3]
-        SCRATCH.give(p)
-        if exact:
-            return y.reshape(n, m, self.oh, self.ow)
-        out = np.ascontiguousarray(y[:, :, : self.oh, : self.ow].transpose(1, 0, 2, 3))
-        SCRATCH.give(y)
-        return out
-
-    def _transform_input(self, x: np.ndarray, dt: Any) -> np.ndarray:
-        """V = B^T d B for every 4x4 input tile d, as (16, C, N, th, tw)."""
-        n, c = x.shape[0], x.shape[1]
-        th, tw = self.th, self.tw
-        ph, pw = self.pad_h, self.pad_w
-        rows = 2 * th + 2
-        # Padded input, (C, N, rows, cols) with the even and odd columns de-interleaved into two planes
-        # so that every tile column below is a unit-stride view.
-        planes = SCRATCH.take((2, c, n, rows, tw + 1), dt)
-        planes.fill(0)
-        xt = x.transpose(1, 0, 2, 3)[:, :, : rows - ph]
-        for parity in range(2):
-            first = (parity - pw) % 2  # first input column landing on this parity
-            src = xt[..., first::2]
-            dst0 = (pw + first) // 2
-            k = min(src.shape[-1], tw + 1 - dst0)
-            planes[parity, :, :, ph : ph + src.shape[2], dst0 : dst0 + k] = src[..., :k]
-        ev, od = planes[0], planes[1]
-        q = (ev[..., :tw], od[..., :tw], ev[..., 1:], od[..., 1:])  # tile columns 0..3
-        cols = SCRATCH.take((4, c, n, rows, tw), dt)
-        np.subtract(q[0], q[2], out=cols[0])
-        np.add(q[1], q[2], out=cols[1])
-        np.subtract(q[2], q[1], out=cols[2])
-        np.subtract(q[1], q[3], out=cols[3])
-        r = [cols[:, :, :, i : i + 2 * th : 2] for i in range(4)]  # tile rows 0..3
-        v = SCRATCH.take((4, 4, c, n, th, tw), dt)
-        np.subtract(r[0], r[2], out=v[0])
-        np.add(r[1], r[2], out=v[1])
-        np.subtract(r[2], r[1], out=v[2])
-        np.subtract(r[1], r[3], out=v[3])
-        SCRATCH.give(planes, cols)
-        return v
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -1,34 +1,17 @@
-"""Convolutions computed without an im2col copy: on the padded input flattened per channel (stride-1 2-D
-dense convs with M <= C and depthwise convs) or channels-last through one einsum (depthwise, many channels)."""
+"""Dense stride-1 2-D convs with M <= C computed without an im2col copy, on the padded input flattened per
+channel. (Depthwise convs ran so too until the column blocks of ``depthwise.py``, faster on every shape
+measured: 40 channels at 33x32, 5x5: 639 -> 180 us; 64 at 56x56, 3x3: 639 -> 597 us.)"""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from epctx.providers.cpu import parallel
-from epctx.providers.cpu.kernels.windows import ALL as _ALL
 from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry
 
-__all__ = [
-    "DepthwiseChannelsLast",
-    "DepthwiseFlat",
-    "FlatGemm",
-    "channels_last_fits",
-    "flat_fits",
-    "flat_gemm_fits",
-]
-
-# Stride-1 2-D depthwise convs with at least this many output pixels (or few channels) run on flattened rows.
-_FLAT_MIN_PIXELS = 1024
-
-
-def flat_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> bool:
-    if len(geo.out) != 2 or geo.strides != (1, 1) or w_shape[0] != x_shape[1]:
-        return False
-    return x_shape[1] < _CHANNELS_LAST_MIN or math.prod(geo.out) >= _FLAT_MIN_PIXELS
+__all__ = ["FlatGemm", "FlatLayout", "flat_gemm_fits"]
 
 
 class FlatLayout:
@@ -104,88 +87,3 @@ class FlatGemm:
             parallel.split_columns(length, block)
         SCRATCH.give(buf, tmp)
         return layout.crop(y)
-
-
-class DepthwiseFlat:
-    """A stride-1 2-D depthwise conv on the flattened padded input (``FlatLayout``): one shifted
-    multiply-add per kernel offset, with rows ``oh * Wp`` long. Measured here on 64 channels at 56x56, 3x3:
-    560 us, against 910 for the channels-last einsum."""
-
-    __slots__ = ("layout",)
-
-    def __init__(self, geo: Geometry) -> None:
-        self.layout = FlatLayout(geo)
-
-    def run(self, x: np.ndarray, wd: np.ndarray) -> np.ndarray:
-        layout = self.layout
-        n, c, length = x.shape[0], x.shape[1], layout.length
-        buf = layout.padded(x)
-        dt = np.result_type(x.dtype, wd.dtype)
-        y = np.empty((n, c, length), dtype=dt)
-        tmp = SCRATCH.take((n, c, length), dt)
-        # Channels in blocks whose input, output and temporary rows stay in cache across the kernel offsets
-        # (32 channels at 112x112: 1.8 ms in one block, 0.73 ms in blocks of 512 KB, measured here).
-        block = max(1, _CACHE_BYTES // (3 * length * y.itemsize))
-        for i in range(n):
-            for c0 in range(0, c, block):
-                rows = slice(c0, c0 + block)
-                src, out, part = buf[i, rows], y[i, rows], tmp[i, rows]
-                for k, shift in enumerate(layout.shifts):
-                    if k == 0:
-                        np.multiply(src[:, shift : shift + length], wd[k][rows], out=out)
-                    else:
-                        np.multiply(src[:, shift : shift + length], wd[k][rows], out=part)
-                        out += part
-        SCRATCH.give(buf, tmp)
-        return layout.crop(y)
-
-
-_CACHE_BYTES = 1 << 19
-
-
-# Depthwise convolutions with at least this many channels run channels-last (one einsum over a strided window
-# view, the channels innermost); with fewer, the windows' rows are too short for that to pay off.
-_CHANNELS_LAST_MIN = 32
-
-
-class DepthwiseChannelsLast:
-    """A depthwise conv as one einsum over an (N, *out, *K, C) window view of the input, padded channels-last:
-    the inner loop runs over the channels (contiguous), with no per-offset temporaries. Measured here against
-    the offset-by-offset form: 576 channels at 7x7, 5x5 kernel: 107 us vs 892 us."""
-
-    __slots__ = ("eq", "geo", "out_nchw", "padded_shape", "view_shape")
-
-    def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> None:
-        nd = len(geo.out)
-        self.geo = geo
-        self.padded_shape = (x_shape[0], *geo.padded, x_shape[1])
-        self.view_shape = (x_shape[0], *geo.out, *geo.kernel, x_shape[1])
-        out, ker = "ijk"[:nd], "pqr"[:nd]
-        self.eq = f"n{out}{ker}c,{ker}cm->n{out}cm"
-        self.out_nchw = (0, nd + 1, *range(1, nd + 1))
-
-    def run(self, x: np.ndarray, wl: np.ndarray) -> np.ndarray:
-        geo = self.geo
-        n, c = x.shape[0], x.shape[1]
-        nd = len(geo.out)
-        buf = SCRATCH.take(self.padded_shape, x.dtype)
-        if geo.needs_pad or tuple(x.shape[2:]) != geo.padded:
-            buf.fill(0)
-        inner = (_ALL,) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, x.shape[2:])) + (_ALL,)
-        buf[inner] = np.moveaxis(x, 1, -1)
-        st = buf.strides
-        strides = (
-            st[0],
-            *(st[1 + i] * geo.strides[i] for i in range(nd)),
-            *(st[1 + i] * geo.dilations[i] for i in range(nd)),
-            st[-1],
-        )
-        view = as_strided(buf, shape=self.view_shape, strides=strides, writeable=False)
-        y = np.einsum(self.eq, view, wl)  # (N, *out, C, multiplier)
-        SCRATCH.give(buf)
-        y = y.reshape((n, *geo.out, c * wl.shape[-1]))
-        return np.ascontiguousarray(y.transpose(self.out_nchw))
-
-
-def channels_last_fits(x_shape: tuple[int, ...]) -> bool:
-    return x_shape[1] >= _CHANNELS_LAST_MIN

@@ -105,16 +105,18 @@ def _einsum(info: NodeInfo) -> Kernel:
 
 
 # ---------------------------------------------------------------------------------- softmax family
+# The ufuncs' reduce methods themselves: np.max / np.sum wrap them in Python (PP-OCR cls's final Softmax of
+# 2 values: 21 us against onnxruntime's 4, measured here).
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = x - np.max(x, axis=axis, keepdims=True)
+    e = x - np.maximum.reduce(x, axis=axis, keepdims=True)
     np.exp(e, out=e)
-    e /= np.sum(e, axis=axis, keepdims=True)
+    e /= np.add.reduce(e, axis=axis, keepdims=True)
     return e
 
 
 def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    shifted -= np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True)
+    shifted -= np.log(np.add.reduce(np.exp(shifted), axis=axis, keepdims=True))
     return shifted
 
 

@@ -1,0 +1,299 @@
+"""Depthwise convolutions channels-last: one einsum over a strided window view of the input, padded into an
+(N, *padded, C) buffer, the inner loop running over contiguous memory with no per-offset temporaries.
+
+Two refinements, both measured here on one thread:
+
+* **Column blocks** (2-D, one output channel per group): for a kernel offset, the inputs of ``B`` consecutive
+  output columns are one contiguous run of ``B * C`` values of a buffer row. With the filter tiled ``B`` times
+  along that run (``(KH, KW, B * C)``, at most ``_TILE_FLOATS``, so it stays in cache), the einsum's inner loop
+  is ``B * C`` long instead of ``C``: 32 channels at 6x96, 3x3: 90 -> 22 us; 16 at 56x56, 3x3: 409 -> 53 us;
+  88 at 28x28, 3x3: 160 -> 73 us; 576 at 7x7, 5x5 (one column a block): 78 us either way. A column stride s
+  splits the buffer's columns into s phases (``_ColumnBlocks``) so that the runs stay contiguous, the kernel
+  zero-padded to a multiple of s columns: 16 channels at 112x112, 3x3, stride 2: 417 -> 245 us a call.
+* **Row bands**: when padding rows are a large part of the windows (few rows: PP-OCR's direction classifier
+  runs 5x5 depthwise convs on 2 or 3 rows of 96 columns), output rows are computed in bands that share the
+  kernel rows landing inside the input, one einsum each, skipping the products with padding (200 channels at
+  2x96, 5x5: 126 -> 64 us).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from epctx.providers.cpu import parallel
+from epctx.providers.cpu.kernels.windows import ALL as _ALL
+from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry
+
+__all__ = ["DepthwiseChannelsLast", "channels_last_fits", "column_block", "row_bands"]
+
+# Depthwise convolutions with at least this many channels run channels-last without column blocks; with
+# fewer, the windows' rows are too short for that to pay off.
+_CHANNELS_LAST_MIN = 32
+# The tiled filter of a column block holds at most this many values (128 KB of float32: stays in L2).
+_TILE_FLOATS = 1 << 15
+# The banded form pays off when at most this share of the kernel rows read lies inside the input.
+_BANDED_MAX_INSIDE = 0.75
+
+
+def column_block(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> int:
+    """Output columns per block (a divisor of the output width), or 0 where blocks do not apply: not 2-D, more
+    than one output channel per group, or both a column stride and a column dilation."""
+    if len(geo.out) != 2 or w_shape[0] != x_shape[1] or w_shape[1] != 1:
+        return 0
+    if geo.strides[1] > 1 and geo.dilations[1] > 1:
+        return 0
+    taps, phases = _column_taps(geo)
+    width, per_column = geo.out[1], geo.kernel[0] * taps * phases * x_shape[1]
+    fits = [b for b in range(1, width + 1) if width % b == 0 and b * per_column <= _TILE_FLOATS]
+    block = max(fits, default=1)
+    # With a column stride, blocks of one column only add the zero taps (288 channels at 14x14, 5x5, stride 2:
+    # 102 us without, 145 with): the plain view then.
+    return 0 if phases > 1 and block == 1 else block
+
+
+def _column_taps(geo: Geometry) -> tuple[int, int]:
+    """(taps, phases): a column stride s splits the padded columns into s phases (column mod s), each kernel
+    column ``u * s + v`` reading phase v at position ``j + u`` for output column j (the kernel zero-padded to
+    a multiple of s); without a stride, one phase and the kernel's columns."""
+    stride, kernel = geo.strides[1], geo.kernel[1]
+    if stride == 1:
+        return kernel, 1
+    return -(-kernel // stride), stride
+
+
+def channels_last_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> bool:
+    return column_block(x_shape, w_shape, geo) > 0 or x_shape[1] >= _CHANNELS_LAST_MIN
+
+
+class _ColumnBlocks:
+    """The padded input as (N, rows, phases, positions, C) and the window view (N, out rows, blocks, KH, taps,
+    phases, B * C) over it; the filter tiled to (KH, taps, phases, B * C)."""
+
+    __slots__ = ("block", "buf_shape", "geo", "phases", "positions", "taps", "view_shape")
+
+    def __init__(self, x_shape: tuple[int, ...], geo: Geometry, block: int) -> None:
+        n, c = x_shape[0], x_shape[1]
+        self.geo, self.block = geo, block
+        self.taps, self.phases = _column_taps(geo)
+        reach = (self.taps - 1) * (geo.dilations[1] if self.phases == 1 else 1)
+        self.positions = geo.out[1] + reach
+        self.buf_shape = (n, geo.padded[0], self.phases, self.positions, c)
+        kh = geo.kernel[0]
+        self.view_shape = (n, geo.out[0], geo.out[1] // block, kh, self.taps, self.phases, block * c)
+
+    def fill(self, buf: np.ndarray, x: np.ndarray, *, pad_rows: bool = True) -> None:
+        """``x`` (N, C, H, W) into ``buf``, zeros around it (not in the padding rows unless ``pad_rows``: row
+        bands never read them; PP-OCR cls's 200 channels at 2x96, 5x5: 4 of 6 rows)."""
+        geo, stride = self.geo, self.phases
+        top, left = geo.pad_begin
+        height, width = x.shape[2], x.shape[3]
+        if pad_rows:
+            buf[:, :top] = 0
+            buf[:, top + height :] = 0
+        rows = buf[:, top : top + height]
+        xt = x.transpose(0, 2, 3, 1)
+        for phase in range(stride):
+            first = (phase - left) % stride  # the first input column landing in this phase
+            start = (first + left) // stride
+            count = max(0, min(len(range(first, width, stride)), self.positions - start))
+            rows[:, :, phase, :start] = 0
+            rows[:, :, phase, start + count :] = 0
+            if count:
+                _copy_in_tiles(
+                    rows[:, :, phase, start : start + count], xt[:, :, first::stride][:, :, :count]
+                )
+
+    def strides(self, buf: np.ndarray) -> tuple[int, ...]:
+        geo, st = self.geo, buf.strides
+        tap = st[3] * (geo.dilations[1] if self.phases == 1 else 1)
+        return (
+            st[0],
+            st[1] * geo.strides[0],
+            st[3] * self.block,
+            st[1] * geo.dilations[0],
+            tap,
+            st[2],
+            st[4],
+        )
+
+    def tiled(self, wl: np.ndarray) -> np.ndarray:
+        """(KH, KW, C, 1) -> (KH, taps, phases, B * C), zeros for the kernel columns past KW."""
+        kh, kw, c = wl.shape[:3]
+        padded = np.zeros((kh, self.taps * self.phases, c), dtype=wl.dtype)
+        padded[:, :kw] = wl[..., 0]
+        grid = padded.reshape(kh, self.taps, self.phases, 1, c)
+        tiled = np.broadcast_to(grid, (kh, self.taps, self.phases, self.block, c))
+        return np.ascontiguousarray(tiled).reshape(kh, self.taps, self.phases, self.block * c)
+
+
+class DepthwiseChannelsLast:
+    """A depthwise conv as one einsum (or one per row band) over a window view of the padded channels-last
+    input: in column blocks (``_ColumnBlocks``) where they apply, else (N, *out, *K, C)."""
+
+    __slots__ = (
+        "bands",
+        "blocks",
+        "eq",
+        "geo",
+        "k_axis",
+        "out_nchw",
+        "padded_shape",
+        "to_nhwc",
+        "view_shape",
+    )
+
+    def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> None:
+        nd = len(geo.out)
+        n, c = x_shape[0], x_shape[1]
+        self.geo = geo
+        self.out_nchw = (0, nd + 1, *range(1, nd + 1))
+        self.to_nhwc = (0, *range(2, nd + 2), 1)
+        block = column_block(x_shape, w_shape, geo)
+        self.blocks = _ColumnBlocks(x_shape, geo, block) if block else None
+        self.padded_shape: tuple[int, ...]
+        self.view_shape: tuple[int, ...]
+        if self.blocks is not None:
+            self.padded_shape = self.blocks.buf_shape
+            self.view_shape = self.blocks.view_shape
+            self.eq = "nibpuvJ,puvJ->nibJ"
+            self.k_axis = 3
+        else:
+            out, ker = "ijk"[:nd], "pqr"[:nd]
+            self.padded_shape = (n, *geo.padded, c)
+            self.view_shape = (n, *geo.out, *geo.kernel, c)
+            self.eq = f"n{out}{ker}c,{ker}cm->n{out}cm"
+            self.k_axis = 1 + nd
+        self.bands = row_bands(x_shape[2], geo)
+
+    @property
+    def block(self) -> int:
+        return 0 if self.blocks is None else self.blocks.block
+
+    def run(self, x: np.ndarray, prep: dict[str, np.ndarray]) -> np.ndarray:
+        """``prep["wl"]``: the filter as (*K, C, multiplier); the tiled filter is kept in ``prep`` too."""
+        geo = self.geo
+        buf = SCRATCH.take(self.padded_shape, x.dtype)
+        if self.blocks is not None:
+            self.blocks.fill(buf, x, pad_rows=self.bands is None)
+            strides = self.blocks.strides(buf)
+        else:
+            _zero_border(buf, geo, x.shape[2:])
+            inner = (_ALL,) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, x.shape[2:])) + (_ALL,)
+            buf[inner] = x.transpose(self.to_nhwc)
+            strides = self._strides(buf)
+        y = self._einsums(buf, self._filter(prep), strides)
+        SCRATCH.give(buf)
+        y = y.reshape((x.shape[0], *geo.out, -1))  # (N, *out, C * multiplier)
+        out = np.empty(tuple(y.shape[i] for i in self.out_nchw), dtype=y.dtype)
+        _copy_in_tiles(out.transpose(self.to_nhwc), y)
+        return out
+
+    def _filter(self, prep: dict[str, np.ndarray]) -> np.ndarray:
+        if self.blocks is None:
+            return prep["wl"]
+        key = f"wl_tiled_{self.blocks.block}_{self.blocks.phases}"
+        tiled = prep.get(key)
+        if tiled is None:
+            tiled = prep[key] = self.blocks.tiled(prep["wl"])
+        return tiled
+
+    def _strides(self, buf: np.ndarray) -> tuple[int, ...]:
+        geo, st = self.geo, buf.strides
+        nd = len(geo.out)
+        return (
+            st[0],
+            *(st[1 + i] * geo.strides[i] for i in range(nd)),
+            *(st[1 + i] * geo.dilations[i] for i in range(nd)),
+            st[-1],
+        )
+
+    def _einsums(self, buf: np.ndarray, w: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
+        """The einsum over every output row (band by band, each over its kernel rows inside the input only, when
+        there are ``bands``); rows of a large band shared with helper threads (``parallel.split_ranges``: as many
+        runners as BLAS has threads, so one under ``intra_op_num_threads=1``)."""
+        geo, k_axis = self.geo, self.k_axis
+        kernel_axes = len(self.view_shape) - k_axis - 1  # w's: (*K, C, M), or (KH, taps, phases, B * C)
+        out_shape = self.view_shape[:k_axis] + w.shape[kernel_axes:]
+        if self.bands is None and math.prod(self.view_shape) < _SHARED_MACS:
+            return np.einsum(self.eq, _window(buf, 0, self.view_shape, strides), w)
+        y = np.empty(out_shape, dtype=np.result_type(buf.dtype, w.dtype))
+        # multiply-adds per output row and kernel row (the batch included)
+        per_row = self.view_shape[0] * math.prod(self.view_shape[2:]) // geo.kernel[0]
+        for r0, r1, k0, k1 in self.bands or [(0, geo.out[0], 0, geo.kernel[0])]:
+            if k1 <= k0:  # every kernel row of these output rows is padding
+                y[:, r0:r1] = 0
+                continue
+
+            def rows(lo: int, hi: int, r0: int = r0, k0: int = k0, k1: int = k1) -> None:
+                first = ((r0 + lo) * geo.strides[0] + k0 * geo.dilations[0]) * buf.strides[1]
+                shape = list(self.view_shape)
+                shape[1], shape[k_axis] = hi - lo, k1 - k0
+                view = _window(buf, first, tuple(shape), strides)
+                np.einsum(self.eq, view, w[k0:k1], out=y[:, r0 + lo : r0 + hi])
+
+            if per_row * (k1 - k0) * (r1 - r0) >= _SHARED_MACS:
+                parallel.split_ranges(r1 - r0, rows)
+            else:
+                rows(0, r1 - r0)
+        return y
+
+
+# A depthwise conv of at least this many multiply-adds shares its output rows with helper threads.
+_SHARED_MACS = 1 << 20
+
+
+# A layout change (NCHW <-> NHWC) copies tiles of about this many values, which stay in cache between the
+# strided reads and writes: 64 channels at 56x56: 171 -> 67 us, 256 at 14x14: 45 -> 18 us, measured here.
+_TILE_VALUES = 1 << 13
+
+
+def _copy_in_tiles(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for (N, H, W, C)-shaped arrays of which one is a transposed view, a few rows at a time."""
+    per_row = math.prod(src.shape[2:])
+    rows = max(1, _TILE_VALUES // max(1, per_row))
+    if rows >= src.shape[1] or src.size <= 4 * _TILE_VALUES:  # small: one copy costs less than the loop
+        dst[...] = src
+        return
+    for r in range(0, src.shape[1], rows):
+        dst[:, r : r + rows] = src[:, r : r + rows]
+
+
+def _window(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """A read-only strided view of the contiguous ``buf`` from byte ``offset`` (numpy checks it stays inside
+    ``buf``; cheaper than ``as_strided``, which costs ~20 us a call)."""
+    view = np.ndarray(shape, dtype=buf.dtype, buffer=buf, offset=offset, strides=strides)
+    view.flags.writeable = False
+    return view
+
+
+def _zero_border(buf: np.ndarray, geo: Geometry, in_shape: tuple[int, ...]) -> None:
+    """Zeroes the padding of a channels-last (N, *padded, C) buffer, strip by strip, not the whole buffer."""
+    for axis, (begin, size) in enumerate(zip(geo.pad_begin, in_shape), start=1):
+        index: list[slice] = [_ALL] * buf.ndim
+        if begin:
+            index[axis] = slice(0, begin)
+            buf[tuple(index)] = 0
+        if begin + size < buf.shape[axis]:
+            index[axis] = slice(begin + size, None)
+            buf[tuple(index)] = 0
+
+
+def row_bands(height: int, geo: Geometry) -> list[tuple[int, int, int, int]] | None:
+    """Output rows ``[r0, r1)`` grouped by the kernel rows ``[k0, k1)`` that read inside the input (rows of
+    the padded buffer ``r * stride + k * dilation``), or None when padding is too small a part to skip."""
+    stride, dil, pad, kernel = geo.strides[0], geo.dilations[0], geo.pad_begin[0], geo.kernel[0]
+    bands: list[tuple[int, int, int, int]] = []
+    inside = 0
+    for r in range(geo.out[0]):
+        valid = [k for k in range(kernel) if 0 <= r * stride + k * dil - pad < height]
+        k0, k1 = (valid[0], valid[-1] + 1) if valid else (0, 0)
+        inside += k1 - k0
+        if bands and bands[-1][1] == r and bands[-1][2:] == (k0, k1):
+            bands[-1] = (bands[-1][0], r + 1, k0, k1)
+        else:
+            bands.append((r, r + 1, k0, k1))
+    if inside > _BANDED_MAX_INSIDE * kernel * geo.out[0]:
+        return None
+    return bands
