@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import epctx
-from epctx.optimize import fold_conv_affine, fold_conv_batchnorm
+from epctx.optimize import fold_conv_affine
 from tests.oracle import assert_matches_ort
 
 
@@ -47,7 +47,7 @@ def _model(*, with_bias: bool, conv_output_also_used: bool = False, momentum: bo
 def test_folded_session_matches_onnxruntime(with_bias, momentum):
     model = _model(with_bias=with_bias, momentum=momentum)
     graph = ir.serde.deserialize_model(model).graph
-    assert fold_conv_batchnorm(graph) == 1
+    assert fold_conv_affine(graph) == 1
     assert [n.op_type for n in graph] == ["Conv"]
     assert sorted(graph.initializers) == ["conv_fold_B", "conv_fold_W"]
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -57,7 +57,7 @@ def test_folded_session_matches_onnxruntime(with_bias, momentum):
 def test_not_folded_when_the_conv_output_has_other_readers():
     model = _model(with_bias=True, conv_output_also_used=True)
     graph = ir.serde.deserialize_model(model).graph
-    assert fold_conv_batchnorm(graph) == 0
+    assert fold_conv_affine(graph) == 0
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     assert_matches_ort(model, {"x": x}, atol=1e-5)
 
@@ -105,7 +105,7 @@ def _constant_fed_model(*, shared_mean: bool = False) -> object:
 def test_constant_fed_parameters_are_folded_and_their_constant_nodes_removed():
     model = _constant_fed_model()
     graph = ir.serde.deserialize_model(model).graph
-    assert fold_conv_batchnorm(graph) == 1
+    assert fold_conv_affine(graph) == 1
     assert [n.op_type for n in graph] == ["Conv"]
     assert sorted(graph.initializers) == ["conv_fold_B", "conv_fold_W"]
     x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -117,7 +117,7 @@ def test_constant_fed_parameters_are_folded_and_their_constant_nodes_removed():
 def test_a_constant_node_another_node_reads_is_kept():
     model = _constant_fed_model(shared_mean=True)
     graph = ir.serde.deserialize_model(model).graph
-    assert fold_conv_batchnorm(graph) == 1
+    assert fold_conv_affine(graph) == 1
     ops = [n.op_type for n in graph]
     assert "BatchNormalization" not in ops and ops.count("Constant") == 2  # the mean's and the axes'
     x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)

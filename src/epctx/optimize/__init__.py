@@ -1,5 +1,5 @@
 """Graph optimizations applied at session creation (``SessionOptions.graph_optimization_level``)."""
 
-from epctx.optimize.fold_conv import fold_conv_affine, fold_conv_batchnorm
+from epctx.optimize.fold_conv import fold_conv_affine
 
-__all__ = ["fold_conv_affine", "fold_conv_batchnorm"]
+__all__ = ["fold_conv_affine"]

@@ -22,7 +22,7 @@ import onnx_ir as ir
 
 from epctx.optimize.conv_params import const_array, conv_params, rewrite_conv, sole_reader
 
-__all__ = ["fold_conv_affine", "fold_conv_batchnorm"]
+__all__ = ["fold_conv_affine"]
 
 Affine = tuple[np.ndarray, np.ndarray]  # per output channel: scale, shift (float64)
 
@@ -52,11 +52,6 @@ def fold_conv_affine(graph: ir.Graph) -> int:
             rewrite_conv(graph, conv, readers, new_w.astype(weight.dtype), shift.astype(weight.dtype))
             folded += len(readers)
     return folded
-
-
-def fold_conv_batchnorm(graph: ir.Graph) -> int:
-    """The name ``session/pipeline.py`` calls the level-BASIC Conv folds by: :func:`fold_conv_affine`."""
-    return fold_conv_affine(graph)
 
 
 def _affine(node: ir.Node, x: ir.Value, weight: np.ndarray) -> Affine | None:

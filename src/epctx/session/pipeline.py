@@ -226,7 +226,7 @@ def _load(
     compiles: bool,
 ) -> LoadedModel:
     """The loading stage: the model loaded (types inferred when an EP compiles), its free dimensions and
-    initializers overridden as ``options`` say, Conv+BatchNormalization folded from the basic level up."""
+    initializers overridden as ``options`` say, Conv + BatchNormalization / Mul / Add folded from the basic level up."""
     loaded = load_model(
         source,
         data=data,
@@ -238,9 +238,9 @@ def _load(
     apply_dimension_overrides(graph, *options.free_dimension_overrides)
     apply_initializers(graph, options.initializers)
     if level >= opt.GraphOptimizationLevel.ORT_ENABLE_BASIC:
-        from epctx.optimize import fold_conv_batchnorm
+        from epctx.optimize import fold_conv_affine
 
-        fold_conv_batchnorm(graph)
+        fold_conv_affine(graph)
     return loaded
 
 
