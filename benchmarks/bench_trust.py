@@ -117,8 +117,87 @@ def _llm(folder: Path, size: str) -> tuple[list[Path], list[Path]]:
     return _compile(folder, [prefill_path, decode_path]), feeds
 
 
-def _child(paths: list[Path], feeds: list[Path], policy: str, key: Path, records: Path) -> dict[str, float]:
+_PACKAGE_CHILD = """
+import json, statistics, sys, time
+import epctx
+pkg, key, rounds = json.loads(sys.argv[1])
+feeds = None
+def options(policy):
+    so = epctx.SessionOptions()
+    so.add_session_config_entry("epctx.trust.policy", policy)
+    so.add_session_config_entry("epctx.trust.keys", key)
+    return so
+times = {"off": [], "require": []}
+for k in range(rounds + 1):
+    for policy in times:
+        so = options(policy)
+        t = time.perf_counter()
+        epctx.InferenceSession(pkg, so, providers=["ExampleExecutionProvider"])
+        if k:  # the first round imports and verifies (the record then exists)
+            times[policy].append(time.perf_counter() - t)
+print(json.dumps(times))
+"""
+
+
+_SRC: list[str] = []  # --src: the epctx source tree the children import instead of this checkout's
+
+
+def _env(records: Path) -> dict[str, str]:
     env = {**child_env(), "EPCTX_TRUST_RECORDS": str(records)}
+    if _SRC:
+        env["PYTHONPATH"] = os.pathsep.join([*_SRC, env["PYTHONPATH"]])
+    return env
+
+
+def _package(folder: Path) -> Path:
+    """A package of the conformance ``chain`` model with one Example-EP variant (built by ``epctx package``)."""
+    import onnx
+
+    from epctx.cli import main as cli_main
+    from epctx.testing.conformance import models
+
+    folder.mkdir()
+    onnx.save(models.chain(), folder / "chain.onnx")
+    spec = folder / "spec.toml"
+    spec.write_text(
+        '[package]\nname = "demo"\n\n[components.chain]\nmodel = "chain.onnx"\n\n'
+        '[[targets]]\nname = "example"\nep = "ExampleExecutionProvider"\n'
+    )
+    assert cli_main(["package", "build", str(spec), "-o", str(folder / "pkg"), "--workers", "1"]) == 0
+    return folder / "pkg"
+
+
+def measure_package(pkg: Path, key: Path, runs: int, rounds: int, tmp: Path) -> dict[str, object]:
+    """Warm package sessions (``InferenceSession(package_folder)``), off and ``require`` alternating, in
+    ``runs`` fresh processes of ``rounds`` creations each (after one untimed round that verifies)."""
+    env = _env(tmp / "records_package")
+    medians: dict[str, list[float]] = {"off": [], "require": []}
+    mins: dict[str, list[float]] = {"off": [], "require": []}
+    for _ in range(runs):
+        arg = json.dumps([str(pkg), str(key), rounds])
+        done = subprocess.run([sys.executable, "-c", _PACKAGE_CHILD, arg], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=ROOT, check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-3000:])
+        times = json.loads(done.stdout.splitlines()[-1])
+        for policy, values in times.items():
+            medians[policy].append(statistics.median(values))
+            mins[policy].append(min(values))
+    off, req = statistics.median(medians["off"]), statistics.median(medians["require"])
+    return {
+        "case": "package (Example EP, conformance chain)",
+        "warm off ms": round(off * 1e3, 3),
+        "warm require ms": round(req * 1e3, 3),
+        "ratio": round(req / off, 3),
+        "min off ms": round(min(mins["off"]) * 1e3, 3),
+        "min require ms": round(min(mins["require"]) * 1e3, 3),
+        "min ratio": round(min(mins["require"]) / min(mins["off"]), 3),
+        "runs x rounds": f"{runs} x {rounds}",
+    }
+
+
+def _child(paths: list[Path], feeds: list[Path], policy: str, key: Path, records: Path) -> dict[str, float]:
+    env = _env(records)
     arg = json.dumps([[str(p) for p in paths], [str(f) for f in feeds], policy, str(key)])
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, arg], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
@@ -190,7 +269,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llm-size", default="bench", choices=["bench", "tiny", "none"])
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--cases", default="small,llm,package", help="comma-separated: small, llm, package")
+    parser.add_argument(
+        "--package-rounds", type=int, default=60, help="session creations per package process"
+    )
+    parser.add_argument(
+        "--src",
+        help="the epctx source folder the timed processes import (a before / after: "
+        "e.g. `git archive main src | tar -x -C /tmp/base`, --src /tmp/base/src)",
+    )
     args = parser.parse_args()
+    wanted = set(args.cases.split(","))
+    if args.src:
+        _SRC.append(str(Path(args.src).resolve()))
     compile_bytecode()
     from tests.trust.test_signing import write_key
 
@@ -200,12 +291,16 @@ def main() -> None:
         tmp = Path(tmp_name)
         private, public = write_key(tmp, "release")
         rows = []
-        cases = [("small", _small(tmp / "small"))]
-        if args.llm_size != "none":
+        cases = [("small", _small(tmp / "small"))] if "small" in wanted else []
+        if args.llm_size != "none" and "llm" in wanted:
             cases.append((f"llm pair ({args.llm_size})", _llm(tmp / "llm", args.llm_size)))
         for name, (paths, feeds) in cases:
             sign_folder(paths[0], private)
             rows.append(measure(name, paths, feeds, public, args.runs, tmp))
+        if "package" in wanted:
+            pkg = _package(tmp / "package")
+            sign_folder(pkg, private)
+            rows.append(measure_package(pkg, public, args.runs, args.package_rounds, tmp))
         for row in rows:
             print(json.dumps(row))
 

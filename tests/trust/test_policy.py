@@ -211,6 +211,13 @@ def test_the_record_skips_hashing_until_a_file_is_written(
     binary = ctx.parent / f"model_{EXAMPLE}.bin"
     binary.write_bytes(binary.read_bytes())  # the same bytes, written: ctime moves, the record is void
     _run(ctx, _options("require", public))
+    assert hashed == [f"model_{EXAMPLE}.bin"]  # for that file: the others' stamps still stand
+    hashed.clear()
+    _run(ctx, _options("require", public))
+    assert hashed == []  # the record holds the binary's new stamp
+    sig = ctx.parent / "model.sig"
+    sig.write_bytes(sig.read_bytes())  # the signature written: everything is verified again
+    _run(ctx, _options("require", public))
     assert sorted(hashed) == [f"model_{EXAMPLE}.bin", "model_ctx.onnx"]
 
 

@@ -56,6 +56,7 @@ class ContextLoader:
         self._warned: set[str] = set()  # EPs whose suboptimal contexts were logged
         self._copy = config.context_binary_copy
         self._verified: dict[str, list[int] | None] = {}  # trust policy: file -> stamp when verified
+        self._resolved: dict[str, Path] = {}  # trust policy: a node's cache path -> the file checked
 
     def route(
         self, graph: GraphView, providers: Sequence[ExecutionProvider]
@@ -101,6 +102,7 @@ class ContextLoader:
                 from_callback[view.cache_path] = from_callback.get(view.cache_path, False) or native
             elif view.main_context and self._base is not None and view.cache_path:
                 path = resolve_context_file(self._base, view.cache_path, node=view.name)
+                self._resolved[view.cache_path] = path  # the file verified is the file opened (resolved once)
                 files[path] = files.get(path, False) or native
         self._verified = check_context_files(
             self._model_path, files, model_native, self._config, from_callback=from_callback
@@ -201,7 +203,9 @@ class ContextLoader:
         reference = f"file:{view.cache_path}"  # nodes naming one file resolve it once
         binary = self._binaries.get(reference)
         if binary is None:
-            path = resolve_context_file(self._base, view.cache_path, node=view.name)
+            path = self._resolved.get(view.cache_path) or resolve_context_file(
+                self._base, view.cache_path, node=view.name
+            )
             key = str(path)
             if key not in self._binaries:
                 if self._share:  # weight sharing: the group's sessions open a shared binary once

@@ -15,15 +15,23 @@ session skip both while no file involved has been written."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from epctx import options as opt
 from epctx.errors import InvalidArgument, Untrusted
+from epctx.trust.record import Record, matches
 
-__all__ = ["POLICIES", "carries_native_code", "check_context_files"]
+if TYPE_CHECKING:
+    from epctx.trust.bundle import SignedManifest
+
+__all__ = ["POLICIES", "carries_native_code", "check_context_files", "check_package_files"]
 
 logger = logging.getLogger("epctx")
 POLICIES = opt.TRUST_POLICIES
@@ -38,6 +46,64 @@ _DATA_ONLY = frozenset({"ExampleExecutionProvider", "CPUExecutionProvider"})
 
 def carries_native_code(source: str | None) -> bool:
     return (source or "") not in _DATA_ONLY
+
+
+@dataclasses.dataclass
+class _Handed:
+    """What a package session's check verified, handed to the same session's loader (``check_package_files``):
+    the package's record (the loader saves into it), the stamps known verified (the record's, which cover the
+    variant's binaries once a session verified them, or this check's) and, when this check verified the
+    signature itself, its manifest (the loader hashes the binaries against it without reading it again)."""
+
+    record: Record
+    known: dict[str, list[int] | None]
+    manifest: SignedManifest | None
+
+
+# A package check's result for the loader of its session, by what the loader's check is about (model, signature,
+# keys, policy, root); taken once. An entry a session left (a variant that is a plain model: no loader check) is
+# harmless: its stamps are of verified files, compared with the files' stamps at the time of use.
+_HANDED: dict[str, _Handed] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setting:
+    """Where the signature is and what it is checked against (``epctx.trust.*``), for one session: paths made
+    absolute once per distinct setting (a warm session's check is a few ``stat`` calls and one small read)."""
+
+    policy: str
+    keys: tuple[Path, ...]
+    root: Path
+    signature: Path
+    watched: tuple[str, ...]  # the signature and the keys: stamped with the covered files
+    about: str  # what a record is about besides the model
+
+    @staticmethod
+    def of(model_path: Path, config: opt.SessionConfig) -> _Setting:
+        if not config.trust_keys:
+            raise InvalidArgument(
+                f"{opt.TRUST_POLICY}={config.trust_policy} needs trusted keys: set {opt.TRUST_KEYS} to PEM "
+                f"public keys or certificates separated by {os.pathsep!r}"
+            )
+        root = config.trust_root or os.path.dirname(
+            os.path.abspath(model_path)
+        )  # a package's root, or the folder
+        cwd = os.getcwd()
+        return _setting(config.trust_policy, tuple(config.trust_keys), config.trust_signature, root, cwd)
+
+    def record(self, model_path: Path) -> Record:
+        return Record(model_path, self.watched, self.about, self.policy)
+
+    def handing(self, model_path: Path) -> str:
+        return f"{os.path.abspath(model_path)}\n{self.about}"
+
+
+@functools.lru_cache(maxsize=64)
+def _setting(policy: str, keys: tuple[str, ...], signature: str, root: str, cwd: str) -> _Setting:
+    root = os.path.normpath(os.path.join(cwd, root))
+    sig = os.path.normpath(os.path.join(cwd, signature)) if signature else os.path.join(root, SIGNATURE_NAME)
+    about = json.dumps([sig, sorted(keys), policy, root])
+    return _Setting(policy, tuple(map(Path, keys)), Path(root), Path(sig), (sig, *keys), about)
 
 
 def check_context_files(
@@ -63,46 +129,88 @@ def check_context_files(
                         "a model given as bytes has no folder a signature could cover")  # fmt: skip
         return {}
     required: dict[Path, bool] = {**files, model_path: model_native}  # binaries first: refusals name them
-    keys = [Path(p) for p in config.trust_keys]
-    given = config.trust_signature
-    root = Path(config.trust_root) if config.trust_root else model_path.absolute().parent  # a package's root
-    signature = Path(given) if given else root / SIGNATURE_NAME
-    if not keys:
-        raise InvalidArgument(
-            f"{opt.TRUST_POLICY}={policy} needs trusted keys: set {opt.TRUST_KEYS} to PEM public keys or "
-            f"certificates separated by {os.pathsep!r}"
-        )
-    from epctx.trust.record import Record
-
-    record = Record(model_path, signature, keys, policy, root=root)
+    setting = _Setting.of(model_path, config)
+    handed = _HANDED.pop(setting.handing(model_path), None)
+    record = handed.record if handed is not None else setting.record(model_path)
     stamps = record.stamps(required)
-    if record.covers(stamps):
+    known = handed.known if handed is not None else record.read()  # the package's look-up, or this one
+    if matches(known, stamps):
         return stamps  # verified before, and nothing involved was written since
-    reasons, signer = _verify(required, root, signature, keys)
-    if not reasons:
-        record.save(stamps, [str(p) for p in required], signer)
-        logger.info("epctx.trust: %s verified, signed by %s", model_path, signer)
+    if not _same_setting(known, stamps, setting):  # another signature or key set: everything again
+        known, handed = {}, None
+    todo = {p: n for p, n in required.items() if not matches(known, {str(p): stamps[str(p)]})}
+    manifest = handed.manifest if handed is not None else None
+    if _checked(todo, setting, record, {**known, **stamps}, manifest):
         return stamps
-    natives = {str(path): native for path, native in required.items() if str(path) in reasons}
-    _refuse_or_warn(policy, natives, reasons, str(signature), "")
     return {}  # warn / require-native: what loaded unsigned is not compared later
 
 
+def check_package_files(manifest: Path, model: Path, config: opt.SessionConfig) -> None:
+    """A package session's check, before it reads a byte of the variant: the package's manifest and the
+    variant's model file. One record look-up serves the whole session: the package's record also covers the
+    variant's binaries (once verified), and what this check found is handed to the session's loader, whose
+    check then reads nothing more while nothing changed."""
+    if config.trust_policy == "off":
+        return
+    setting = _Setting.of(manifest, config)
+    record = setting.record(manifest)
+    required = {model: False, manifest: False}
+    stamps = record.stamps(required)
+    known = record.read()
+    handed = _Handed(record, known, None)
+    if not matches(known, stamps):
+        reasons, signer, verified = _verify(required, setting)
+        if reasons:
+            natives = {str(path): native for path, native in required.items() if str(path) in reasons}
+            _refuse_or_warn(setting.policy, natives, reasons, str(setting.signature), "")
+            return  # warn: nothing handed, the loader checks on its own
+        record.save(stamps, [str(p) for p in required], signer)
+        handed = _Handed(record, stamps, verified)
+    _HANDED[setting.handing(model)] = handed
+
+
+def _same_setting(
+    known: Mapping[str, list[int] | None], now: Mapping[str, list[int] | None], setting: _Setting
+) -> bool:
+    """The signature and the keys are the files the handed manifest was verified from."""
+    return matches(known, {p: now[p] for p in setting.watched})
+
+
+def _checked(
+    todo: Mapping[Path, bool],
+    setting: _Setting,
+    record: Record,
+    stamps: dict[str, list[int] | None],
+    manifest: SignedManifest | None,
+) -> bool:
+    """Verify ``todo`` (against ``manifest`` when given, else the signature read and verified now); on success
+    save ``stamps`` (taken before hashing) in ``record`` and return True; otherwise refuse or warn."""
+    reasons, signer, _ = _verify(todo, setting, manifest)
+    if not reasons:
+        record.save(stamps, [k for k in stamps if k not in setting.watched], signer)
+        logger.info("epctx.trust: %s verified, signed by %s", ", ".join(map(str, todo)), signer)
+        return True
+    natives = {str(path): native for path, native in todo.items() if str(path) in reasons}
+    _refuse_or_warn(setting.policy, natives, reasons, str(setting.signature), "")
+    return False
+
+
 def _verify(
-    required: Mapping[Path, bool], folder: Path, signature: Path, keys: list[Path]
-) -> tuple[dict[str, str], str]:
-    """Why each required file is not covered (empty: all are), and who signed."""
+    required: Mapping[Path, bool], setting: _Setting, manifest: SignedManifest | None = None
+) -> tuple[dict[str, str], str, SignedManifest | None]:
+    """Why each required file is not covered (empty: all are), who signed, and the manifest verified."""
     from epctx.trust.bundle import load_trusted_keys, read_and_verify
     from epctx.trust.digests import file_sha256, relative_name
 
-    try:
-        manifest = read_and_verify(signature, load_trusted_keys(keys))
-    except Untrusted as exc:
-        reason = str(exc.args[0]) if exc.args else str(exc)
-        return {str(path): reason for path in required}, ""
+    if manifest is None:
+        try:
+            manifest = read_and_verify(setting.signature, load_trusted_keys(setting.keys))
+        except Untrusted as exc:
+            reason = str(exc.args[0]) if exc.args else str(exc)
+            return {str(path): reason for path in required}, "", None
     reasons: dict[str, str] = {}
     for path in required:
-        name = relative_name(path, folder)
+        name = relative_name(path, setting.root)
         expected = manifest.digests.get(name) if name is not None else None
         if expected is None:
             reasons[str(path)] = f"the signature (by {manifest.signer}) does not cover it"
@@ -110,7 +218,7 @@ def _verify(
             reasons[str(path)] = (
                 f"its SHA-256 differs from the one signed by {manifest.signer} (changed since it was signed)"
             )
-    return reasons, manifest.signer
+    return reasons, manifest.signer, manifest
 
 
 def _refuse_or_warn(
