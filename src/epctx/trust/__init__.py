@@ -1,5 +1,6 @@
 """Trust: OpenSSF model signing over context folders, and the load policy checked before any backend sees a byte.
 
+- ``certificates``: a bundle's certificate chain checked (issuers, validity now, key usage).
 - ``bundle``: read a model_signing signature (a sigstore bundle v0.3 holding a DSSE envelope over an in-toto
   statement of file digests) and verify it with trusted EC public keys or certificates. Imports
   ``cryptography`` only when a signature is actually verified; never ``model_signing`` (245 ms of imports).

@@ -164,7 +164,7 @@ def check_package_files(manifest: Path, model: Path, config: opt.SessionConfig) 
             natives = {str(path): native for path, native in required.items() if str(path) in reasons}
             _refuse_or_warn(setting.policy, natives, reasons, str(setting.signature), "")
             return  # warn: nothing handed, the loader checks on its own
-        record.save(stamps, [str(p) for p in required], signer)
+        record.save(stamps, [str(p) for p in required], signer, verified.valid_until if verified else None)
         handed = _Handed(record, stamps, verified)
     _HANDED[setting.handing(model)] = handed
 
@@ -185,9 +185,10 @@ def _checked(
 ) -> bool:
     """Verify ``todo`` (against ``manifest`` when given, else the signature read and verified now); on success
     save ``stamps`` (taken before hashing) in ``record`` and return True; otherwise refuse or warn."""
-    reasons, signer, _ = _verify(todo, setting, manifest)
+    reasons, signer, verified = _verify(todo, setting, manifest)
     if not reasons:
-        record.save(stamps, [k for k in stamps if k not in setting.watched], signer)
+        until = verified.valid_until if verified is not None else None
+        record.save(stamps, [k for k in stamps if k not in setting.watched], signer, until)
         logger.info("epctx.trust: %s verified, signed by %s", ", ".join(map(str, todo)), signer)
         return True
     natives = {str(path): native for path, native in todo.items() if str(path) in reasons}

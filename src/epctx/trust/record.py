@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -72,6 +73,9 @@ class Record:
             return {}
         if not isinstance(data, dict) or data.get("version") != _VERSION or data.get("ident") != self.ident:
             return {}
+        until = data.get("valid_until")  # a certificate's end of validity: verified again after it
+        if until is not None and (not isinstance(until, (int, float)) or time.time() >= until):
+            return {}
         recorded = data.get("stamps")
         return recorded if isinstance(recorded, dict) else {}
 
@@ -79,7 +83,15 @@ class Record:
         """Taken before verifying: a file written while it is hashed then fails the next ``covers``."""
         return {str(p): stamp(p) for p in (*files, *self.watched)}
 
-    def save(self, stamps: dict[str, list[int] | None], signed: Iterable[str], signer: str) -> None:
+    def save(
+        self,
+        stamps: dict[str, list[int] | None],
+        signed: Iterable[str],
+        signer: str,
+        valid_until: float | None = None,
+    ) -> None:
+        """``valid_until``: POSIX time after which the verdict no longer holds (the signing certificate's chain
+        expires): the record is void then, and the next session verifies (and refuses) again."""
         if any(v is None for v in stamps.values()):
             return
         body = json.dumps(
@@ -89,6 +101,7 @@ class Record:
                 "stamps": stamps,
                 "signed": sorted(signed),
                 "signer": signer,
+                "valid_until": valid_until,
             }
         )
         try:
