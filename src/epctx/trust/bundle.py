@@ -16,9 +16,12 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epctx.errors import Untrusted
+
+if TYPE_CHECKING:
+    from epctx.trust.keyless import Expected
 
 __all__ = ["SignedManifest", "TrustedKey", "load_trusted_keys", "read_and_verify"]
 
@@ -98,11 +101,15 @@ def pae(payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
 
 
-def read_and_verify(signature: Path, keys: Sequence[TrustedKey]) -> SignedManifest:
-    """The manifest of ``signature`` once its envelope verifies with one of ``keys``; Untrusted otherwise."""
+def read_and_verify(
+    signature: Path, keys: Sequence[TrustedKey], keyless: Expected | None = None
+) -> SignedManifest:
+    """The manifest of ``signature`` once its envelope verifies with one of ``keys`` (or, for a sigstore keyless
+    bundle, against ``keyless``: ``keyless.py``); Untrusted otherwise."""
     where = f"signature {str(signature)!r}"
     try:
-        bundle = json.loads(signature.read_bytes())
+        raw = signature.read_bytes()
+        bundle = json.loads(raw)
         envelope = bundle["dsseEnvelope"]
         payload = base64.b64decode(envelope["payload"], validate=True)
         sig = base64.b64decode(envelope["signatures"][0]["sig"], validate=True)
@@ -118,6 +125,11 @@ def read_and_verify(signature: Path, keys: Sequence[TrustedKey]) -> SignedManife
             f"{where}: expected a {BUNDLE_MEDIA_TYPE} bundle over a {PAYLOAD_TYPE} payload, found "
             f"{bundle.get('mediaType')!r} over {envelope.get('payloadType')!r}"
         )
+    from epctx.trust.keyless import is_keyless, verify_keyless
+
+    if is_keyless(material):
+        payload, signer = verify_keyless(raw, material, keyless, where)
+        return _manifest(payload, signer, where)
     signer, valid_until = _verify_envelope(payload, sig, material, keys, where)
     return dataclasses.replace(_manifest(payload, signer, where), valid_until=valid_until)
 

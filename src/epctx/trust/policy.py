@@ -30,6 +30,7 @@ from epctx.trust.record import Record, matches
 
 if TYPE_CHECKING:
     from epctx.trust.bundle import SignedManifest
+    from epctx.trust.keyless import Expected
 
 __all__ = ["POLICIES", "carries_native_code", "check_context_files", "check_package_files"]
 
@@ -75,21 +76,18 @@ class _Setting:
     keys: tuple[Path, ...]
     root: Path
     signature: Path
-    watched: tuple[str, ...]  # the signature and the keys: stamped with the covered files
+    watched: tuple[str, ...]  # the signature, the keys and the sigstore root: stamped with the covered files
     about: str  # what a record is about besides the model
+    keyless: Expected | None  # sigstore keyless signatures: the trusted root, identity and issuer to expect
 
     @staticmethod
     def of(model_path: Path, config: opt.SessionConfig) -> _Setting:
-        if not config.trust_keys:
-            raise InvalidArgument(
-                f"{opt.TRUST_POLICY}={config.trust_policy} needs trusted keys: set {opt.TRUST_KEYS} to PEM "
-                f"public keys or certificates separated by {os.pathsep!r}"
-            )
-        root = config.trust_root or os.path.dirname(
-            os.path.abspath(model_path)
-        )  # a package's root, or the folder
-        cwd = os.getcwd()
-        return _setting(config.trust_policy, tuple(config.trust_keys), config.trust_signature, root, cwd)
+        sigstore = (config.trust_sigstore_root, config.trust_sigstore_identity, config.trust_sigstore_issuer)
+        _check_keys(config.trust_policy, config.trust_keys, sigstore)
+        # the signature's folder: a package's root, or the model's
+        root = config.trust_root or os.path.dirname(os.path.abspath(model_path))
+        keys, signature = tuple(config.trust_keys), config.trust_signature
+        return _setting(config.trust_policy, keys, signature, root, os.getcwd(), sigstore)
 
     def record(self, model_path: Path) -> Record:
         return Record(model_path, self.watched, self.about, self.policy)
@@ -98,12 +96,39 @@ class _Setting:
         return f"{os.path.abspath(model_path)}\n{self.about}"
 
 
+_SIGSTORE_KEYS = (opt.TRUST_SIGSTORE_ROOT, opt.TRUST_SIGSTORE_IDENTITY, opt.TRUST_SIGSTORE_ISSUER)
+
+
+def _check_keys(policy: str, keys: tuple[str, ...], sigstore: tuple[str, str, str]) -> None:
+    """Trusted keys, or sigstore's trusted root with the identity and issuer to expect (all three, or none)."""
+    missing = [key for key, value in zip(_SIGSTORE_KEYS, sigstore) if not value]
+    if 0 < len(missing) < len(_SIGSTORE_KEYS):
+        raise InvalidArgument(
+            f"sigstore keyless verification needs {', '.join(_SIGSTORE_KEYS)} together: {', '.join(missing)} "
+            "not set"
+        )
+    if not keys and missing:
+        raise InvalidArgument(
+            f"{opt.TRUST_POLICY}={policy} needs trusted keys: set {opt.TRUST_KEYS} to PEM public keys or "
+            f"certificates separated by {os.pathsep!r} (or, for sigstore keyless signatures, "
+            f"{', '.join(_SIGSTORE_KEYS)})"
+        )
+
+
 @functools.lru_cache(maxsize=64)
-def _setting(policy: str, keys: tuple[str, ...], signature: str, root: str, cwd: str) -> _Setting:
+def _setting(
+    policy: str, keys: tuple[str, ...], signature: str, root: str, cwd: str, sigstore: tuple[str, str, str]
+) -> _Setting:
+    from epctx.trust.keyless import Expected
+
     root = os.path.normpath(os.path.join(cwd, root))
     sig = os.path.normpath(os.path.join(cwd, signature)) if signature else os.path.join(root, SIGNATURE_NAME)
-    about = json.dumps([sig, sorted(keys), policy, root])
-    return _Setting(policy, tuple(map(Path, keys)), Path(root), Path(sig), (sig, *keys), about)
+    keyless = (
+        Expected(os.path.normpath(os.path.join(cwd, sigstore[0])), *sigstore[1:]) if sigstore[0] else None
+    )
+    about = json.dumps([sig, sorted(keys), policy, root, *(dataclasses.astuple(keyless) if keyless else ())])
+    watched = (sig, *keys, *((keyless.root,) if keyless else ()))
+    return _Setting(policy, tuple(map(Path, keys)), Path(root), Path(sig), watched, about, keyless)
 
 
 def check_context_files(
@@ -205,7 +230,7 @@ def _verify(
 
     if manifest is None:
         try:
-            manifest = read_and_verify(setting.signature, load_trusted_keys(setting.keys))
+            manifest = read_and_verify(setting.signature, load_trusted_keys(setting.keys), setting.keyless)
         except Untrusted as exc:
             reason = str(exc.args[0]) if exc.args else str(exc)
             return {str(path): reason for path in required}, "", None
