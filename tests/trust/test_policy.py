@@ -202,7 +202,7 @@ def test_the_record_skips_hashing_until_a_file_is_written(
     assert cli_main(["sign", str(ctx), "--key", str(private)]) == 0
     hashed: list[str] = []
     real = digests.file_sha256
-    monkeypatch.setattr(digests, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    monkeypatch.setattr(digests, "file_sha256", lambda p, *a: hashed.append(Path(p).name) or real(p, *a))
     _run(ctx, _options("require", public))
     assert sorted(hashed) == [f"model_{EXAMPLE}.bin", "model_ctx.onnx"]
     hashed.clear()

@@ -104,8 +104,15 @@ class ContextLoader:
                 path = resolve_context_file(self._base, view.cache_path, node=view.name)
                 self._resolved[view.cache_path] = path  # the file verified is the file opened (resolved once)
                 files[path] = files.get(path, False) or native
+        from epctx.epcontext.shared_hash import sha256_verifying  # one pass: SHA-256 and the entries' checks
+
         self._verified = check_context_files(
-            self._model_path, files, model_native, self._config, from_callback=from_callback
+            self._model_path,
+            files,
+            model_native,
+            self._config,
+            from_callback=from_callback,
+            hasher=sha256_verifying,
         )
 
     def load(self, ep: ExecutionProvider, node: NodeView, partition: Partition) -> CompiledPartition:

@@ -15,7 +15,6 @@ session skip both while no file involved has been written."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
@@ -30,6 +29,7 @@ from epctx.trust.record import Record, matches
 
 if TYPE_CHECKING:
     from epctx.trust.bundle import SignedManifest
+    from epctx.trust.digests import Hasher
     from epctx.trust.keyless import Expected
 
 __all__ = ["POLICIES", "carries_native_code", "check_context_files", "check_package_files"]
@@ -49,16 +49,22 @@ def carries_native_code(source: str | None) -> bool:
     return (source or "") not in _DATA_ONLY
 
 
-@dataclasses.dataclass
 class _Handed:
     """What a package session's check verified, handed to the same session's loader (``check_package_files``):
     the package's record (the loader saves into it), the stamps known verified (the record's, which cover the
     variant's binaries once a session verified them, or this check's) and, when this check verified the
     signature itself, its manifest (the loader hashes the binaries against it without reading it again)."""
 
-    record: Record
-    known: dict[str, list[int] | None]
-    manifest: SignedManifest | None
+    __slots__ = (
+        "known",
+        "manifest",
+        "record",
+    )  # a plain class: a dataclass costs ~0.3 ms to define at import
+
+    def __init__(
+        self, record: Record, known: dict[str, list[int] | None], manifest: SignedManifest | None
+    ) -> None:
+        self.record, self.known, self.manifest = record, known, manifest
 
 
 # A package check's result for the loader of its session, by what the loader's check is about (model, signature,
@@ -67,18 +73,27 @@ class _Handed:
 _HANDED: dict[str, _Handed] = {}
 
 
-@dataclasses.dataclass(frozen=True)
 class _Setting:
     """Where the signature is and what it is checked against (``epctx.trust.*``), for one session: paths made
     absolute once per distinct setting (a warm session's check is a few ``stat`` calls and one small read)."""
 
-    policy: str
-    keys: tuple[Path, ...]
-    root: Path
-    signature: Path
-    watched: tuple[str, ...]  # the signature, the keys and the sigstore root: stamped with the covered files
-    about: str  # what a record is about besides the model
-    keyless: Expected | None  # sigstore keyless signatures: the trusted root, identity and issuer to expect
+    __slots__ = ("about", "keyless", "keys", "policy", "root", "signature", "watched")
+
+    def __init__(
+        self,
+        policy: str,
+        keys: tuple[Path, ...],
+        root: Path,
+        signature: Path,
+        watched: tuple[
+            str, ...
+        ],  # the signature, the keys and the sigstore root: stamped with the covered files
+        about: str,  # what a record is about besides the model
+        keyless: Expected
+        | None,  # sigstore keyless signatures: the trusted root, identity and issuer to expect
+    ) -> None:
+        self.policy, self.keys, self.root, self.signature = policy, keys, root, signature
+        self.watched, self.about, self.keyless = watched, about, keyless
 
     @staticmethod
     def of(model_path: Path, config: opt.SessionConfig) -> _Setting:
@@ -119,15 +134,17 @@ def _check_keys(policy: str, keys: tuple[str, ...], sigstore: tuple[str, str, st
 def _setting(
     policy: str, keys: tuple[str, ...], signature: str, root: str, cwd: str, sigstore: tuple[str, str, str]
 ) -> _Setting:
-    from epctx.trust.keyless import Expected
-
     root = os.path.normpath(os.path.join(cwd, root))
     sig = os.path.normpath(os.path.join(cwd, signature)) if signature else os.path.join(root, SIGNATURE_NAME)
-    keyless = (
-        Expected(os.path.normpath(os.path.join(cwd, sigstore[0])), *sigstore[1:]) if sigstore[0] else None
-    )
-    about = json.dumps([sig, sorted(keys), policy, root, *(dataclasses.astuple(keyless) if keyless else ())])
-    watched = (sig, *keys, *((keyless.root,) if keyless else ()))
+    keyless: Expected | None = None
+    extra: tuple[str, ...] = ()
+    if sigstore[0]:  # imported only then: a session without keyless settings imports no more than it needs
+        from epctx.trust.keyless import Expected
+
+        keyless = Expected(os.path.normpath(os.path.join(cwd, sigstore[0])), *sigstore[1:])
+        extra = (keyless.root, keyless.identity, keyless.issuer)
+    about = json.dumps([sig, sorted(keys), policy, root, *extra])
+    watched = (sig, *keys, *extra[:1])
     return _Setting(policy, tuple(map(Path, keys)), Path(root), Path(sig), watched, about, keyless)
 
 
@@ -138,10 +155,12 @@ def check_context_files(
     config: opt.SessionConfig,
     *,
     from_callback: Mapping[str, bool] | None = None,
+    hasher: Hasher | None = None,
 ) -> dict[str, list[int] | None]:
     """``files``: each file the context model references -> whether it carries native code. Returns the
     stamps (device, inode, size, ctime) the files had when verified: the loader compares them once it has
-    opened a binary, so a file replaced between this check and the load is refused too."""
+    opened a binary, so a file replaced between this check and the load is refused too. ``hasher``: hashes a
+    file in a pass that also serves the container's checks (``digests.Hasher``; the loader's)."""
     policy = config.trust_policy  # one of POLICIES (SessionConfig checked it)
     if policy == "off":
         return {}
@@ -165,7 +184,7 @@ def check_context_files(
         known, handed = {}, None
     todo = {p: n for p, n in required.items() if not matches(known, {str(p): stamps[str(p)]})}
     manifest = handed.manifest if handed is not None else None
-    if _checked(todo, setting, record, {**known, **stamps}, manifest):
+    if _checked(todo, setting, record, {**known, **stamps}, manifest, hasher):
         return stamps
     return {}  # warn / require-native: what loaded unsigned is not compared later
 
@@ -207,10 +226,11 @@ def _checked(
     record: Record,
     stamps: dict[str, list[int] | None],
     manifest: SignedManifest | None,
+    hasher: Hasher | None = None,
 ) -> bool:
     """Verify ``todo`` (against ``manifest`` when given, else the signature read and verified now); on success
     save ``stamps`` (taken before hashing) in ``record`` and return True; otherwise refuse or warn."""
-    reasons, signer, verified = _verify(todo, setting, manifest)
+    reasons, signer, verified = _verify(todo, setting, manifest, hasher)
     if not reasons:
         until = verified.valid_until if verified is not None else None
         record.save(stamps, [k for k in stamps if k not in setting.watched], signer, until)
@@ -222,7 +242,10 @@ def _checked(
 
 
 def _verify(
-    required: Mapping[Path, bool], setting: _Setting, manifest: SignedManifest | None = None
+    required: Mapping[Path, bool],
+    setting: _Setting,
+    manifest: SignedManifest | None = None,
+    hasher: Hasher | None = None,
 ) -> tuple[dict[str, str], str, SignedManifest | None]:
     """Why each required file is not covered (empty: all are), who signed, and the manifest verified."""
     from epctx.trust.bundle import load_trusted_keys, read_and_verify
@@ -240,7 +263,7 @@ def _verify(
         expected = manifest.digests.get(name) if name is not None else None
         if expected is None:
             reasons[str(path)] = f"the signature (by {manifest.signer}) does not cover it"
-        elif file_sha256(path) != expected:
+        elif file_sha256(path, hasher) != expected:
             reasons[str(path)] = (
                 f"its SHA-256 differs from the one signed by {manifest.signer} (changed since it was signed)"
             )
