@@ -18,6 +18,8 @@ from epctx.epcontext.store import ContextSource
 from epctx.errors import EPCtxError, Fail, InvalidArgument, InvalidGraph
 
 if TYPE_CHECKING:
+    import mmap
+
     from epctx.model.view import GraphView, NodeView
     from epctx.trust.hooks import ReadFunc
 
@@ -104,15 +106,13 @@ class ContextLoader:
                 path = resolve_context_file(self._base, view.cache_path, node=view.name)
                 self._resolved[view.cache_path] = path  # the file verified is the file opened (resolved once)
                 files[path] = files.get(path, False) or native
-        from epctx.epcontext.shared_hash import sha256_verifying  # one pass: SHA-256 and the entries' checks
-
         self._verified = check_context_files(
             self._model_path,
             files,
             model_native,
             self._config,
             from_callback=from_callback,
-            hasher=sha256_verifying,
+            hasher=_sha256_verifying,
         )
 
     def load(self, ep: ExecutionProvider, node: NodeView, partition: Partition) -> CompiledPartition:
@@ -262,6 +262,16 @@ class ContextLoader:
 
             for ep_name in self._mains:
                 workspace(ep_name).release_loaded()
+
+
+def _sha256_verifying(
+    mapping: mmap.mmap, fd: int, version: tuple[int, int, int, int], path: str
+) -> str | None:
+    """The trust check's hash of a file, in one pass with the container's checks (``shared_hash.py``), imported
+    only when a file is hashed: a warm session's check (a few stats) does not pay for the import."""
+    from epctx.epcontext.shared_hash import sha256_verifying
+
+    return sha256_verifying(mapping, fd, version, path)
 
 
 def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str, where: str) -> None:
