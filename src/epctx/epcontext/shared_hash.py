@@ -55,10 +55,9 @@ def sha256_verifying(mapping: mmap.mmap, fd: int, version: FileVersion, path: st
         return None
     try:
         runs = _runs(binary)
-        size = mapping.size()
     finally:
         binary.close()
-    digest, bad = _pass(fd, size, runs)
+    digest, bad = _pass(fd, len(mapping), runs, path)
     intact = {run.payload for run in runs if run.stream is not None and run.payload not in bad}
     if intact and file_version(path) == version:  # unchanged while it was read
         remember_verified(version, intact)
@@ -78,7 +77,7 @@ def _runs(binary: ContextBinary) -> list[_Run]:
     return runs
 
 
-def _pass(fd: int, size: int, runs: list[_Run]) -> tuple[str, set[tuple[int, int, str]]]:
+def _pass(fd: int, size: int, runs: list[_Run], path: str) -> tuple[str, set[tuple[int, int, str]]]:
     """(SHA-256 of the file's ``size`` bytes, the payloads whose padding is not zero or checksum is wrong)."""
     import hashlib  # here: its import costs more than a warm session's whole check (imported only to hash)
 
@@ -90,7 +89,7 @@ def _pass(fd: int, size: int, runs: list[_Run]) -> tuple[str, set[tuple[int, int
         while position < size:
             got = os.preadv(fd, [view[: min(_PIECE, size - position)]], position)
             if got <= 0:
-                raise Untrusted(f"the file shrank while it was hashed ({position} of {size} bytes read)")
+                raise Untrusted(f"{path!r} shrank while it was hashed ({position} of {size} bytes read)")
             piece = view[:got]
             sha.update(piece)
             end = position + got
