@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from epctx.epcontext import ContextBinary, ContextBinaryWriter, checksums
+from epctx.epcontext.load import _SharedPass
 from epctx.epcontext.shared_hash import sha256_verifying
 from epctx.errors import InvalidGraph
+from epctx.trust import digests
 from epctx.trust.digests import file_sha256
 
 BIG = (
@@ -24,9 +26,16 @@ BIG = (
 SMALL = 1000
 
 
+def _new_process() -> None:
+    """What a fresh process knows: nothing hashed, nothing verified."""
+    checksums._VERIFIED.clear()
+    digests._HASHED.clear()
+    digests._NOTES.clear()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_table() -> None:
-    checksums._VERIFIED.clear()
+    _new_process()
 
 
 def _binary(path: Path, checksum: str = "xxh3_64") -> Path:
@@ -41,7 +50,7 @@ def _binary(path: Path, checksum: str = "xxh3_64") -> Path:
 
 def _hash(path: Path) -> str:
     """What the trust check does for a binary: ``file_sha256`` with the loader's hasher."""
-    return file_sha256(path, sha256_verifying)
+    return file_sha256(path, _SharedPass())
 
 
 @pytest.fixture
@@ -141,3 +150,81 @@ def test_a_file_that_is_no_context_binary_is_hashed_plainly(tmp_path: Path) -> N
         version = (st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns)
         assert sha256_verifying(mapped, fh.fileno(), version, str(path)) is None
     assert checksums._VERIFIED == {}
+
+
+def _big_context_model(folder: Path) -> Path:
+    """An Example-EP context model whose weight (256 x 256 float32, 256 KiB) is a payload of its binary."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import epctx
+
+    folder.mkdir()
+    weight = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 256])],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "model.onnx")
+    so = epctx.SessionOptions()
+    so.add_provider("ExampleExecutionProvider", {})
+    epctx.ModelCompiler(so, str(folder / "model.onnx")).compile_to_file(str(folder / "model_ctx.onnx"))
+    return folder / "model_ctx.onnx"
+
+
+def test_sessions_under_a_policy_hash_each_payload_once(
+    tmp_path: Path, verified_reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session under ``require``: the trust check's pass verifies the binary's payloads, its reads do not hash
+    them again. A warm session of a new process: the verification record says what the pass found, for a file
+    unchanged since: nothing is hashed at all. A write to the binary: all is hashed again."""
+    import epctx
+    from epctx.cli import main as cli_main
+    from epctx.epcontext import shared_hash
+    from tests.trust.test_signing import write_key
+
+    passes: list[str] = []  # files the shared pass read
+    real = shared_hash.sha256_verifying
+    monkeypatch.setattr(
+        shared_hash,
+        "sha256_verifying",
+        lambda m, fd, v, path: passes.append(Path(path).name) or real(m, fd, v, path),
+    )
+
+    ctx = _big_context_model(tmp_path / "m")
+    private, public = write_key(tmp_path, "release")
+    assert cli_main(["sign", str(ctx), "--key", str(private)]) == 0
+    with ContextBinary.open(ctx.parent / "model_ExampleExecutionProvider.bin") as binary:
+        big = [n for n in binary.names() if binary.entry(n).size >= checksums.SHARED_MIN]
+    assert big, "the test needs a payload the shared table applies to"
+    so = epctx.SessionOptions()
+    so.add_session_config_entry("epctx.trust.policy", "require")
+    so.add_session_config_entry("epctx.trust.keys", str(public))
+    x = {"x": np.ones((2, 256), np.float32)}
+    expected = epctx.InferenceSession(str(ctx), providers=["ExampleExecutionProvider"]).run(None, x)[0]
+    _new_process()
+    verified_reads.clear()
+    got = epctx.InferenceSession(str(ctx), so, providers=["ExampleExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_array_equal(got, expected)
+    assert not set(big) & set(verified_reads)  # the check's pass verified them
+    assert passes == ["model_ExampleExecutionProvider.bin", "model_ctx.onnx"]
+    passes.clear()
+    _new_process()
+    verified_reads.clear()
+    epctx.InferenceSession(str(ctx), so, providers=["ExampleExecutionProvider"]).run(None, x)
+    assert not set(big) & set(verified_reads)  # the record's notes: nothing hashed at all
+    assert passes == []
+    binary = ctx.parent / "model_ExampleExecutionProvider.bin"
+    binary.write_bytes(binary.read_bytes())  # the same bytes written: a new version, verified again
+    _new_process()
+    verified_reads.clear()
+    epctx.InferenceSession(str(ctx), so, providers=["ExampleExecutionProvider"]).run(None, x)
+    assert not set(big) & set(verified_reads)  # hashed again by the check's pass (SHA-256 and entries)
+    assert passes == ["model_ExampleExecutionProvider.bin"]  # only the file written
+    _new_process()
+    verified_reads.clear()
+    epctx.InferenceSession(str(ctx), providers=["ExampleExecutionProvider"]).run(None, x)
+    assert set(big) <= set(verified_reads)  # no policy: the container verifies on read, as always

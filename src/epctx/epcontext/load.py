@@ -112,7 +112,7 @@ class ContextLoader:
             model_native,
             self._config,
             from_callback=from_callback,
-            hasher=_sha256_verifying,
+            hasher=_SharedPass(),
         )
 
     def load(self, ep: ExecutionProvider, node: NodeView, partition: Partition) -> CompiledPartition:
@@ -264,14 +264,34 @@ class ContextLoader:
                 workspace(ep_name).release_loaded()
 
 
-def _sha256_verifying(
-    mapping: mmap.mmap, fd: int, version: tuple[int, int, int, int], path: str
-) -> str | None:
-    """The trust check's hash of a file, in one pass with the container's checks (``shared_hash.py``), imported
-    only when a file is hashed: a warm session's check (a few stats) does not pay for the import."""
-    from epctx.epcontext.shared_hash import sha256_verifying
+class _SharedPass:
+    """The trust check's hashing, in one pass with the container's checks (``shared_hash.py``, imported only
+    when a file is hashed: a warm session's check, a few stats, does not pay for it), and what a verification
+    record says that pass found for a file version unchanged since (its intact payloads): remembered for the
+    session's reads, which then skip them (``digests.Hasher``)."""
 
-    return sha256_verifying(mapping, fd, version, path)
+    @staticmethod
+    def sha256(
+        mapping: mmap.mmap, fd: int, version: tuple[int, int, int, int], path: str
+    ) -> tuple[str, list[list[object]]] | None:
+        from epctx.epcontext.shared_hash import sha256_verifying
+
+        return sha256_verifying(mapping, fd, version, path)
+
+    @staticmethod
+    def remember(version: tuple[int, int, int, int], notes: object) -> None:
+        from epctx.epcontext.checksums import remember_verified
+
+        if not isinstance(notes, list):
+            return
+        payloads = [
+            (n[0], n[1], n[2])
+            for n in notes
+            if isinstance(n, list) and len(n) == 3 and type(n[0]) is int and type(n[1]) is int
+            and isinstance(n[2], str)
+        ]  # fmt: skip
+        if payloads:
+            remember_verified(version, payloads)
 
 
 def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str, where: str) -> None:

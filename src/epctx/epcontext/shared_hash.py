@@ -40,10 +40,13 @@ class _Run:
         self.stream = stream
 
 
-def sha256_verifying(mapping: mmap.mmap, fd: int, version: FileVersion, path: str) -> str | None:
+def sha256_verifying(
+    mapping: mmap.mmap, fd: int, version: FileVersion, path: str
+) -> tuple[str, list[list[object]]] | None:
     """The SHA-256 (hex) of the whole file (``fd``; ``mapping`` maps it: only its header is read there), its
-    entries verified in the same pass; None when it is not a context binary whose header reads (the caller
-    hashes it plainly; the container refuses it later)."""
+    entries verified in the same pass, and the payloads found intact ([offset, size, checksum], remembered for
+    this version; the trust check keeps them in its record); None when it is not a context binary whose header
+    reads (the caller hashes it plainly; the container refuses it later)."""
     if not _PREADV:
         return None
     with memoryview(mapping) as whole:
@@ -58,10 +61,11 @@ def sha256_verifying(mapping: mmap.mmap, fd: int, version: FileVersion, path: st
     finally:
         binary.close()
     digest, bad = _pass(fd, len(mapping), runs, path)
-    intact = {run.payload for run in runs if run.stream is not None and run.payload not in bad}
-    if intact and file_version(path) == version:  # unchanged while it was read
-        remember_verified(version, intact)
-    return digest
+    intact = sorted({run.payload for run in runs if run.stream is not None and run.payload not in bad})
+    if not intact or file_version(path) != version:  # changed while it was read: nothing to vouch for
+        return digest, []
+    remember_verified(version, intact)
+    return digest, [list(payload) for payload in intact]
 
 
 def _runs(binary: ContextBinary) -> list[_Run]:

@@ -178,13 +178,17 @@ def check_context_files(
     record = handed.record if handed is not None else setting.record(model_path)
     stamps = record.stamps(required)
     known = handed.known if handed is not None else record.read()  # the package's look-up, or this one
-    if matches(known, stamps):
-        return stamps  # verified before, and nothing involved was written since
+    if matches(known, stamps):  # verified before, and nothing involved was written since
+        for key, notes in record.notes.items():  # what the hashing pass verified then stands too
+            if hasher is not None and stamps.get(key) is not None:
+                hasher.remember(tuple(stamps[key]), notes)  # type: ignore[arg-type]
+        return stamps
     if not _same_setting(known, stamps, setting):  # another signature or key set: everything again
         known, handed = {}, None
     todo = {p: n for p, n in required.items() if not matches(known, {str(p): stamps[str(p)]})}
     manifest = handed.manifest if handed is not None else None
-    if _checked(todo, setting, record, {**known, **stamps}, manifest, hasher):
+    notes = {k: v for k, v in record.notes.items() if known and k in stamps}  # unchanged files' notes stand
+    if _checked(todo, setting, record, {**known, **stamps}, manifest, hasher, notes):
         return stamps
     return {}  # warn / require-native: what loaded unsigned is not compared later
 
@@ -227,13 +231,24 @@ def _checked(
     stamps: dict[str, list[int] | None],
     manifest: SignedManifest | None,
     hasher: Hasher | None = None,
+    notes: dict[str, object] | None = None,
 ) -> bool:
     """Verify ``todo`` (against ``manifest`` when given, else the signature read and verified now); on success
-    save ``stamps`` (taken before hashing) in ``record`` and return True; otherwise refuse or warn."""
+    save ``stamps`` (taken before hashing) in ``record`` with ``notes`` (the unchanged files') and what the
+    hasher noted for the files hashed now, and return True; otherwise refuse or warn."""
+    from epctx.trust.digests import notes_of
+
     reasons, signer, verified = _verify(todo, setting, manifest, hasher)
     if not reasons:
         until = verified.valid_until if verified is not None else None
-        record.save(stamps, [k for k in stamps if k not in setting.watched], signer, until)
+        notes = dict(notes or {})
+        for path in todo:
+            noted = notes_of(stamps[str(path)])
+            if noted is not None:
+                notes[str(path)] = noted
+            else:
+                notes.pop(str(path), None)
+        record.save(stamps, [k for k in stamps if k not in setting.watched], signer, until, notes)
         logger.info("epctx.trust: %s verified, signed by %s", ", ".join(map(str, todo)), signer)
         return True
     natives = {str(path): native for path, native in todo.items() if str(path) in reasons}

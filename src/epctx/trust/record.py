@@ -51,6 +51,7 @@ class Record:
 
     def __init__(self, model: Path | str, watched: Sequence[str], about: str, policy: str) -> None:
         self.watched = tuple(watched)
+        self.notes: dict[str, object] = {}  # what the record's hasher noted per file (``read`` fills it)
         self.ident = f"{os.path.abspath(model)}\n{about}"
         # The file name only indexes the record, by the model file's device and inode: no hash module to import
         # (hashlib's import alone costs more than a warm session here).
@@ -77,6 +78,8 @@ class Record:
         if until is not None and (not isinstance(until, (int, float)) or time.time() >= until):
             return {}
         recorded = data.get("stamps")
+        notes = data.get("notes")
+        self.notes = notes if isinstance(notes, dict) else {}
         return recorded if isinstance(recorded, dict) else {}
 
     def stamps(self, files: Iterable[Path | str]) -> dict[str, list[int] | None]:
@@ -89,9 +92,11 @@ class Record:
         signed: Iterable[str],
         signer: str,
         valid_until: float | None = None,
+        notes: Mapping[str, object] | None = None,
     ) -> None:
         """``valid_until``: POSIX time after which the verdict no longer holds (the signing certificate's chain
-        expires): the record is void then, and the next session verifies (and refuses) again."""
+        expires): the record is void then, and the next session verifies (and refuses) again. ``notes``: per file,
+        what the hasher verified besides the digest (``digests.Hasher``), handed back to it on a warm session."""
         if any(v is None for v in stamps.values()):
             return
         body = json.dumps(
@@ -102,6 +107,7 @@ class Record:
                 "signed": sorted(signed),
                 "signer": signer,
                 "valid_until": valid_until,
+                "notes": dict(notes or {}),
             }
         )
         try:
