@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from epctx import options as opt
-from epctx.errors import InvalidArgument, Untrusted
+from epctx.errors import InvalidArgument
 from epctx.trust.record import Record, matches
 
 if TYPE_CHECKING:
@@ -165,11 +165,15 @@ def check_context_files(
     if policy == "off":
         return {}
     if from_callback:  # binaries from the EPContext data read callback: authenticated there, or not at all
-        _refuse_or_warn(policy, from_callback, {}, "",
+        from epctx.trust.verify import refuse_or_warn
+
+        refuse_or_warn(policy, from_callback, {}, "",
                         "it comes from the EPContext data read callback, which no folder signature covers "
                         "(authenticate it in the callback, e.g. with AES-GCM)")  # fmt: skip
     if model_path is None:
-        _refuse_or_warn(policy, {"<model bytes>": model_native or any(files.values())}, {}, "",
+        from epctx.trust.verify import refuse_or_warn
+
+        refuse_or_warn(policy, {"<model bytes>": model_native or any(files.values())}, {}, "",
                         "a model given as bytes has no folder a signature could cover")  # fmt: skip
         return {}
     required: dict[Path, bool] = {**files, model_path: model_native}  # binaries first: refusals name them
@@ -188,7 +192,9 @@ def check_context_files(
     todo = {p: n for p, n in required.items() if not matches(known, {str(p): stamps[str(p)]})}
     manifest = handed.manifest if handed is not None else None
     notes = {k: v for k, v in record.notes.items() if known and k in stamps}  # unchanged files' notes stand
-    if _checked(todo, setting, record, {**known, **stamps}, manifest, hasher, notes):
+    from epctx.trust.verify import checked
+
+    if checked(todo, setting, record, {**known, **stamps}, manifest, hasher, notes):
         return stamps
     return {}  # warn / require-native: what loaded unsigned is not compared later
 
@@ -207,10 +213,12 @@ def check_package_files(manifest: Path, model: Path, config: opt.SessionConfig) 
     known = record.read()
     handed = _Handed(record, known, None)
     if not matches(known, stamps):
-        reasons, signer, verified = _verify(required, setting)
+        from epctx.trust.verify import refuse_or_warn, verify_files
+
+        reasons, signer, verified = verify_files(required, setting)
         if reasons:
             natives = {str(path): native for path, native in required.items() if str(path) in reasons}
-            _refuse_or_warn(setting.policy, natives, reasons, str(setting.signature), "")
+            refuse_or_warn(setting.policy, natives, reasons, str(setting.signature), "")
             return  # warn: nothing handed, the loader checks on its own
         record.save(stamps, [str(p) for p in required], signer, verified.valid_until if verified else None)
         handed = _Handed(record, stamps, verified)
@@ -222,81 +230,3 @@ def _same_setting(
 ) -> bool:
     """The signature and the keys are the files the handed manifest was verified from."""
     return matches(known, {p: now[p] for p in setting.watched})
-
-
-def _checked(
-    todo: Mapping[Path, bool],
-    setting: _Setting,
-    record: Record,
-    stamps: dict[str, list[int] | None],
-    manifest: SignedManifest | None,
-    hasher: Hasher | None = None,
-    notes: dict[str, object] | None = None,
-) -> bool:
-    """Verify ``todo`` (against ``manifest`` when given, else the signature read and verified now); on success
-    save ``stamps`` (taken before hashing) in ``record`` with ``notes`` (the unchanged files') and what the
-    hasher noted for the files hashed now, and return True; otherwise refuse or warn."""
-    from epctx.trust.digests import notes_of
-
-    reasons, signer, verified = _verify(todo, setting, manifest, hasher)
-    if not reasons:
-        until = verified.valid_until if verified is not None else None
-        notes = dict(notes or {})
-        for path in todo:
-            noted = notes_of(stamps[str(path)])
-            if noted is not None:
-                notes[str(path)] = noted
-            else:
-                notes.pop(str(path), None)
-        record.save(stamps, [k for k in stamps if k not in setting.watched], signer, until, notes)
-        logger.info("epctx.trust: %s verified, signed by %s", ", ".join(map(str, todo)), signer)
-        return True
-    natives = {str(path): native for path, native in todo.items() if str(path) in reasons}
-    _refuse_or_warn(setting.policy, natives, reasons, str(setting.signature), "")
-    return False
-
-
-def _verify(
-    required: Mapping[Path, bool],
-    setting: _Setting,
-    manifest: SignedManifest | None = None,
-    hasher: Hasher | None = None,
-) -> tuple[dict[str, str], str, SignedManifest | None]:
-    """Why each required file is not covered (empty: all are), who signed, and the manifest verified."""
-    from epctx.trust.bundle import load_trusted_keys, read_and_verify
-    from epctx.trust.digests import file_sha256, relative_name
-
-    if manifest is None:
-        try:
-            manifest = read_and_verify(setting.signature, load_trusted_keys(setting.keys), setting.keyless)
-        except Untrusted as exc:
-            reason = str(exc.args[0]) if exc.args else str(exc)
-            return {str(path): reason for path in required}, "", None
-    reasons: dict[str, str] = {}
-    for path in required:
-        name = relative_name(path, setting.root)
-        expected = manifest.digests.get(name) if name is not None else None
-        if expected is None:
-            reasons[str(path)] = f"the signature (by {manifest.signer}) does not cover it"
-        elif file_sha256(path, hasher) != expected:
-            reasons[str(path)] = (
-                f"its SHA-256 differs from the one signed by {manifest.signer} (changed since it was signed)"
-            )
-    return reasons, manifest.signer, manifest
-
-
-def _refuse_or_warn(
-    policy: str, natives: Mapping[str, bool], reasons: Mapping[str, str], signature: str, general: str
-) -> None:
-    where = f"the signature {signature!r}" if signature else "a signature"
-    for name, native in natives.items():
-        reason = reasons.get(name, general)
-        refused = policy == "require" or (policy == "require-native" and native)
-        kind = "carries native code" if native else "data only"
-        message = (
-            f"{opt.TRUST_POLICY}={policy}: {name!r} ({kind}) is not covered by a valid signature from a trusted "
-            f"key: expected it in {where} with the same SHA-256; {reason}"
-        )
-        if refused:
-            raise Untrusted(message)
-        logger.warning("%s (loaded anyway)", message)
