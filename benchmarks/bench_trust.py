@@ -11,22 +11,29 @@ Two cases, compiled with IREE into a signed folder (``epctx.trust.sign``, an EC 
 Each fresh process imports epctx, creates the case's sessions and runs each once; ``warm`` is the median of the
 session creation (both sessions for the pair) over ``--runs`` rounds, the two modes alternating within each
 round (``min`` the fastest of each, less sensitive to a loaded machine); ``check`` is the time the policy
-check itself took inside the ``require`` processes. Under ``require`` the verification record exists (a first process made it), so the warm figure is what a
-deployment pays on every start while nothing changed. ``first`` is the verification alone (signature, SHA-256
-of every covered file, record written), in process, with no record: MB/s over the bytes hashed.
+check itself took inside the ``require`` processes. Under ``require`` the verification record exists (a first
+process made it), so the warm figure is what a deployment pays on every start while nothing changed. ``first``
+is a first load in a fresh process with no record (``require`` verifies everything: signature, SHA-256 of
+every covered file, record written; the page cache is warm), the two modes alternating over ``--runs``
+rounds: session creation, the check's own time (MB/s over the bytes hashed) and the container's own checksum
+pass (``ContextBinary._verify``, entries verified on first read) in each mode. ``package``: warm sessions on
+a one-variant Example-EP package, off and ``require`` alternating inside fresh processes. ``--src`` times another
+source tree (a before / after).
 Target: warm require <= 1.10 x warm off."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,7 +60,17 @@ def _timed(self, *args):
     finally:
         checking[0] += time.perf_counter() - t
 ContextLoader._check_trust = _timed
-t = time.perf_counter()
+from epctx.epcontext.container import ContextBinary
+verifying = [0.0]  # the container's own checksum pass (entries verified on first read)
+_verify = ContextBinary._verify
+def _timed_verify(self, *args):
+    t = time.perf_counter()
+    try:
+        return _verify(self, *args)
+    finally:
+        verifying[0] += time.perf_counter() - t
+ContextBinary._verify = _timed_verify
+t, cpu = time.perf_counter(), time.process_time()
 sessions = []
 for k, path in enumerate(paths):
     so = epctx.SessionOptions()
@@ -63,10 +80,11 @@ for k, path in enumerate(paths):
     so.add_session_config_entry("epctx.trust.policy", policy)
     so.add_session_config_entry("epctx.trust.keys", key)
     sessions.append(epctx.InferenceSession(path, so, providers=["IREEExecutionProvider"]))
-created = time.perf_counter() - t
+created, created_cpu = time.perf_counter() - t, time.process_time() - cpu
 for s, f in zip(sessions, feeds):
     s.run(None, dict(np.load(f)))
-print(json.dumps({"created": created, "total": time.perf_counter() - t0, "check": checking[0],
+print(json.dumps({"created": created, "cpu": created_cpu, "total": time.perf_counter() - t0, "check": checking[0],
+                  "verify": verifying[0],
                   "trust_imported": "epctx.trust.policy" in sys.modules}))
 """
 
@@ -117,8 +135,87 @@ def _llm(folder: Path, size: str) -> tuple[list[Path], list[Path]]:
     return _compile(folder, [prefill_path, decode_path]), feeds
 
 
-def _child(paths: list[Path], feeds: list[Path], policy: str, key: Path, records: Path) -> dict[str, float]:
+_PACKAGE_CHILD = """
+import json, statistics, sys, time
+import epctx
+pkg, key, rounds = json.loads(sys.argv[1])
+feeds = None
+def options(policy):
+    so = epctx.SessionOptions()
+    so.add_session_config_entry("epctx.trust.policy", policy)
+    so.add_session_config_entry("epctx.trust.keys", key)
+    return so
+times = {"off": [], "require": []}
+for k in range(rounds + 1):
+    for policy in times:
+        so = options(policy)
+        t = time.perf_counter()
+        epctx.InferenceSession(pkg, so, providers=["ExampleExecutionProvider"])
+        if k:  # the first round imports and verifies (the record then exists)
+            times[policy].append(time.perf_counter() - t)
+print(json.dumps(times))
+"""
+
+
+_SRC: list[str] = []  # --src: the epctx source tree the children import instead of this checkout's
+
+
+def _env(records: Path) -> dict[str, str]:
     env = {**child_env(), "EPCTX_TRUST_RECORDS": str(records)}
+    if _SRC:
+        env["PYTHONPATH"] = os.pathsep.join([*_SRC, env["PYTHONPATH"]])
+    return env
+
+
+def _package(folder: Path) -> Path:
+    """A package of the conformance ``chain`` model with one Example-EP variant (built by ``epctx package``)."""
+    import onnx
+
+    from epctx.cli import main as cli_main
+    from epctx.testing.conformance import models
+
+    folder.mkdir()
+    onnx.save(models.chain(), folder / "chain.onnx")
+    spec = folder / "spec.toml"
+    spec.write_text(
+        '[package]\nname = "demo"\n\n[components.chain]\nmodel = "chain.onnx"\n\n'
+        '[[targets]]\nname = "example"\nep = "ExampleExecutionProvider"\n'
+    )
+    assert cli_main(["package", "build", str(spec), "-o", str(folder / "pkg"), "--workers", "1"]) == 0
+    return folder / "pkg"
+
+
+def measure_package(pkg: Path, key: Path, runs: int, rounds: int, tmp: Path) -> dict[str, object]:
+    """Warm package sessions (``InferenceSession(package_folder)``), off and ``require`` alternating, in
+    ``runs`` fresh processes of ``rounds`` creations each (after one untimed round that verifies)."""
+    env = _env(tmp / "records_package")
+    medians: dict[str, list[float]] = {"off": [], "require": []}
+    mins: dict[str, list[float]] = {"off": [], "require": []}
+    for _ in range(runs):
+        arg = json.dumps([str(pkg), str(key), rounds])
+        done = subprocess.run([sys.executable, "-c", _PACKAGE_CHILD, arg], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=ROOT, check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-3000:])
+        times = json.loads(done.stdout.splitlines()[-1])
+        for policy, values in times.items():
+            medians[policy].append(statistics.median(values))
+            mins[policy].append(min(values))
+    off, req = statistics.median(medians["off"]), statistics.median(medians["require"])
+    return {
+        "case": "package (Example EP, conformance chain)",
+        "warm off ms": round(off * 1e3, 3),
+        "warm require ms": round(req * 1e3, 3),
+        "ratio": round(req / off, 3),
+        "min off ms": round(min(mins["off"]) * 1e3, 3),
+        "min require ms": round(min(mins["require"]) * 1e3, 3),
+        "min ratio": round(min(mins["require"]) / min(mins["off"]), 3),
+        "runs x rounds": f"{runs} x {rounds}",
+    }
+
+
+def _child(paths: list[Path], feeds: list[Path], policy: str, key: Path, records: Path) -> dict[str, float]:
+    env = _env(records)
     arg = json.dumps([[str(p) for p in paths], [str(f) for f in feeds], policy, str(key)])
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, arg], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
@@ -128,42 +225,72 @@ def _child(paths: list[Path], feeds: list[Path], policy: str, key: Path, records
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def _first_verification(paths: list[Path], key: Path, records: Path) -> tuple[float, int]:
-    """Seconds of the first verification of every context model of a case (no record), and bytes hashed."""
-    from epctx.epcontext.load import ContextLoader
+def _hashed_bytes(paths: list[Path]) -> int:
+    """Bytes a case's first verification hashes: each file once (a binary shared by the pair is hashed once)."""
+    from epctx.ep._context_node import EPContextNode, is_ep_context
     from epctx.model.lean import read_context_model
-    from epctx.session.lean import _view
 
-    os.environ["EPCTX_TRUST_RECORDS"] = str(records)
-    config = {"epctx.trust.policy": "require", "epctx.trust.keys": str(key)}
-    seconds, seen = 0.0, {}
+    seen: dict[tuple[int, int], int] = {}
     for path in paths:
         model = read_context_model(path.read_bytes())
         assert model is not None
-        views = [_view(node) for node in model.nodes]
-        loader = ContextLoader(model_path=path, config=config)
-        t = time.perf_counter()
-        loader._check_trust(views, ())
-        seconds += time.perf_counter() - t
+        views = [EPContextNode.from_node(node) for node in model.graph if is_ep_context(node)]
         for f in (path, *(path.parent / v.cache_path for v in views if v.cache_path)):
             st = f.stat()
-            seen[(st.st_dev, st.st_ino)] = st.st_size  # a binary shared by the pair is hashed once
-    return seconds, sum(seen.values())
+            seen[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(seen.values())
+
+
+def _first_loads(
+    paths: list[Path], feeds: list[Path], key: Path, runs: int, tmp: Path
+) -> dict[str, list[dict[str, float]]]:
+    """``runs`` rounds of a first load in a fresh process (no verification record: ``require`` verifies
+    everything; the page cache is warm), the policy off and ``require`` alternating."""
+    rows: dict[str, list[dict[str, float]]] = {"off": [], "require": []}
+    for k in range(runs):
+        for policy in rows:
+            rows[policy].append(_child(paths, feeds, policy, key, tmp / f"first_{k}_{policy}"))
+    return rows
+
+
+def _first_row(first: dict[str, list[dict[str, float]]], hashed: int) -> dict[str, object]:
+    def med(policy: str, field: str) -> float:
+        return statistics.median(row[field] for row in first[policy])
+
+    return {
+        "first off ms": round(med("off", "created") * 1e3, 1),
+        "first require ms": round(med("require", "created") * 1e3, 1),
+        "first ratio": round(med("require", "created") / med("off", "created"), 3),
+        "first cpu ms (off / require)": (
+            round(med("off", "cpu") * 1e3, 1),
+            round(med("require", "cpu") * 1e3, 1),
+        ),
+        "first check ms": round(med("require", "check") * 1e3, 1),
+        "first check MB/s": round(hashed / 1e6 / med("require", "check")),
+        "first container verify ms (off / require)": (
+            round(med("off", "verify") * 1e3, 1),
+            round(med("require", "verify") * 1e3, 1),
+        ),
+    }
 
 
 def measure(
     name: str, paths: list[Path], feeds: list[Path], key: Path, runs: int, tmp: Path
 ) -> dict[str, object]:
     records = tmp / f"records_{name.replace(' ', '_')}"
-    first_s, hashed = _first_verification(paths, key, records)
+    hashed = _hashed_bytes(paths)
+    first = _first_loads(paths, feeds, key, runs, tmp / f"first_{name.replace(' ', '_')}")
+    _child(paths, feeds, "require", key, records)  # the record the warm rounds use
     warm: dict[str, list[float]] = {"off": [], "require": []}
     totals: dict[str, list[float]] = {"off": [], "require": []}
+    cpu: dict[str, list[float]] = {"off": [], "require": []}
     checks: list[float] = []
     for _ in range(runs):
         for policy in warm:
             row = _child(paths, feeds, policy, key, records)
             assert row["trust_imported"] == (policy == "require")
             warm[policy].append(row["created"])
+            cpu[policy].append(row["cpu"])
             if policy == "require":
                 checks.append(row["check"])
             totals[policy].append(row["total"])
@@ -172,14 +299,14 @@ def measure(
     return {
         "case": name,
         "MB hashed": round(hashed / 1e6, 1),
-        "first verification ms": round(first_s * 1e3, 1),
-        "MB/s": round(hashed / 1e6 / first_s),
+        **_first_row(first, hashed),
         "warm off ms": round(med["off"] * 1e3, 2),
         "warm require ms": round(med["require"] * 1e3, 2),
         "ratio": round(med["require"] / med["off"], 3),
         "min off ms": round(min(warm["off"]) * 1e3, 2),
         "min require ms": round(min(warm["require"]) * 1e3, 2),
         "min ratio": round(min(warm["require"]) / min(warm["off"]), 3),
+        "cpu ratio (medians)": round(statistics.median(cpu["require"]) / statistics.median(cpu["off"]), 3),
         "check ms (median, in the require process)": round(statistics.median(checks) * 1e3, 3),
         "process off ms": round(tot["off"] * 1e3, 1),
         "process require ms": round(tot["require"] * 1e3, 1),
@@ -190,24 +317,68 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llm-size", default="bench", choices=["bench", "tiny", "none"])
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--cases", default="small,llm,package", help="comma-separated: small, llm, package")
+    parser.add_argument(
+        "--package-rounds", type=int, default=60, help="session creations per package process"
+    )
+    parser.add_argument(
+        "--src",
+        help="the epctx source folder the timed processes import (a before / after: "
+        "e.g. `git archive main src | tar -x -C /tmp/base`, --src /tmp/base/src)",
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="keep the built cases in this folder and reuse them on the next run (default: a temporary folder)",
+    )
     args = parser.parse_args()
+    if args.src:
+        _SRC.append(str(Path(args.src).resolve()))
     compile_bytecode()
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
+        _run(args, args.work)
+        return
+    with tempfile.TemporaryDirectory() as tmp_name:
+        _run(args, Path(tmp_name))
+
+
+def _built(folder: Path, build: Any) -> Any:
+    """``build(folder)``, or what an earlier run built there (``--work``)."""
+    done = folder.with_name(f"{folder.name}.json")
+    if done.is_file():
+        return json.loads(done.read_text())
+    if folder.exists():
+        shutil.rmtree(folder)
+    made = build(folder)
+    done.write_text(json.dumps(made, default=str))
+    return json.loads(done.read_text())
+
+
+def _run(args: argparse.Namespace, work: Path) -> None:
     from tests.trust.test_signing import write_key
 
     from epctx.trust.sign import sign_folder
 
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        private, public = write_key(tmp, "release")
-        rows = []
-        cases = [("small", _small(tmp / "small"))]
-        if args.llm_size != "none":
-            cases.append((f"llm pair ({args.llm_size})", _llm(tmp / "llm", args.llm_size)))
-        for name, (paths, feeds) in cases:
-            sign_folder(paths[0], private)
-            rows.append(measure(name, paths, feeds, public, args.runs, tmp))
-        for row in rows:
-            print(json.dumps(row))
+    wanted = set(args.cases.split(","))
+    tmp = Path(tempfile.mkdtemp(dir=work))  # records and keys of this run
+    private, public = write_key(tmp, "release")
+    rows = []
+    cases = [("small", _built(work / "small", _small))] if "small" in wanted else []
+    if args.llm_size != "none" and "llm" in wanted:
+        build = functools.partial(_llm, size=args.llm_size)
+        cases.append((f"llm pair ({args.llm_size})", _built(work / f"llm_{args.llm_size}", build)))
+    for name, (paths, feeds) in cases:
+        paths, feeds = [Path(p) for p in paths], [Path(f) for f in feeds]
+        sign_folder(paths[0], private)
+        rows.append(measure(name, paths, feeds, public, args.runs, tmp))
+    if "package" in wanted:
+        pkg = Path(_built(work / "package", lambda folder: str(_package(folder))))
+        sign_folder(pkg, private)
+        rows.append(measure_package(pkg, public, args.runs, args.package_rounds, tmp))
+    shutil.rmtree(tmp, ignore_errors=True)
+    for row in rows:
+        print(json.dumps(row))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ __all__ = [
     "TRUST_ROOT",
     "TRUST_SIGNATURE",
     "TRUST_SIGN_KEY",
+    "TRUST_SIGSTORE_IDENTITY",
+    "TRUST_SIGSTORE_ISSUER",
+    "TRUST_SIGSTORE_ROOT",
     "UNAVAILABLE_EP_IS_ERROR",
     "check_config_entry",
     "weightless_mode",
@@ -107,6 +110,12 @@ TRUST_POLICIES = ("off", "warn", "require", "require-native")
 # epctx's own: an EC private key (PEM) that generation signs the context model's folder with as it writes it
 # (ModelCompiler.compile_to_file, sessions with ep.context_enable=1; ``epctx compile --sign``).
 TRUST_SIGN_KEY = "epctx.trust.sign_key"
+# epctx's own: sigstore keyless signatures, verified offline: the trusted root (a sigstore ``trusted_root.json``,
+# or a client trust config holding one), the identity the signing certificate must name (its SAN: an email or
+# a URI) and the OpenID Connect issuer that must have vouched for it. All three, or none.
+TRUST_SIGSTORE_ROOT = "epctx.trust.sigstore_root"
+TRUST_SIGSTORE_IDENTITY = "epctx.trust.sigstore_identity"
+TRUST_SIGSTORE_ISSUER = "epctx.trust.sigstore_issuer"
 # epctx's own: "1" offers the nodes inside control-flow bodies (If / Loop / Scan) to the EPs as well, as the main
 # graph's; off by default (measured: OpenVINO's partitions inside silero-vad's If bodies run no faster than
 # the CPU EP there), never in a context model (its bodies were not compiled when it was made).
@@ -147,6 +156,8 @@ class SessionConfig:
     - ``trust_keys`` (epctx.trust.keys, tuple of str, os.pathsep-separated), ``trust_policy``
       (epctx.trust.policy, one of TRUST_POLICIES, "off"), ``trust_signature`` (epctx.trust.signature, str, ""),
       ``trust_sign_key`` (epctx.trust.sign_key, str, ""), ``trust_root`` (epctx.trust.root, str, "");
+    - ``trust_sigstore_root`` / ``trust_sigstore_identity`` / ``trust_sigstore_issuer`` (epctx.trust.sigstore_*,
+      str, ""): sigstore keyless verification, offline (all three or none);
     - ``entries``: every entry as given (a read-only mapping), those of onnxruntime's namespaces epctx does
       not read included.
 
@@ -183,6 +194,9 @@ class SessionConfig:
         "trust_root",
         "trust_sign_key",
         "trust_signature",
+        "trust_sigstore_identity",
+        "trust_sigstore_issuer",
+        "trust_sigstore_root",
         "unavailable_ep_is_error",
     )
     ep_context_enable: bool
@@ -212,6 +226,9 @@ class SessionConfig:
     trust_signature: str
     trust_sign_key: str
     trust_root: str
+    trust_sigstore_root: str
+    trust_sigstore_identity: str
+    trust_sigstore_issuer: str
     entries: Mapping[str, str]
 
     def __init__(self, entries: Mapping[str, str] | None = None) -> None:
@@ -335,6 +352,9 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     TRUST_SIGNATURE: ("trust_signature", _text, ""),
     TRUST_SIGN_KEY: ("trust_sign_key", _text, ""),
     TRUST_ROOT: ("trust_root", _text, ""),
+    TRUST_SIGSTORE_ROOT: ("trust_sigstore_root", _text, ""),
+    TRUST_SIGSTORE_IDENTITY: ("trust_sigstore_identity", _text, ""),
+    TRUST_SIGSTORE_ISSUER: ("trust_sigstore_issuer", _text, ""),
 }
 
 

@@ -192,3 +192,37 @@ def test_an_encrypted_variant_is_read_through_the_read_callback(pkg: Path, tmp_p
     assert ctx.create_session(so, providers=[EXAMPLE]).run(None, models.feeds())[0].shape == got.shape
     with pytest.raises(InvalidGraph, match="does not exist"):  # without the callback: no such file
         epctx.InferenceSession(str(pkg), providers=[EXAMPLE])
+
+
+@pytest.mark.slow
+def test_a_package_session_looks_up_its_record_once(
+    pkg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package's check hands what it verified to the session's loader: one record look-up per warm session,
+    one signature verification per cold one; a binary written after that (same stamps for the manifest and the
+    model, which the package's check sees unchanged) is still refused by the loader."""
+    from epctx.trust import bundle, record
+
+    private, public = write_key(tmp_path, "release")
+    assert cli_main(["sign", str(pkg), "--key", str(private)]) == 0
+    reads: list[str] = []
+    verified: list[str] = []
+    real_read, real_verify = record.Record.read, bundle.read_and_verify
+    monkeypatch.setattr(record.Record, "read", lambda self: reads.append(self.path.name) or real_read(self))
+    monkeypatch.setattr(bundle, "read_and_verify", lambda *a: verified.append("sig") or real_verify(*a))
+    expected = _expected()
+    for _ in range(3):  # cold (no record), then warm twice
+        got = _session(pkg, "require", public).run(None, models.feeds())[0]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert len(reads) == 3 and len(set(reads)) == 1  # one look-up per session, all in the package's record
+    assert verified == [
+        "sig"
+    ]  # the cold session verified the signature once, for the manifest and the binary
+    binary = _variant_binary(pkg)
+    data = bytearray(binary.read_bytes())
+    data[-1] ^= 1
+    binary.write_bytes(bytes(data))
+    with pytest.raises(Untrusted, match=rf"{binary.name}' \(data only\).*SHA-256 differs"):
+        _session(pkg, "require", public)
+    binary.write_bytes(bytes(data[:-1] + bytes([data[-1] ^ 1])))  # back to the signed bytes: loads again
+    _session(pkg, "require", public).run(None, models.feeds())

@@ -202,7 +202,7 @@ def test_the_record_skips_hashing_until_a_file_is_written(
     assert cli_main(["sign", str(ctx), "--key", str(private)]) == 0
     hashed: list[str] = []
     real = digests.file_sha256
-    monkeypatch.setattr(digests, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    monkeypatch.setattr(digests, "file_sha256", lambda p, *a: hashed.append(Path(p).name) or real(p, *a))
     _run(ctx, _options("require", public))
     assert sorted(hashed) == [f"model_{EXAMPLE}.bin", "model_ctx.onnx"]
     hashed.clear()
@@ -210,6 +210,13 @@ def test_the_record_skips_hashing_until_a_file_is_written(
     assert hashed == []  # nothing written since: the record stands
     binary = ctx.parent / f"model_{EXAMPLE}.bin"
     binary.write_bytes(binary.read_bytes())  # the same bytes, written: ctime moves, the record is void
+    _run(ctx, _options("require", public))
+    assert hashed == [f"model_{EXAMPLE}.bin"]  # for that file: the others' stamps still stand
+    hashed.clear()
+    _run(ctx, _options("require", public))
+    assert hashed == []  # the record holds the binary's new stamp
+    sig = ctx.parent / "model.sig"
+    sig.write_bytes(sig.read_bytes())  # the signature written: everything is verified again
     _run(ctx, _options("require", public))
     assert sorted(hashed) == [f"model_{EXAMPLE}.bin", "model_ctx.onnx"]
 

@@ -1,6 +1,7 @@
 """``epctx verify PATH --key PEM [--key PEM]... [--signature SIG] [--json]``: check a model folder's signature;
 prints who signed what, exits 1 on any failure (a bad signature, an untrusted key, a changed, missing or
-unsigned file)."""
+unsigned file). A sigstore keyless signature: ``--sigstore-root trusted_root.json --identity ID --issuer URL``
+instead of (or besides) ``--key``, verified offline."""
 
 from __future__ import annotations
 
@@ -16,17 +17,31 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("verify", help="verify a context model's folder against its signature")
     p.add_argument("path", type=Path, help="a context model (its folder is checked) or a folder")
     p.add_argument(
-        "--key", type=Path, action="append", required=True, help="trusted public key or certificate, PEM"
+        "--key", type=Path, action="append", default=[], help="trusted public key or certificate, PEM"
     )
+    p.add_argument("--sigstore-root", help="sigstore keyless: the trusted root (trusted_root.json), offline")
+    p.add_argument("--identity", help="sigstore keyless: the signer's identity to expect (e-mail or URI)")
+    p.add_argument("--issuer", help="sigstore keyless: the OpenID Connect issuer to expect")
     p.add_argument("--signature", type=Path, help="the signature (default: model.sig in the folder)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=verify)
 
 
 def verify(args: argparse.Namespace) -> int:
+    from epctx.errors import InvalidArgument
+    from epctx.trust.keyless import Expected
     from epctx.trust.sign import verify_folder
 
-    verdict = verify_folder(args.path, args.key, signature=args.signature)
+    sigstore = (args.sigstore_root, args.identity, args.issuer)
+    if any(sigstore) and not all(sigstore):
+        raise InvalidArgument(
+            "a sigstore keyless signature needs --sigstore-root, --identity and --issuer together"
+        )
+    if not args.key and not any(sigstore):
+        raise InvalidArgument("give the trusted keys (--key) or, for sigstore keyless signatures, --sigstore-root, "
+                              "--identity and --issuer")  # fmt: skip
+    keyless = Expected(*sigstore) if all(sigstore) else None
+    verdict = verify_folder(args.path, args.key, signature=args.signature, keyless=keyless)
     if args.json:
         rows = [{"file": name, "status": status} for name, status in verdict.files]
         print(

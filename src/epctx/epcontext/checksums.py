@@ -21,8 +21,9 @@ dependency; ``checksum="crc32"`` stays supported and the header names the algori
 
 from __future__ import annotations
 
+import os
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -30,7 +31,18 @@ import xxhash
 
 from epctx.ep._memory import mapped_file, release_pages
 
-__all__ = ["CHECKSUM_ALGORITHMS", "CHUNK", "DEFAULT_CHECKSUM", "STREAMS", "digest"]
+__all__ = [
+    "CHECKSUM_ALGORITHMS",
+    "CHUNK",
+    "DEFAULT_CHECKSUM",
+    "SHARED_MIN",
+    "STREAMS",
+    "FileVersion",
+    "digest",
+    "file_version",
+    "remember_verified",
+    "verified_before",
+]
 
 DEFAULT_CHECKSUM = "xxh3_64"
 CHUNK = 8 << 20  # bytes handled at a time (hashing, writing, comparing)
@@ -81,3 +93,39 @@ def digest(algorithm: str, data: memoryview) -> str:
         stream.update(chunk)
         release_pages(chunk)
     return str(stream.hexdigest())
+
+
+# Entries verified in this process, by file version (device, inode, size, ctime in ns): a payload whose file is
+# unchanged since it was verified (by a session's first read, or by the trust policy's hashing pass, which
+# verifies every entry of a binary as it hashes it: ``epcontext/shared_hash.py``) is not hashed again for it.
+# Any write changes a file's ctime (a replacement its inode), and no user can set a ctime back, so a version
+# found here holds the bytes that were verified.
+FileVersion = tuple[int, int, int, int]
+_VERIFIED: dict[FileVersion, set[tuple[int, int, str]]] = {}
+_VERSIONS_KEPT = 4096  # file versions remembered (then forgotten all at once: the next read verifies again)
+SHARED_MIN = 64 << 10  # payloads this large use the table; below, hashing costs about what a stat does
+
+
+def file_version(path: str | os.PathLike[str] | None) -> FileVersion | None:
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns)
+
+
+def verified_before(version: FileVersion | None, offset: int, size: int, checksum: str) -> bool:
+    """Whether the payload at ``offset`` (``size`` bytes, ``checksum``) of the file ``version`` was verified in
+    this process (the caller checks that its file is still that version)."""
+    known = _VERIFIED.get(version) if version is not None else None
+    return known is not None and (offset, size, checksum) in known
+
+
+def remember_verified(version: FileVersion, entries: Iterable[tuple[int, int, str]]) -> None:
+    """Record payloads (offset, size, checksum) of the file ``version`` as verified: call it only once the file is
+    known to be that version still (a stat after the bytes were read)."""
+    if len(_VERIFIED) >= _VERSIONS_KEPT and version not in _VERIFIED:
+        _VERIFIED.clear()
+    _VERIFIED.setdefault(version, set()).update(entries)

@@ -43,7 +43,16 @@ from typing import Any
 import numpy as np
 
 from epctx.ep._memory import byte_view
-from epctx.epcontext.checksums import CHECKSUM_ALGORITHMS, CHUNK, STREAMS
+from epctx.epcontext.checksums import (
+    CHECKSUM_ALGORITHMS,
+    CHUNK,
+    SHARED_MIN,
+    STREAMS,
+    FileVersion,
+    file_version,
+    remember_verified,
+    verified_before,
+)
 from epctx.epcontext.header import (
     PREAMBLE,
     header_field,
@@ -79,6 +88,7 @@ class ContextBinary:
         self.where = where
         self.path: str | None = None
         self._file_id: tuple[int, int, int] | None = None  # device, inode, size of the mapped file
+        self._version: FileVersion | None = None  # the mapped file's version at open (shared verification)
         header = read_header(buf, where)
         self.alignment: int = header_field(header, "alignment", int, where)
         if not valid_alignment(self.alignment):
@@ -133,6 +143,7 @@ class ContextBinary:
             raise
         binary.path = os.path.abspath(target)
         binary._file_id = (stat.st_dev, stat.st_ino, stat.st_size)
+        binary._version = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_ctime_ns)
         return binary
 
     @classmethod
@@ -228,9 +239,24 @@ class ContextBinary:
         view = self._buf[info.offset : info.offset + info.size]
         key = (info.offset, info.size)
         if key not in self._verified:
-            self._verify(info, view)
+            if not self._verified_in_process(info):
+                self._verify(info, view)
+                self._remember(info)
             self._verified.add(key)
         return view
+
+    def _verified_in_process(self, info: EntryInfo) -> bool:
+        """A large payload of a mapped file verified before in this process (by another session, or by the trust
+        policy's hashing pass), its file unchanged since: the same bytes, not hashed again."""
+        if self._version is None or info.size < SHARED_MIN:
+            return False
+        if not verified_before(self._version, info.offset, info.size, info.checksum):
+            return False
+        return file_version(self.path) == self._version  # no write since this binary was mapped
+
+    def _remember(self, info: EntryInfo) -> None:
+        if self._version is not None and info.size >= SHARED_MIN and file_version(self.path) == self._version:
+            remember_verified(self._version, [(info.offset, info.size, info.checksum)])
 
     def array(self, name: str, dtype: Any, shape: Iterable[int] | None = None) -> np.ndarray:
         """The entry as a read-only numpy array over the binary's memory (1-D when ``shape`` is None)."""

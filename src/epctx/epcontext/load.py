@@ -18,6 +18,8 @@ from epctx.epcontext.store import ContextSource
 from epctx.errors import EPCtxError, Fail, InvalidArgument, InvalidGraph
 
 if TYPE_CHECKING:
+    import mmap
+
     from epctx.model.view import GraphView, NodeView
     from epctx.trust.hooks import ReadFunc
 
@@ -56,6 +58,7 @@ class ContextLoader:
         self._warned: set[str] = set()  # EPs whose suboptimal contexts were logged
         self._copy = config.context_binary_copy
         self._verified: dict[str, list[int] | None] = {}  # trust policy: file -> stamp when verified
+        self._resolved: dict[str, Path] = {}  # trust policy: a node's cache path -> the file checked
 
     def route(
         self, graph: GraphView, providers: Sequence[ExecutionProvider]
@@ -101,9 +104,15 @@ class ContextLoader:
                 from_callback[view.cache_path] = from_callback.get(view.cache_path, False) or native
             elif view.main_context and self._base is not None and view.cache_path:
                 path = resolve_context_file(self._base, view.cache_path, node=view.name)
+                self._resolved[view.cache_path] = path  # the file verified is the file opened (resolved once)
                 files[path] = files.get(path, False) or native
         self._verified = check_context_files(
-            self._model_path, files, model_native, self._config, from_callback=from_callback
+            self._model_path,
+            files,
+            model_native,
+            self._config,
+            from_callback=from_callback,
+            hasher=_SharedPass(),
         )
 
     def load(self, ep: ExecutionProvider, node: NodeView, partition: Partition) -> CompiledPartition:
@@ -201,7 +210,9 @@ class ContextLoader:
         reference = f"file:{view.cache_path}"  # nodes naming one file resolve it once
         binary = self._binaries.get(reference)
         if binary is None:
-            path = resolve_context_file(self._base, view.cache_path, node=view.name)
+            path = self._resolved.get(view.cache_path) or resolve_context_file(
+                self._base, view.cache_path, node=view.name
+            )
             key = str(path)
             if key not in self._binaries:
                 if self._share:  # weight sharing: the group's sessions open a shared binary once
@@ -251,6 +262,36 @@ class ContextLoader:
 
             for ep_name in self._mains:
                 workspace(ep_name).release_loaded()
+
+
+class _SharedPass:
+    """The trust check's hashing, in one pass with the container's checks (``shared_hash.py``, imported only
+    when a file is hashed: a warm session's check, a few stats, does not pay for it), and what a verification
+    record says that pass found for a file version unchanged since (its intact payloads): remembered for the
+    session's reads, which then skip them (``digests.Hasher``)."""
+
+    @staticmethod
+    def sha256(
+        mapping: mmap.mmap, fd: int, version: tuple[int, int, int, int], path: str
+    ) -> tuple[str, list[list[object]]] | None:
+        from epctx.epcontext.shared_hash import sha256_verifying
+
+        return sha256_verifying(mapping, fd, version, path)
+
+    @staticmethod
+    def remember(version: tuple[int, int, int, int], notes: object) -> None:
+        from epctx.epcontext.checksums import remember_verified
+
+        if not isinstance(notes, list):
+            return
+        payloads = [
+            (n[0], n[1], n[2])
+            for n in notes
+            if isinstance(n, list) and len(n) == 3 and type(n[0]) is int and type(n[1]) is int
+            and isinstance(n[2], str)
+        ]  # fmt: skip
+        if payloads:
+            remember_verified(version, payloads)
 
 
 def _check_identity(view: EPContextNode, binary: ContextBinary, graph_name: str, where: str) -> None:

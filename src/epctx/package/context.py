@@ -124,15 +124,15 @@ def session_arguments(
 def _trust_package(resolved: Resolved, so: opt.SessionOptions) -> opt.SessionOptions:
     """Under a trust policy: the package's signature (``model.sig`` at its root, or ``epctx.trust.signature``)
     covers the variant, so the session's check of its context binaries uses the package's root; the manifest
-    and the variant's model file are checked here, before the session reads a byte of the variant."""
+    and the variant's model file are checked here, before the session reads a byte of the variant; what was
+    verified is handed to the session's loader (one record look-up per session)."""
     if so.config.get(opt.TRUST_POLICY, "off") == "off":
         return so
     if opt.TRUST_ROOT not in so.config:
         so = opt.with_config(so, {opt.TRUST_ROOT: str(resolved.root)})
-    from epctx.trust.policy import check_context_files
+    from epctx.trust.policy import check_package_files
 
-    config = opt.SessionConfig(so.config)
-    check_context_files(resolved.root / MANIFEST, {resolved.model: False}, False, config)
+    check_package_files(resolved.root / MANIFEST, resolved.model, opt.SessionConfig(so.config))
     return so
 
 

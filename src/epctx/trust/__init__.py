@@ -1,5 +1,7 @@
 """Trust: OpenSSF model signing over context folders, and the load policy checked before any backend sees a byte.
 
+- ``certificates``: a bundle's certificate chain checked (issuers, validity now, key usage).
+- ``keyless``: sigstore keyless bundles verified offline against a user-supplied trusted root (sigstore-python).
 - ``bundle``: read a model_signing signature (a sigstore bundle v0.3 holding a DSSE envelope over an in-toto
   statement of file digests) and verify it with trusted EC public keys or certificates. Imports
   ``cryptography`` only when a signature is actually verified; never ``model_signing`` (245 ms of imports).

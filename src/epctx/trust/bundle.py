@@ -16,9 +16,12 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epctx.errors import Untrusted
+
+if TYPE_CHECKING:
+    from epctx.trust.keyless import Expected
 
 __all__ = ["SignedManifest", "TrustedKey", "load_trusted_keys", "read_and_verify"]
 
@@ -54,6 +57,7 @@ class SignedManifest:
     digests: Mapping[str, str]  # posix path relative to the model folder -> sha256 hex
     ignore_paths: tuple[str, ...]
     signer: str
+    valid_until: float | None = None  # POSIX time the signing certificate's chain stops being valid
 
 
 def load_trusted_keys(paths: Sequence[Path]) -> list[TrustedKey]:
@@ -97,11 +101,15 @@ def pae(payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
 
 
-def read_and_verify(signature: Path, keys: Sequence[TrustedKey]) -> SignedManifest:
-    """The manifest of ``signature`` once its envelope verifies with one of ``keys``; Untrusted otherwise."""
+def read_and_verify(
+    signature: Path, keys: Sequence[TrustedKey], keyless: Expected | None = None
+) -> SignedManifest:
+    """The manifest of ``signature`` once its envelope verifies with one of ``keys`` (or, for a sigstore keyless
+    bundle, against ``keyless``: ``keyless.py``); Untrusted otherwise."""
     where = f"signature {str(signature)!r}"
     try:
-        bundle = json.loads(signature.read_bytes())
+        raw = signature.read_bytes()
+        bundle = json.loads(raw)
         envelope = bundle["dsseEnvelope"]
         payload = base64.b64decode(envelope["payload"], validate=True)
         sig = base64.b64decode(envelope["signatures"][0]["sig"], validate=True)
@@ -117,20 +125,31 @@ def read_and_verify(signature: Path, keys: Sequence[TrustedKey]) -> SignedManife
             f"{where}: expected a {BUNDLE_MEDIA_TYPE} bundle over a {PAYLOAD_TYPE} payload, found "
             f"{bundle.get('mediaType')!r} over {envelope.get('payloadType')!r}"
         )
-    signer = _verify_envelope(payload, sig, material, keys, where)
-    return _manifest(payload, signer, where)
+    from epctx.trust.keyless import is_keyless, verify_keyless
+
+    if is_keyless(material):
+        payload, signer = verify_keyless(raw, material, keyless, where)
+        return _manifest(payload, signer, where)
+    signer, valid_until = _verify_envelope(payload, sig, material, keys, where)
+    return dataclasses.replace(_manifest(payload, signer, where), valid_until=valid_until)
 
 
 def _verify_envelope(
     payload: bytes, sig: bytes, material: Mapping[str, Any], keys: Sequence[TrustedKey], where: str
-) -> str:
+) -> tuple[str, float | None]:
+    """Who signed, and until when (POSIX time; None: no end) that verdict holds (a certificate's validity)."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
     chain = (material.get("x509CertificateChain") or {}).get("certificates") or []
+    valid_until = None
     if chain:
-        candidates = _certificate_signer(chain, keys, where)
+        from epctx.trust.certificates import chain_signer
+
+        trusted = [k.certificate for k in keys if k.certificate is not None]
+        public_key, who, valid_until = chain_signer(chain, trusted, where)
+        candidates = [(public_key, who)]
     else:
         hint = (material.get("publicKey") or {}).get("hint")
         candidates = [
@@ -143,47 +162,15 @@ def _verify_envelope(
                 f"(epctx.trust.keys: {known})"
             )
     for public_key, who in candidates:
+        if not isinstance(public_key, ec.EllipticCurvePublicKey):
+            raise Untrusted(f"{where}: {who} holds a {type(public_key).__name__}; only EC keys are supported")
         algorithm = getattr(hashes, _CURVES.get(public_key.curve.name, "SHA256"))()
         try:
             public_key.verify(sig, pae(payload), ec.ECDSA(algorithm))
         except InvalidSignature:
             continue
-        return who
+        return who, valid_until
     raise Untrusted(f"{where}: the envelope's signature does not verify with the trusted key (tampered?)")
-
-
-def _certificate_signer(
-    chain: Sequence[Any], keys: Sequence[TrustedKey], where: str
-) -> list[tuple[Any, str]]:
-    """The signing certificate's key, once the chain the bundle carries leads to a trusted certificate."""
-    from cryptography import x509
-
-    try:
-        certs = [x509.load_der_x509_certificate(base64.b64decode(c["rawBytes"])) for c in chain]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise Untrusted(f"{where}: its certificate chain cannot be read: {exc!r}") from exc
-    trusted = [k.certificate for k in keys if k.certificate is not None]
-    leaf = current = certs[0]
-    for _ in range(len(certs) + 1):
-        if any(current == root for root in trusted):
-            return [(leaf.public_key(), f"certificate {leaf.subject.rfc4514_string()}")]
-        issuers = [c for c in (*trusted, *certs[1:]) if c.subject == current.issuer and c != current]
-        issuer = next((c for c in issuers if _issued_by(current, c)), None)
-        if issuer is None:
-            break
-        current = issuer
-    raise Untrusted(
-        f"{where}: its certificate {leaf.subject.rfc4514_string()} does not chain to a trusted certificate "
-        "(epctx.trust.keys)"
-    )
-
-
-def _issued_by(cert: Any, issuer: Any) -> bool:
-    try:
-        cert.verify_directly_issued_by(issuer)
-    except Exception:  # cryptography raises ValueError, TypeError or InvalidSignature
-        return False
-    return True
 
 
 def _manifest(payload: bytes, signer: str, where: str) -> SignedManifest:

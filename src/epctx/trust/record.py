@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["Record", "record_dir", "stamp"]
+__all__ = ["Record", "matches", "record_dir", "stamp"]
 
 logger = logging.getLogger("epctx")
-_VERSION = 1
+_VERSION = 2
 
 
 def record_dir() -> Path:
@@ -38,21 +39,22 @@ def stamp(path: Path | str) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns]
 
 
-class Record:
-    """The record of one (model, signature, keys, policy) combination."""
+def matches(known: Mapping[str, list[int] | None], now: Mapping[str, list[int] | None]) -> bool:
+    """Whether every stamp taken ``now`` is the one ``known`` (verified) holds: no file missing, none written."""
+    return all(v is not None and known.get(k) == v for k, v in now.items())
 
-    def __init__(
-        self, model: Path, signature: Path, keys: Sequence[Path], policy: str, *, root: Path | None = None
-    ) -> None:
-        self.signature = signature
-        self.keys = list(keys)
-        # What the record is about, compared whole (a key removed from the trusted set voids it). The file name
-        # only indexes it, by the model file's device and inode: no hash module to import (hashlib's import
-        # alone costs more than a warm session here).
-        self.ident = json.dumps(
-            [os.path.abspath(model), os.path.abspath(signature), sorted(map(str, keys)), policy]
-            + ([os.path.abspath(root)] if root is not None else [])
-        )
+
+class Record:
+    """The record of one (model, signature, trusted keys, policy, root) combination. ``watched``: the signature
+    and the key files, stamped with the covered files; ``about``: what the record is about besides the model (the
+    signature, the exact key set, the policy, the root), compared whole: a key removed from the set voids it."""
+
+    def __init__(self, model: Path | str, watched: Sequence[str], about: str, policy: str) -> None:
+        self.watched = tuple(watched)
+        self.notes: dict[str, object] = {}  # what the record's hasher noted per file (``read`` fills it)
+        self.ident = f"{os.path.abspath(model)}\n{about}"
+        # The file name only indexes the record, by the model file's device and inode: no hash module to import
+        # (hashlib's import alone costs more than a warm session here).
         now = stamp(model)
         where = f"{now[0]:x}-{now[1]:x}" if now is not None else "none"
         self.path = record_dir() / f"{where}-{policy}.json"
@@ -60,22 +62,41 @@ class Record:
     def covers(self, now: Mapping[str, list[int] | None]) -> bool:
         """Whether the record says these files (``stamps`` of the required files, the signature and the keys,
         taken now) were verified as signed, none written since."""
-        if any(v is None for v in now.values()):
-            return False
+        return matches(self.read(), now)
+
+    def read(self) -> dict[str, list[int] | None]:
+        """The stamps the record holds (every file it verified, which may be more than a caller asks about:
+        a package's record covers its variant's binaries too); empty when there is none or it is not this
+        combination's. One file read: the record look-up."""
         try:
             data = json.loads(self.path.read_bytes())
         except (OSError, ValueError):
-            return False
+            return {}
         if not isinstance(data, dict) or data.get("version") != _VERSION or data.get("ident") != self.ident:
-            return False
+            return {}
+        until = data.get("valid_until")  # a certificate's end of validity: verified again after it
+        if until is not None and (not isinstance(until, (int, float)) or time.time() >= until):
+            return {}
         recorded = data.get("stamps")
-        return isinstance(recorded, dict) and all(recorded.get(k) == v for k, v in now.items())
+        notes = data.get("notes")
+        self.notes = notes if isinstance(notes, dict) else {}
+        return recorded if isinstance(recorded, dict) else {}
 
-    def stamps(self, files: Iterable[Path]) -> dict[str, list[int] | None]:
+    def stamps(self, files: Iterable[Path | str]) -> dict[str, list[int] | None]:
         """Taken before verifying: a file written while it is hashed then fails the next ``covers``."""
-        return {str(p): stamp(p) for p in (*files, self.signature, *self.keys)}
+        return {str(p): stamp(p) for p in (*files, *self.watched)}
 
-    def save(self, stamps: dict[str, list[int] | None], signed: Iterable[str], signer: str) -> None:
+    def save(
+        self,
+        stamps: dict[str, list[int] | None],
+        signed: Iterable[str],
+        signer: str,
+        valid_until: float | None = None,
+        notes: Mapping[str, object] | None = None,
+    ) -> None:
+        """``valid_until``: POSIX time after which the verdict no longer holds (the signing certificate's chain
+        expires): the record is void then, and the next session verifies (and refuses) again. ``notes``: per file,
+        what the hasher verified besides the digest (``digests.Hasher``), handed back to it on a warm session."""
         if any(v is None for v in stamps.values()):
             return
         body = json.dumps(
@@ -85,6 +106,8 @@ class Record:
                 "stamps": stamps,
                 "signed": sorted(signed),
                 "signer": signer,
+                "valid_until": valid_until,
+                "notes": dict(notes or {}),
             }
         )
         try:

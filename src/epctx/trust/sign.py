@@ -15,9 +15,13 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from epctx import options as opt
 from epctx.errors import Fail, InvalidArgument, NoSuchFile
+
+if TYPE_CHECKING:
+    from epctx.trust.keyless import Expected
 
 __all__ = [
     "FolderVerdict",
@@ -112,15 +116,18 @@ class FolderVerdict:
         return all(status == "ok" for _, status in self.files)
 
 
-def verify_folder(path: Path, keys: Sequence[Path], *, signature: Path | None = None) -> FolderVerdict:
-    """Verify the signature of ``path``'s folder with ``keys``: raises Untrusted when the signature itself
-    fails; the verdict lists every file (a changed, missing or unsigned file makes it not ``ok``)."""
+def verify_folder(
+    path: Path, keys: Sequence[Path], *, signature: Path | None = None, keyless: Expected | None = None
+) -> FolderVerdict:
+    """Verify the signature of ``path``'s folder with ``keys`` (or, a sigstore keyless signature, against
+    ``keyless``): raises Untrusted when the signature itself fails; the verdict lists every file (a changed,
+    missing or unsigned file makes it not ``ok``)."""
     from epctx.trust.bundle import load_trusted_keys, read_and_verify
     from epctx.trust.digests import file_sha256
 
     folder = model_folder(path)
     sig = signature if signature is not None else folder / SIGNATURE_NAME
-    manifest = read_and_verify(sig, load_trusted_keys(keys))
+    manifest = read_and_verify(sig, load_trusted_keys(keys), keyless)
     skip = {*manifest.ignore_paths, *_GIT}
     present: dict[str, Path] = {}
     for file in sorted(folder.rglob("*")):
