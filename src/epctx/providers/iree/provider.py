@@ -74,6 +74,16 @@ CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
 )  # 2-D ungrouped conv filters are stored in that layout at compile (worker.prelayout_filters): no load copy
 
 
+# IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul
+# so that they take that path too: IREE's direct convolution code is slow on some shapes (magika's 5x1
+# convolution over a width-1 image: 538 ms alone, 7.9 ms as im2col + data-tiled matmul).
+FAST_CODEGEN = [
+    "--iree-opt-data-tiling",
+    "--iree-llvmcpu-enable-ukernels=all",
+    "--iree-global-opt-use-im2col-for-convs",
+]
+
+
 def _parameter_sources(partition: Partition) -> dict[str, ir.TensorProtocol]:
     """The tensors IREE's importer may make parameters of, by name: the partition's initializers and the values
     of its ``Constant`` nodes (``value`` attribute: Paddle exports hold every weight so)."""
@@ -114,6 +124,8 @@ class IREEExecutionProvider(ExecutionProvider):
         flags = [*self.target.compile_flags(), f"--iree-opt-level={self.config.opt_level}"]
         if self.config.channels_last:
             flags.append(CHANNELS_LAST)
+        if self.config.fast_codegen:
+            flags += FAST_CODEGEN
         return flags + shlex.split(self.config.compile_flags)
 
     # -- capability -----------------------------------------------------------------------------------
@@ -255,7 +267,9 @@ class IREEExecutionProvider(ExecutionProvider):
 
     def compatibility_info(self) -> str:
         c = self.config
-        return compatibility.compatibility_info(self.target, c.opt_level, c.channels_last, c.compile_flags)
+        return compatibility.compatibility_info(
+            self.target, c.opt_level, c.channels_last, c.compile_flags, c.fast_codegen
+        )
 
     @classmethod
     def options_from_compatibility_info(cls, info: str) -> dict[str, str]:
