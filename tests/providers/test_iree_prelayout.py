@@ -72,7 +72,11 @@ def test_context_stores_the_filter_as_iree_reads_it_and_flags_it(tmp_path: Path)
     assert np.ascontiguousarray(w0.transpose(TO_HWCF)).tobytes() in data
     assert w0.tobytes() not in data  # the source layout is not stored (a second copy)
     meta = re.search(rb'"transposed":(\{[^}]*\})', data)
-    assert meta is not None and json.loads(meta.group(1)) == {"w0": TO_HWCF}
+    # the depthwise filter too, in the layout of its rewrite as shifted products (``depthwise``)
+    assert meta is not None and json.loads(meta.group(1)) == {"w0": TO_HWCF, "w1": TO_HWCF}
+    w1 = numpy_helper.to_array(model.graph.initializer[1])
+    assert np.ascontiguousarray(w1.transpose(TO_HWCF)).tobytes() in data
+    assert w1.tobytes() not in data
     with no_compile():
         sess = epctx.InferenceSession(str(tmp_path / "m_ctx.onnx"), providers=[EP])
     x = np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype(np.float32)

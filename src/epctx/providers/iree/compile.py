@@ -31,6 +31,9 @@ MIN_OPSET = 17  # IREE's ONNX importer fails on older Softmax / ReduceX semantic
 _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external data, not in the protobuf
 _TIMEOUT_S = 3600
 CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
+DEPTHWISE_FLAG = (
+    "--iree-global-opt-use-im2col-for-convs"  # the fast code generation's: depthwise rewritten too
+)
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
 # second session of the same model, or the compile after a capability check, does not compile again.
 _CACHE: dict[str, CompileResult] = {}
@@ -67,7 +70,9 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
     # Channels-last convolutions: their filters are stored in that layout (``worker.prelayout_filters``), not
     # transposed by the module at each load.
     prelayout = any(CHANNELS_LAST_PASS in f for f in flags)
-    job = {"flags": list(flags), "min_opset": MIN_OPSET, "prelayout": prelayout}
+    # Depthwise convolutions as shifted products (``depthwise``) with the fast code generation flags.
+    depthwise = DEPTHWISE_FLAG in flags
+    job = {"flags": list(flags), "min_opset": MIN_OPSET, "prelayout": prelayout, "depthwise": depthwise}
     (folder / "job.json").write_text(json.dumps(job))
 
 

@@ -9,13 +9,14 @@
 | ``disabled_ops`` | none | comma-separated op types never claimed (they fall back to the next EP) |
 | ``channels_last`` | ``1`` | convolutions converted to channels-last (NHWC) before IREE compiles them: ResNet-18 \
 runs about 3x faster here; 2-D ungrouped conv filters are stored in that layout at compile (flagged per weight in \
-the binary), so loading transposes nothing and sessions share them; grouped / depthwise filters are still \
-transposed by the module at load; dropped for a model whose dynamic dimensions IREE's conversion fails on; 0: the \
+the binary), so loading transposes nothing and sessions share them; depthwise filters are stored in the \
+layout of their rewrite (``fast_codegen``); other grouped filters are still transposed by the module at load; dropped for a model whose dynamic dimensions IREE's conversion fails on; 0: the \
 model's layout |
 | ``fast_codegen`` | ``1`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
 --iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``): \
-magika's 5x1 convolution 538 -> 7.9 ms, the whole model 84 -> 13.5 ms here (benchmarks/bench_iree_flags.py); 0: \
-IREE's plain pipeline |
+magika's 5x1 convolution 538 -> 7.9 ms, the whole model 84 -> 13.5 ms here (benchmarks/bench_iree_flags.py); \
+depthwise convolutions rewritten as shifted products before import (``depthwise``: three 3x3 over 1x64x64x64 \
+33 -> 0.83 ms), their filters stored in that layout at compile; 0: IREE's plain pipeline |
 | ``compile_flags`` | none | more ``iree-compile`` flags, space-separated (tuning; they change code, not results) |
 | ``capability_budget_s`` | ``30`` | seconds the capability check may spend finding which nodes IREE takes \
 when the model does not compile whole (the nodes not decided then run on the next EP) |

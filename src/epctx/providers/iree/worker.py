@@ -3,7 +3,7 @@ module of this EP that imports ``iree.compiler``, never in the process that aske
 
 The job folder holds ``model.onnx`` (the partition; large weights as external data next to it) and
 ``job.json`` (``flags``: iree-compile flags; ``min_opset``; ``prelayout``: store conv filters channels-last, see
-``prelayout_filters``). The worker (``worker <job folder> <caller pid>``)
+``prelayout_filters``; ``depthwise``: depthwise convolutions as shifted products, see ``depthwise``). The worker (``worker <job folder> <caller pid>``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
@@ -45,14 +45,22 @@ def _fail(folder: Path, stage: str, error: str) -> int:
     return 0
 
 
-def _load(folder: Path, min_opset: int, prelayout: bool) -> tuple[Any, dict[str, list[int]]]:
+def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]:
     import onnx
+
+    from epctx.providers.iree.depthwise import constants_as_initializers, decompose_depthwise
 
     model = onnx.load(str(folder / "model.onnx"))
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    min_opset = int(job["min_opset"])
     if version is not None and version < min_opset:
         model = onnx.version_converter.convert_version(model, min_opset)
-    transposed = prelayout_filters(model.graph) if prelayout else {}
+    transposed: dict[str, list[int]] = {}
+    if job.get("depthwise"):
+        constants_as_initializers(model.graph)
+        transposed.update(decompose_depthwise(model.graph))
+    if job.get("prelayout"):
+        transposed.update(prelayout_filters(model.graph))
     return onnx.shape_inference.infer_shapes(model, data_prop=True), transposed
 
 
@@ -135,7 +143,7 @@ def main(argv: list[str]) -> int:
     folder = Path(argv[0])
     job = json.loads((folder / "job.json").read_text())
     try:
-        model, transposed = _load(folder, int(job["min_opset"]), bool(job.get("prelayout")))
+        model, transposed = _load(folder, job)
         asm, keys = _import(model)
     except Exception as exc:  # the importer raises whatever its ops raise: all are "cannot import"
         return _fail(folder, "import", f"{type(exc).__name__}: {exc}")
