@@ -38,6 +38,7 @@ __all__ = [
     "FAIL_ON_SUBOPTIMAL_COMPILED_MODEL",
     "PARTITION_CONTROL_FLOW_BODIES",
     "PARTITION_COST_RULE",
+    "PARTITION_MEASURED_RULE",
     "REFIT_CONTEXT",
     "SELF_HEAL",
     "SELF_HEAL_POLICIES",
@@ -98,6 +99,10 @@ CONTEXT_BINARY_COPY = "epctx.context_binary_copy"
 # "0": no cost rule in the partition stage (a compiling EP keeps even the partitions whose boundaries cost more
 # than they save; see epctx.partition.cost). Default "1".
 PARTITION_COST_RULE = "epctx.partition.cost_rule"
+# "1": the measured rule (epctx.partition.measured): after a compiling EP compiles a partition, it is timed against
+# the kernel EP (the CPU EP) on the same nodes with synthetic inputs of their stated shapes, and handed back when
+# slower by more than the margin. Default "0".
+PARTITION_MEASURED_RULE = "epctx.partition.measured_rule"
 # epctx's own trust policy (``epctx.trust``): PEM keys / certificates (os.pathsep-separated), the policy
 # (off | warn | require | require-native) and the signature's path (default: model.sig beside the model).
 TRUST_KEYS = "epctx.trust.keys"
@@ -149,6 +154,8 @@ class SessionConfig:
     - ``self_heal`` (epctx.self_heal, one of SELF_HEAL_POLICIES, "off"): compile a stale context again;
     - ``partition_cost_rule`` (epctx.partition.cost_rule, bool, True): the partition stage's cost rule
       (``epctx.partition.cost``); "0" turns it off;
+    - ``partition_measured_rule`` (epctx.partition.measured_rule, bool, False): time each compiled partition
+      against the kernel EP and hand it back when slower (``epctx.partition.measured``);
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_reuse`` (epctx.context_reuse, bool): reuse (or compile again) the context at the context path;
@@ -185,6 +192,7 @@ class SessionConfig:
         "fail_on_suboptimal_compiled_model",
         "partition_control_flow_bodies",
         "partition_cost_rule",
+        "partition_measured_rule",
         "refit_context",
         "self_heal",
         "share_ep_contexts",
@@ -217,6 +225,7 @@ class SessionConfig:
     refit_context: str
     self_heal: str
     partition_cost_rule: bool
+    partition_measured_rule: bool
     context_cache: str
     context_cache_max_mb: float | None
     context_reuse: bool
@@ -343,6 +352,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     REFIT_CONTEXT: ("refit_context", _text, ""),
     SELF_HEAL: ("self_heal", _one_of(SELF_HEAL_POLICIES), "off"),
     PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
+    PARTITION_MEASURED_RULE: ("partition_measured_rule", _flag, False),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_REUSE: ("context_reuse", _flag, False),

@@ -63,7 +63,12 @@ class _State:
 
 class GraphPartitioner:
     def __init__(
-        self, providers: Sequence[ExecutionProvider], *, cpu_fallback: bool, cost_rule: bool = True
+        self,
+        providers: Sequence[ExecutionProvider],
+        *,
+        cpu_fallback: bool,
+        cost_rule: bool = True,
+        refused: Mapping[ir.Node, tuple[str, str]] | None = None,
     ) -> None:
         self.providers = list(providers)
         self.cpu_fallback = cpu_fallback
@@ -75,6 +80,8 @@ class GraphPartitioner:
         self.declined: dict[ir.Node, list[tuple[str, str]]] = {}
         # After partition(): id(EP) -> the ``Capability.artefacts`` it returned (for its compile), when not None.
         self.artefacts: dict[int, object] = {}
+        # node -> (EP name, why): nodes that EP claims and may not have (the measured rule's hand-backs)
+        self.refused = dict(refused or {})
 
     def partition(
         self,
@@ -115,13 +122,26 @@ class GraphPartitioner:
             )  # fmt: skip
         return self._ordered_units(graph, st, loaded, opset_imports, _graph_key(st.nodes))
 
+    def _refused(self, ep: ExecutionProvider, st: _State, claimed: Sequence[int]) -> set[int]:
+        """The claimed nodes refused to ``ep`` (the measured rule's hand-backs), their reason recorded."""
+        out = set()
+        for i in claimed:
+            why = self.refused.get(st.nodes[i])
+            if why is not None and why[0] == ep.name and st.owner[i] is None and i not in out:
+                out.add(i)
+                self.declined.setdefault(st.nodes[i], []).append(why)
+        return out
+
     def _take(self, ep: ExecutionProvider, capability: Capability, st: _State) -> None:
         """Give ``ep`` the nodes it claims that no EP ahead of it took; a compiling EP's become partitions."""
         if capability.artefacts is not None:
             self.artefacts[id(ep)] = capability.artefacts
         claims = checked_claims(ep.name, capability, st.index)
-        free_groups = [[i for i in group if st.owner[i] is None] for group in claims.groups]
-        flat = [i for i in claims.flat if st.owner[i] is None]
+        refused = self._refused(ep, st, [*claims.flat, *(i for group in claims.groups for i in group)])
+        free_groups = [
+            [i for i in group if st.owner[i] is None and i not in refused] for group in claims.groups
+        ]
+        flat = [i for i in claims.flat if st.owner[i] is None and i not in refused]
         for i in (*flat, *(i for group in free_groups for i in group)):
             st.owner[i] = ep
         for node, why in capability.declined.items():

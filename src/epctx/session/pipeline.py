@@ -129,7 +129,34 @@ class Pipeline:
         handed to its compile. The value returned holds the partitioning without those artefacts."""
         setup = CompileSetup(partitioning.guard, partitioning.artefacts, target)
         found = self._builder(partitioning).compile_units(partitioning.units, partitioning.loader, setup)
-        return CompiledUnits(partitioning.without_artefacts(), found)
+        compiled = CompiledUnits(partitioning.without_artefacts(), found)
+        again = self._hand_back(compiled) if self.config.partition_measured_rule and not partitioning.routed else None
+        if again is not None:  # once: the partitions kept were measured, the nodes handed back are refused
+            rest = self.config.replace({opt.PARTITION_MEASURED_RULE: "0"})
+            return dataclasses.replace(self, config=rest).compile(again, target)
+        return compiled
+
+    def _hand_back(self, compiled: CompiledUnits) -> Partitioning | None:
+        """The measured rule (``epctx.partition.measured``): the graph partitioned again without the compiled
+        partitions slower than the kernel EP on the same nodes; None when every one is kept."""
+        from epctx.partition.measured import hand_back
+        from epctx.session.measured_rule import kernel_runner
+
+        partitioning, kernel = compiled.partitioning, self.kernel_ep
+        runs = {k: c for k, c in compiled.compiled.items() if partitioning.units[k].ep is not kernel}
+        if kernel not in self.providers or not runs:
+            return None
+        refused = hand_back(partitioning.units, runs, kernel.name, kernel_runner(self._builder(partitioning)))
+        if not refused:
+            return None
+        model, config = partitioning.loaded.model, self.config
+        partitioner = GraphPartitioner(list(self.providers), cpu_fallback=not config.disable_cpu_ep_fallback,
+                                       cost_rule=config.partition_cost_rule, refused=refused)  # fmt: skip
+        ctx = CapabilityContext(partitioning.guard)
+        units = partitioner.partition(model.graph, dict(model.opset_imports), ctx=ctx)
+        declined = {node: tuple(why) for node, why in partitioner.declined.items()}
+        return dataclasses.replace(partitioning, units=tuple(units), declined=frozen_mapping(declined),
+                                   artefacts=frozen_mapping(partitioner.artefacts))  # fmt: skip
 
     def plan(self, compiled: CompiledUnits) -> PreparedSession:
         """The last stage: one plan step per unit (control-flow bodies partitioned as their steps are built),

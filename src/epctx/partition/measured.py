@@ -1,0 +1,137 @@
+"""The measured rule (session config ``epctx.partition.measured_rule=1``): adding an EP never makes a model
+slower. The cost rule (``cost``) judges a partition by its shape before anything is compiled; this one judges
+it by its speed after: each partition a compiling EP compiled is run beside the kernel EP (the CPU EP, which
+runs what no EP takes) on the same nodes, with synthetic inputs of the partition's stated shapes, and a
+partition slower than the kernel EP by more than ``MARGIN`` is handed back: its nodes are declined by its EP
+with the reason ``measured: <EP> x ms vs <kernel EP> y ms`` (``get_node_placement``, the fallback reasons) and
+the graph is partitioned again without them.
+
+A partition with an input whose shape is not stated (a dynamic dimension) is not measured (its EP keeps it),
+nor one that either side fails to run on synthetic inputs (a shape tensor among its inputs, say). Timing is the
+best of a few alternating runs after a warm-up, within a budget per partition (``BUDGET_S``): a busy machine
+slows both sides alike, a best run is the least disturbed one.
+
+Nothing here knows an EP: the session gives the compiled partitions and a way to run the same nodes on its
+kernel EP."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from epctx.ep._contract import CompiledPartition, Partition
+from epctx.ep._partition import ir_nodes
+
+__all__ = ["BUDGET_S", "MARGIN", "Measurement", "hand_back", "measure", "synthetic_inputs"]
+
+logger = logging.getLogger("epctx")
+
+MARGIN = 1.1  # handed back when slower than the kernel EP by more than 10 %
+BUDGET_S = 2.0  # timing per partition, both sides together (after one warm-up run each)
+_RUNS = 10  # alternating runs per side at most
+
+Run = Callable[..., Sequence[Any]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Measurement:
+    ep: str
+    ms: float  # best run of the EP's compiled partition
+    fallback: str
+    fallback_ms: float  # best run of the same nodes on the kernel EP
+    runs: int
+
+    @property
+    def slower(self) -> bool:
+        return self.ms > self.fallback_ms * MARGIN
+
+    def reason(self) -> str:
+        return (
+            f"measured: {self.ep} {self.ms:.3g} ms vs {self.fallback} {self.fallback_ms:.3g} ms on this "
+            f"partition (best of {self.runs} runs each, synthetic inputs of its stated shapes; handed back when "
+            f"slower by more than {MARGIN:g}x)"
+        )
+
+
+def synthetic_inputs(partition: Partition, seed: int = 0) -> list[np.ndarray] | None:
+    """One array per partition input, of its stated shape and type (floats in [0, 1), integers 0, booleans
+    False); None when an input's shape or type is not fully known."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for value in partition.inputs:
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if shape is None or dtype is None or not all(isinstance(d, int) for d in shape):
+            return None
+        try:
+            np_type = np.dtype(dtype.numpy())
+        except (TypeError, ValueError, AttributeError):
+            return None
+        dims = tuple(int(d) for d in shape)
+        if np_type.kind == "f":
+            arrays.append(rng.random(dims).astype(np_type))
+        elif np_type.kind in "iub":
+            arrays.append(np.zeros(dims, np_type))
+        else:
+            return None
+    return arrays
+
+
+def measure(
+    ep: str, compiled: Run, fallback: str, fallback_run: Run, inputs: Sequence[np.ndarray]
+) -> Measurement | None:
+    """Both sides timed on ``inputs`` (one warm-up each, then alternating runs within ``BUDGET_S``); None when
+    either fails to run them."""
+    sides = (compiled, fallback_run)
+    try:
+        for run in sides:
+            run(*inputs)
+    except Exception as exc:  # any failure on made-up inputs: not measurable, the EP keeps the partition
+        logger.info(
+            "measured rule: %s's partition not measured, a side fails on synthetic inputs: %s", ep, exc
+        )
+        return None
+    best = [float("inf"), float("inf")]
+    deadline = time.perf_counter() + BUDGET_S
+    runs = 0
+    while runs < _RUNS and (runs < 2 or time.perf_counter() < deadline):
+        for k, run in enumerate(sides):
+            start = time.perf_counter()
+            run(*inputs)
+            best[k] = min(best[k], time.perf_counter() - start)
+        runs += 1
+    return Measurement(ep, best[0] * 1e3, fallback, best[1] * 1e3, runs)
+
+
+def hand_back(
+    units: Sequence[Any],
+    compiled: Mapping[int, CompiledPartition],
+    fallback: str,
+    fallback_runner: Callable[[Partition], Run],
+) -> dict[ir.Node, tuple[str, str]]:
+    """The nodes of the compiled partitions (``units[k]``, ``compiled[k]``) slower than the kernel EP named
+    ``fallback`` (``fallback_runner(partition)`` runs the same nodes there): node -> (EP name, reason)."""
+    refused: dict[ir.Node, tuple[str, str]] = {}
+    for k, run in compiled.items():
+        unit = units[k]
+        partition = unit.partition
+        inputs = synthetic_inputs(partition) if partition is not None else None
+        if partition is None or inputs is None:
+            continue
+        found = measure(unit.ep.name, run, fallback, fallback_runner(partition), inputs)
+        if found is None:
+            continue
+        logger.info(
+            "measured rule: %s partition %r (%d nodes) %.3g ms, %s %.3g ms: %s",
+            unit.ep.name, partition.name, len(partition.nodes), found.ms, fallback, found.fallback_ms,
+            "handed back" if found.slower else "kept",
+        )  # fmt: skip
+        if found.slower:
+            why = found.reason()
+            refused.update((node, (unit.ep.name, why)) for node in ir_nodes(partition.nodes))
+    return refused
