@@ -10,9 +10,9 @@ provider options (``create s``: capability check + compile, the context written)
 context model (``warm ms``), checked against onnxruntime (``max err``) and timed against onnxruntime in
 alternating blocks (``epctx ms`` / ``ort ms``: medians; ``min ratio``: best run against best run).
 
-Variants (provider options of the IREE EP): ``default`` (the EP's defaults), ``plain`` (``fast_codegen=0``:
-IREE's plain CPU pipeline, no data tiling, microkernels or im2col), ``nocl`` (``channels_last=0``); more as
-``name=opt:value;opt:value`` on the command line.
+Variants (provider options of the IREE EP): ``default`` (the EP's defaults), ``plain`` (``depthwise_rewrite=0``:
+the EP as it was, IREE's own depthwise code), ``fast`` (``fast_codegen=1``: data tiling, microkernels, im2col),
+``nocl`` (``channels_last=0``); more as ``name=opt:value;opt:value`` on the command line.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from benchmarks.corpus import feeds, materialise
 EP = "IREEExecutionProvider"
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
-    "plain": {"fast_codegen": "0"},
+    "plain": {"depthwise_rewrite": "0"},
+    "fast": {"fast_codegen": "1"},
     "nocl": {"channels_last": "0"},
 }
 

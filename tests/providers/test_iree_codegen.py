@@ -1,5 +1,5 @@
-"""IREE's code generation flags (``fast_codegen``: data tiling, microkernels, im2col convolutions) and the
-numbers they must keep: magika's shipped model (a 5x1 convolution over a width-1 image, where IREE's direct
+"""IREE's code generation flags (``fast_codegen``, opt-in: data tiling, microkernels, im2col convolutions; the
+depthwise rewrite, default) and the numbers they must keep: magika's shipped model (a 5x1 convolution over a width-1 image, where IREE's direct
 convolution code took 84 ms a run and im2col + data tiling 13.5 ms; benchmarks/bench_iree_flags.py) against
 onnxruntime, with the flags and without, stated and dynamic batch."""
 
@@ -15,6 +15,7 @@ import pytest
 import epctx
 from epctx.errors import InvalidArgument
 from epctx.providers.iree.compatibility import options_from_info
+from epctx.providers.iree.options import REWRITE_DEPTHWISE
 from epctx.providers.iree.provider import FAST_CODEGEN, IREEExecutionProvider
 from tests.oracle import run_ort
 from tests.requires import requires
@@ -22,14 +23,17 @@ from tests.requires import requires
 EP = "IREEExecutionProvider"
 
 
-def test_fast_codegen_is_the_default_and_recorded() -> None:
+def test_fast_codegen_is_opt_in_the_depthwise_rewrite_default_and_both_recorded() -> None:
     default = IREEExecutionProvider()
-    assert all(flag in default.flags() for flag in FAST_CODEGEN)
-    plain = IREEExecutionProvider({"fast_codegen": "0"})
-    assert not any(flag in plain.flags() for flag in FAST_CODEGEN)
-    assert options_from_info(default.compatibility_info())["fast_codegen"] == "1"
-    assert options_from_info(plain.compatibility_info())["fast_codegen"] == "0"
-    assert default.compatibility_info() != plain.compatibility_info()
+    assert not any(flag in default.flags() for flag in FAST_CODEGEN)
+    assert REWRITE_DEPTHWISE in default.flags()
+    fast = IREEExecutionProvider({"fast_codegen": "1", "depthwise_rewrite": "0"})
+    assert all(flag in fast.flags() for flag in FAST_CODEGEN)
+    assert REWRITE_DEPTHWISE not in fast.flags()
+    assert options_from_info(default.compatibility_info())["fast_codegen"] == "0"
+    assert options_from_info(default.compatibility_info())["depthwise_rewrite"] == "1"
+    assert options_from_info(fast.compatibility_info())["fast_codegen"] == "1"
+    assert options_from_info(fast.compatibility_info())["depthwise_rewrite"] == "0"
     with pytest.raises(InvalidArgument, match="fast_codegen"):
         IREEExecutionProvider({"fast_codegen": "maybe"})
 

@@ -4,7 +4,7 @@ runtime's ``dist-info`` name, the CPU's features from the OS).
 The string (``ep_compatibility_info.IREEExecutionProvider``)::
 
     sdk=iree-3.13.0;triple=x86_64-unknown-linux-gnu;features=avx,avx2,...;target=host;opt_level=O2;
-    channels_last=1;fast_codegen=1;flags=<sha-256 prefix of the extra iree-compile flags, or empty>
+    channels_last=1;fast_codegen=0;depthwise_rewrite=1;flags=<sha-256 prefix of the extra iree-compile flags, or empty>
 
 Verdicts against one device (the worst over several):
 
@@ -63,7 +63,12 @@ def iree_version() -> str:
 
 
 def compatibility_info(
-    target: Target, opt_level: str, channels_last: bool, compile_flags: str, fast_codegen: bool = True
+    target: Target,
+    opt_level: str,
+    channels_last: bool,
+    compile_flags: str,
+    fast_codegen: bool = False,
+    depthwise_rewrite: bool = True,
 ) -> str:
     """The string written at compile: the SDK, the target and every option that changes the code."""
     flags = hashlib.sha256(compile_flags.encode()).hexdigest()[:16] if compile_flags.strip() else ""
@@ -76,6 +81,7 @@ def compatibility_info(
             "opt_level": opt_level,
             "channels_last": "1" if channels_last else "0",
             "fast_codegen": "1" if fast_codegen else "0",
+            "depthwise_rewrite": "1" if depthwise_rewrite else "0",
             "flags": flags,
         }
     )
@@ -157,7 +163,11 @@ def device_incompatibility(device: HardwareDevice) -> DeviceIncompatibility:
 
 def options_from_info(info: str) -> dict[str, str]:
     """The provider options the string records (target, opt_level, channels_last,
-    fast_codegen); the extra compile flags are
+    fast_codegen, depthwise_rewrite); the extra compile flags are
     recorded as a digest only, so they cannot be recovered."""
     fields = parse_info(info)
-    return {k: fields[k] for k in ("target", "opt_level", "channels_last", "fast_codegen") if fields.get(k)}
+    return {
+        k: fields[k]
+        for k in ("target", "opt_level", "channels_last", "fast_codegen", "depthwise_rewrite")
+        if fields.get(k)
+    }

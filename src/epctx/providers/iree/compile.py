@@ -22,6 +22,7 @@ from pathlib import Path
 from epctx.ep import CompileGuard, Partition, partition_model, plan_weights_file
 from epctx.errors import EPFail
 from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
+from epctx.providers.iree.options import REWRITE_DEPTHWISE
 
 __all__ = ["CompileResult", "compile_partitions"]
 
@@ -31,9 +32,7 @@ MIN_OPSET = 17  # IREE's ONNX importer fails on older Softmax / ReduceX semantic
 _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external data, not in the protobuf
 _TIMEOUT_S = 3600
 CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
-DEPTHWISE_FLAG = (
-    "--iree-global-opt-use-im2col-for-convs"  # the fast code generation's: depthwise rewritten too
-)
+REWRITES = frozenset({REWRITE_DEPTHWISE})  # markers among the flags, for the worker, never for iree-compile
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
 # second session of the same model, or the compile after a capability check, does not compile again.
 _CACHE: dict[str, CompileResult] = {}
@@ -70,9 +69,12 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
     # Channels-last convolutions: their filters are stored in that layout (``worker.prelayout_filters``), not
     # transposed by the module at each load.
     prelayout = any(CHANNELS_LAST_PASS in f for f in flags)
-    # Depthwise convolutions as shifted products (``depthwise``) with the fast code generation flags.
-    depthwise = DEPTHWISE_FLAG in flags
-    job = {"flags": list(flags), "min_opset": MIN_OPSET, "prelayout": prelayout, "depthwise": depthwise}
+    job = {
+        "flags": [f for f in flags if f not in REWRITES],
+        "min_opset": MIN_OPSET,
+        "prelayout": prelayout,
+        "depthwise": REWRITE_DEPTHWISE in flags,
+    }
     (folder / "job.json").write_text(json.dumps(job))
 
 

@@ -10,13 +10,15 @@
 | ``channels_last`` | ``1`` | convolutions converted to channels-last (NHWC) before IREE compiles them: ResNet-18 \
 runs about 3x faster here; 2-D ungrouped conv filters are stored in that layout at compile (flagged per weight in \
 the binary), so loading transposes nothing and sessions share them; depthwise filters are stored in the \
-layout of their rewrite (``fast_codegen``); other grouped filters are still transposed by the module at load; dropped for a model whose dynamic dimensions IREE's conversion fails on; 0: the \
+layout of their rewrite (``depthwise_rewrite``); other grouped filters are still transposed by the module at load; dropped for a model whose dynamic dimensions IREE's conversion fails on; 0: the \
 model's layout |
-| ``fast_codegen`` | ``1`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
+| ``depthwise_rewrite`` | ``1`` | depthwise convolutions rewritten as shifted products before IREE imports \
+them (``depthwise``): IREE's depthwise code is slow in every layout and flag set measured (three 3x3 over \
+1x64x64x64: 33-46 ms, rewritten 0.83 ms); their filters are stored in that layout at compile |
+| ``fast_codegen`` | ``0`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
 --iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``): \
-magika's 5x1 convolution 538 -> 7.9 ms, the whole model 84 -> 13.5 ms here (benchmarks/bench_iree_flags.py); \
-depthwise convolutions rewritten as shifted products before import (``depthwise``: three 3x3 over 1x64x64x64 \
-33 -> 0.83 ms), their filters stored in that layout at compile; 0: IREE's plain pipeline |
+magika 243 -> 34 ms a run, but ResNet-18 and a YOLO slower, the YOLO's compile 19 -> 128 s, and PP-OCRv4 det \
+does not compile (benchmarks/bench_iree_flags.py) |
 | ``compile_flags`` | none | more ``iree-compile`` flags, space-separated (tuning; they change code, not results) |
 | ``capability_budget_s`` | ``30`` | seconds the capability check may spend finding which nodes IREE takes \
 when the model does not compile whole (the nodes not decided then run on the next EP) |
@@ -32,7 +34,11 @@ from collections.abc import Mapping
 from epctx.ep import Option, parse_options
 from epctx.providers.iree.targets import PRESETS, Target, resolve_target
 
-__all__ = ["OPTIONS", "IREEOptions", "parse"]
+__all__ = ["OPTIONS", "REWRITE_DEPTHWISE", "IREEOptions", "parse"]
+
+# Graph rewrites the compile worker makes before IREE imports the model are asked for among the flags (the probes,
+# the compile and its cache key see them as they see the flags); ``compile`` takes them out before iree-compile.
+REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
 
 _NAME = "IREEExecutionProvider"
 OPTIONS = (
@@ -48,7 +54,8 @@ OPTIONS = (
     ),
     Option("disabled_ops", "list", default=frozenset(), doc="op types never claimed"),
     Option("channels_last", "bool", default=True, doc="convolutions compiled channels-last (NHWC)"),
-    Option("fast_codegen", "bool", default=True, doc="data tiling, microkernels, im2col convolutions"),
+    Option("depthwise_rewrite", "bool", default=True, doc="depthwise convolutions as shifted products"),
+    Option("fast_codegen", "bool", default=False, doc="data tiling, microkernels, im2col convolutions"),
     Option("compile_flags", "str", default="", doc="more iree-compile flags, space-separated"),
     Option(
         "capability_budget_s",
@@ -68,6 +75,7 @@ class IREEOptions:
     opt_level: str
     disabled_ops: frozenset[str]
     channels_last: bool
+    depthwise_rewrite: bool
     fast_codegen: bool
     compile_flags: str
     capability_budget_s: int

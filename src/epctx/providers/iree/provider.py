@@ -40,7 +40,7 @@ from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree import compatibility
 from epctx.providers.iree.compatibility import iree_version
 from epctx.providers.iree.context import read_meta, write_entries
-from epctx.providers.iree.options import parse
+from epctx.providers.iree.options import REWRITE_DEPTHWISE, parse
 from epctx.providers.iree.params import Parameters
 from epctx.providers.iree.runtime import CompiledIREE, Runner, load_module
 from epctx.providers.iree.targets import missing_features
@@ -75,8 +75,10 @@ CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
 
 
 # IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul
-# so that they take that path too: IREE's direct convolution code is slow on some shapes (magika's 5x1
-# convolution over a width-1 image: 538 ms alone, 7.9 ms as im2col + data-tiled matmul).
+# so that they take that path too (provider option fast_codegen, off by default): IREE's direct convolution code
+# is slow on some shapes (magika's 5x1 convolution over a width-1 image: 538 ms alone, 7.9 ms as im2col +
+# data-tiled matmul), and these flags make others slower (3x3 convolutions: ResNet-18, a YOLO) and the compile
+# longer (the YOLO 19 -> 128 s), and fail on some (PP-OCRv4 det: a 1x1 convolution over a 1x1 image).
 FAST_CODEGEN = [
     "--iree-opt-data-tiling",
     "--iree-llvmcpu-enable-ukernels=all",
@@ -124,6 +126,8 @@ class IREEExecutionProvider(ExecutionProvider):
         flags = [*self.target.compile_flags(), f"--iree-opt-level={self.config.opt_level}"]
         if self.config.channels_last:
             flags.append(CHANNELS_LAST)
+        if self.config.depthwise_rewrite:
+            flags.append(REWRITE_DEPTHWISE)
         if self.config.fast_codegen:
             flags += FAST_CODEGEN
         return flags + shlex.split(self.config.compile_flags)
@@ -268,7 +272,7 @@ class IREEExecutionProvider(ExecutionProvider):
     def compatibility_info(self) -> str:
         c = self.config
         return compatibility.compatibility_info(
-            self.target, c.opt_level, c.channels_last, c.compile_flags, c.fast_codegen
+            self.target, c.opt_level, c.channels_last, c.compile_flags, c.fast_codegen, c.depthwise_rewrite
         )
 
     @classmethod

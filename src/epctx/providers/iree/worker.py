@@ -61,6 +61,10 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
         transposed.update(decompose_depthwise(model.graph))
     if job.get("prelayout"):
         transposed.update(prelayout_filters(model.graph))
+    # the shapes recorded for the filters stored transposed (a Constant's output has one) are the source's
+    stale = [v for v in model.graph.value_info if v.name in transposed]
+    for value in stale:
+        model.graph.value_info.remove(value)
     return onnx.shape_inference.infer_shapes(model, data_prop=True), transposed
 
 
