@@ -1,14 +1,15 @@
 """IREE's compile flags on the real-model corpus, stated shapes, against onnxruntime CPU in the same process:
 
     python benchmarks/bench_iree_flags.py [--models magika,ppocr_cls] [--variants default,plain]
-                                          [--steady 3] [--budget 300] [--threads 0]
+                                          [--steady 3] [--budget 300] [--threads 0] [--cpu]
 
 Every graph input of a corpus model (``benchmarks/corpus``) is stated with the shape of its feed (the dynamic
 dimensions fixed, as ``--dim`` / free-dimension overrides do), then, per (model, variant), in its own process
 (killed after ``--budget`` seconds): the session is created with ``IREEExecutionProvider`` and the variant's
 provider options (``create s``: capability check + compile, the context written), loaded again from its
 context model (``warm ms``), checked against onnxruntime (``max err``) and timed against onnxruntime in
-alternating blocks (``epctx ms`` / ``ort ms``: medians; ``min ratio``: best run against best run).
+alternating blocks (``epctx ms`` / ``ort ms``: medians; ``min ratio``: best run against best run); with
+``--cpu``, epctx's CPU EP alone too (``IREE / CPU``: above 1, adding IREE made the model slower).
 
 Variants (provider options of the IREE EP): ``default`` (the EP's defaults), ``plain`` (``depthwise_rewrite=0``:
 the EP as it was, IREE's own depthwise code), ``fast`` (``fast_codegen=1``: data tiling, microkernels, im2col),
@@ -70,7 +71,9 @@ def _blocks(run: Any, seconds: float) -> list[float]:
     return times
 
 
-def cell(name: str, model: Path, options: dict[str, str], steady: float, threads: int) -> dict[str, Any]:
+def cell(
+    name: str, model: Path, options: dict[str, str], steady: float, threads: int, with_cpu: bool = False
+) -> dict[str, Any]:
     import onnxruntime as ort
 
     import epctx
@@ -103,15 +106,26 @@ def cell(name: str, model: Path, options: dict[str, str], steady: float, threads
         row["max_err"] = max(
             float(np.max(np.abs(g.astype(np.float64) - e))) if g.size else 0.0 for g, e in zip(got, expected)
         )
+        cpu = (
+            epctx.InferenceSession(str(model), warm_so, providers=["CPUExecutionProvider"])
+            if with_cpu
+            else None
+        )
         ours: list[float] = []
         theirs: list[float] = []
+        cpus: list[float] = []
         for _ in range(3):
             ours += _blocks(lambda: warm.run(None, feed), steady / 6)
             theirs += _blocks(lambda: oracle.run(None, feed), steady / 6)
+            if cpu is not None:
+                cpus += _blocks(lambda: cpu.run(None, feed), steady / 6)
     row["epctx_ms"] = statistics.median(ours) * 1e3
     row["ort_ms"] = statistics.median(theirs) * 1e3
     row["ratio"] = row["epctx_ms"] / row["ort_ms"]
     row["min_ratio"] = min(ours) / min(theirs)
+    if cpus:  # [IREE, CPU] against [CPU]: adding IREE must not make the model slower
+        row["cpu_ms"] = statistics.median(cpus) * 1e3
+        row["vs_cpu"] = row["epctx_ms"] / row["cpu_ms"]
     return row
 
 
@@ -132,11 +146,14 @@ def main() -> None:
     parser.add_argument("--steady", type=float, default=3.0)
     parser.add_argument("--budget", type=float, default=300.0)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument(
+        "--cpu", action="store_true", help="also time epctx's CPU EP alone (IREE / CPU ratio)"
+    )
     parser.add_argument("--cell", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cell:
         name, path, options, steady = args.cell
-        print(json.dumps(cell(name, Path(path), json.loads(options), float(steady), args.threads)))
+        print(json.dumps(cell(name, Path(path), json.loads(options), float(steady), args.threads, args.cpu)))
         return
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"IREE flags, stated shapes, vs onnxruntime CPU  cpus {os.cpu_count()}  load {load}")
@@ -150,7 +167,7 @@ def main() -> None:
             for text in args.variants.split(","):
                 variant, options = _parse_variant(text)
                 command = [sys.executable, __file__, "--cell", name, str(path), json.dumps(options),
-                           str(args.steady), "--threads", str(args.threads)]  # fmt: skip
+                           str(args.steady), "--threads", str(args.threads), *(["--cpu"] if args.cpu else [])]  # fmt: skip
                 try:
                     done = subprocess.run(command, capture_output=True, text=True, timeout=args.budget)
                 except subprocess.TimeoutExpired:
@@ -166,7 +183,8 @@ def main() -> None:
                 print(
                     f"| {name} | {variant} | {r['partitions']} (+{r['other_nodes']} other) | {r['create_s']:.1f} "
                     f"| {r['warm_ms']:.1f} | {r['max_err']:.1e} | {r['epctx_ms']:.2f} / {r['ort_ms']:.2f} "
-                    f"| {r['ratio']:.2f} | {r['min_ratio']:.2f} |",
+                    f"| {r['ratio']:.2f} | {r['min_ratio']:.2f} | "
+                    + (f"{r['cpu_ms']:.2f} ({r['vs_cpu']:.2f}) |" if "cpu_ms" in r else "- |"),
                     flush=True,
                 )
     print(f"load after: {'/'.join(f'{x:.1f}' for x in os.getloadavg())}")
