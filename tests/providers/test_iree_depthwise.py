@@ -56,13 +56,14 @@ def _feed(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
 
 
+@pytest.mark.parametrize("nhwc", [False, True])
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_rewrite_computes_the_convolution(case: str) -> None:
+def test_the_rewrite_computes_the_convolution(case: str, nhwc: bool) -> None:
     model = _model(**CASES[case])  # type: ignore[arg-type]
     source = numpy_helper.to_array(model.graph.initializer[0])
     rewritten = onnx.ModelProto()
     rewritten.CopyFrom(model)
-    assert decompose_depthwise(rewritten.graph) == {"w": TO_HWCF}
+    assert decompose_depthwise(rewritten.graph, nhwc=nhwc) == {"w": TO_HWCF}
     assert "Conv" not in {n.op_type for n in rewritten.graph.node}
     stored = {t.name: numpy_helper.to_array(t) for t in rewritten.graph.initializer}
     np.testing.assert_array_equal(stored["w"], source.transpose(TO_HWCF))

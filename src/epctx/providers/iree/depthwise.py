@@ -44,9 +44,10 @@ def _depthwise_filter(node: Any, initializers: dict[str, Any], uses: dict[str, i
     return weight
 
 
-def _taps(node: Any, weight: Any, name: str) -> tuple[list[Any], list[Any], str]:
+def _taps(node: Any, weight: Any, name: str, nhwc: bool) -> tuple[list[Any], list[Any], str]:
     """Nodes and constants computing the convolution of ``node`` from its input as shifted products (``weight``
-    stored as ``(kh, kw, 1, C)``)."""
+    stored as ``(kh, kw, 1, C)``); ``nhwc``: on the input transposed to NHWC and back (the layout of IREE's
+    channels-last convolutions around it: the transposes between them cancel)."""
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -55,13 +56,21 @@ def _taps(node: Any, weight: Any, name: str) -> tuple[list[Any], list[Any], str]
     dilations = list(_attr(node, "dilations", [1, 1]))
     pads = list(_attr(node, "pads", [0, 0, 0, 0]))
     nodes: list[Any] = []
-    consts = [numpy_helper.from_array(np.array([2, 3], np.int64), f"{name}_axes"),
+    axes, cshape = ([1, 2], [1, 1, 1, channels]) if nhwc else ([2, 3], [1, channels, 1, 1])
+    consts = [numpy_helper.from_array(np.array(axes, np.int64), f"{name}_axes"),
               numpy_helper.from_array(np.array(strides, np.int64), f"{name}_steps"),
-              numpy_helper.from_array(np.array([1, channels, 1, 1], np.int64), f"{name}_cshape")]  # fmt: skip
+              numpy_helper.from_array(np.array(cshape, np.int64), f"{name}_cshape")]  # fmt: skip
     source = node.input[0]
+    if nhwc:
+        nodes.append(helper.make_node("Transpose", [source], [f"{name}_nhwc"], perm=[0, 2, 3, 1]))
+        source = f"{name}_nhwc"
     if any(pads):
-        consts.append(numpy_helper.from_array(np.array([0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]],
-                                                       np.int64), f"{name}_pads"))  # fmt: skip
+        full = (
+            [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0]
+            if nhwc
+            else [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]
+        )
+        consts.append(numpy_helper.from_array(np.array(full, np.int64), f"{name}_pads"))
         nodes.append(helper.make_node("Pad", [source, f"{name}_pads"], [f"{name}_padded"]))
         source = f"{name}_padded"
     total = ""
@@ -77,7 +86,7 @@ def _taps(node: Any, weight: Any, name: str) -> tuple[list[Any], list[Any], str]
             nodes += [
                 helper.make_node("Slice", [source, f"{tap}_s", f"{tap}_e", f"{name}_axes", f"{name}_steps"],
                                  [f"{tap}_x"]),
-                # the stored (kh, kw, 1, C) filter's row (i, j), as (1, C, 1, 1)
+                # the stored (kh, kw, 1, C) filter's row (i, j), as (1, C, 1, 1) (NHWC: (1, 1, 1, C))
                 helper.make_node("GatherND", [weight.name, f"{tap}_w"], [f"{tap}_row"]),
                 helper.make_node("Reshape", [f"{tap}_row", f"{name}_cshape"], [f"{tap}_k"]),
                 helper.make_node("Mul", [f"{tap}_x", f"{tap}_k"], [f"{tap}_p"]),
@@ -87,6 +96,9 @@ def _taps(node: Any, weight: Any, name: str) -> tuple[list[Any], list[Any], str]
                 total = f"{tap}_sum"
             else:
                 total = f"{tap}_p"
+    if nhwc:
+        nodes.append(helper.make_node("Transpose", [total], [f"{name}_nchw"], perm=[0, 3, 1, 2]))
+        total = f"{name}_nchw"
     return nodes, consts, total
 
 
@@ -108,10 +120,11 @@ def constants_as_initializers(graph: Any) -> None:
         graph.node.extend(kept)
 
 
-def decompose_depthwise(graph: Any) -> dict[str, list[int]]:
+def decompose_depthwise(graph: Any, nhwc: bool = False) -> dict[str, list[int]]:
     """Rewrite each 2-D depthwise ``Conv`` (one input channel per group, filter an initializer read by that
     node only, explicit or no padding, at most ``_MAX_TAPS`` taps) as shifted products; store its filter as
     ``(kh, kw, 1, C)``. Returns the filters changed: name -> permutation of the source array."""
+    import numpy as np
     from onnx import helper, numpy_helper
 
     uses: dict[str, int] = {}
@@ -129,11 +142,13 @@ def decompose_depthwise(graph: Any) -> dict[str, list[int]]:
         array = numpy_helper.to_array(weight)
         weight.CopyFrom(numpy_helper.from_array(array.transpose(TO_HWCF).copy(), weight.name))
         changed[weight.name] = TO_HWCF
-        nodes, consts, total = _taps(node, weight, f"epctx_dw{k}")
+        nodes, consts, total = _taps(node, weight, f"epctx_dw{k}", nhwc)
         graph.initializer.extend(consts)
-        if len(node.input) > 2 and node.input[2]:  # the bias, per channel
+        if len(node.input) > 2 and node.input[2]:  # the bias, per channel (after the transpose back: NCHW)
+            shape = np.array([1, int(array.shape[0]), 1, 1], np.int64)
+            graph.initializer.append(numpy_helper.from_array(shape, f"epctx_dw{k}_bshape"))
             bias = f"epctx_dw{k}_bias"
-            nodes += [helper.make_node("Reshape", [node.input[2], f"epctx_dw{k}_cshape"], [bias]),
+            nodes += [helper.make_node("Reshape", [node.input[2], f"epctx_dw{k}_bshape"], [bias]),
                       helper.make_node("Add", [total, bias], [node.output[0]])]  # fmt: skip
         else:
             nodes.append(helper.make_node("Identity", [total], [node.output[0]]))

@@ -58,7 +58,7 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     transposed: dict[str, list[int]] = {}
     if job.get("depthwise"):
         constants_as_initializers(model.graph)
-        transposed.update(decompose_depthwise(model.graph))
+        transposed.update(decompose_depthwise(model.graph, nhwc=bool(job.get("prelayout"))))
     if job.get("prelayout"):
         transposed.update(prelayout_filters(model.graph))
     # the shapes recorded for the filters stored transposed (a Constant's output has one) are the source's
