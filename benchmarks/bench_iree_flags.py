@@ -13,7 +13,8 @@ alternating blocks (``epctx ms`` / ``ort ms``: medians; ``min ratio``: best run 
 
 Variants (provider options of the IREE EP): ``default`` (the EP's defaults), ``plain`` (``depthwise_rewrite=0``:
 the EP as it was, IREE's own depthwise code), ``fast`` (``fast_codegen=1``: data tiling, microkernels, im2col),
-``nocl`` (``channels_last=0``); more as ``name=opt:value;opt:value`` on the command line.
+``nocl`` (``channels_last=0``), ``measured`` (the defaults with ``epctx.partition.measured_rule=1``, a session
+config entry: ``epctx.`` keys are); more as ``name=opt:value;opt:value`` on the command line.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "plain": {"depthwise_rewrite": "0"},
     "fast": {"fast_codegen": "1"},
     "nocl": {"channels_last": "0"},
+    "measured": {"epctx.partition.measured_rule": "1"},
 }
 
 
@@ -81,6 +83,8 @@ def cell(
     feed = feeds(name)
     so_ort = ort.SessionOptions()
     so = epctx.SessionOptions()
+    for key in [k for k in options if k.startswith("epctx.")]:  # session config entries (the measured rule)
+        so.add_session_config_entry(key, options.pop(key))
     if threads:
         so_ort.intra_op_num_threads = so.intra_op_num_threads = threads
     oracle = ort.InferenceSession(str(model), so_ort, providers=["CPUExecutionProvider"])

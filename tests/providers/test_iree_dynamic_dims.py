@@ -102,3 +102,22 @@ def test_compile_dim_states_the_sizes(tmp_path: Path) -> None:
     (got,) = sess.run(None, {"x": x})
     (expected,) = run_ort(path.read_bytes(), {"x": x})
     np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+def test_the_dims_hint_suggests_sizes() -> None:
+    """The hint names each dynamic dimension with a size to try: 1 for a first axis (a batch), the graph's
+    metadata's size for that name when it has one, else N said to be the size the model is fed."""
+    import onnx_ir as ir
+
+    from epctx.providers.iree.probing import _dims_hint
+
+    x = ir.Value(
+        name="x", shape=ir.Shape(["batch", 3, "height", None]), type=ir.TensorType(ir.DataType.FLOAT)
+    )
+    graph = ir.Graph([x], [], nodes=[], name="g")
+    graph.metadata_props["height"] = "48"
+    hint = _dims_hint(graph, "to try")
+    assert "epctx compile --dim batch=1 --dim height=48 --dim x:3=N " in hint, hint
+    assert "a batch of one" in hint and "N: no size known here" in hint, hint
+    static = ir.Value(name="y", shape=ir.Shape([1, 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    assert _dims_hint(ir.Graph([static], [], nodes=[], name="s"), "to try") == ""

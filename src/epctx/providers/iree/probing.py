@@ -151,15 +151,40 @@ def _has_dynamic_dims(graph: ir.Graph) -> bool:
 
 
 def _dims_hint(graph: ir.Graph, why: str) -> str:
-    from epctx.providers.iree.capability import dynamic_dims
-
-    keys = dynamic_dims(graph)
-    if not keys:
+    """Which ``--dim`` would state the graph inputs' dynamic sizes, each with a size to start from: 1 for an
+    input's first axis (a batch, as a session runs it most often), else a size the model's metadata gives for
+    that name (``metadata_props``), else none: the size the model is fed, said so."""
+    found: dict[str, str] = {}
+    for value in graph.inputs:
+        if value.const_value is not None or value.shape is None:
+            continue
+        for axis, dim in enumerate(value.shape):
+            if isinstance(dim, int):
+                continue
+            key = dim.value if dim.value else f"{value.name}:{axis}"
+            if key not in found:
+                found[key] = _suggested_size(graph, key, axis)
+    if not found:
         return ""
-    dims = " ".join(f"--dim {k}=N" for k in keys)
+    dims = " ".join(f"--dim {k}={size}" for k, size in found.items())
+    legend = []
+    if any(size == "1" for size in found.values()):
+        legend.append("1 for a first axis: a batch of one, or the batch the model runs")
+    if any(size == "N" for size in found.values()):
+        legend.append("N: no size known here, the one the model is fed")
     return (
-        f"State the sizes {why}: epctx compile {dims} (SessionOptions.add_free_dimension_override_by_name)."
+        f"State the sizes {why}: epctx compile {dims} ({'; '.join(legend) or 'from the model'}) "
+        "(SessionOptions.add_free_dimension_override_by_name)."
     )
+
+
+def _suggested_size(graph: ir.Graph, key: str, axis: int) -> str:
+    """A size for dimension ``key``: the graph's metadata's (``metadata_props[key]``, a positive integer), 1 for
+    a first axis, else ``N`` (unknown)."""
+    text = str(dict(getattr(graph, "metadata_props", None) or {}).get(key, ""))
+    if text.isdigit() and int(text) > 0:
+        return text
+    return "1" if axis == 0 else "N"
 
 
 def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[ir.Node, str]) -> list[Group]:
