@@ -162,9 +162,10 @@ def main() -> None:
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"IREE flags, stated shapes, vs onnxruntime CPU  cpus {os.cpu_count()}  load {load}")
     print(
-        "| model | variant | partitions | create s | warm ms | max err | epctx / ort ms (median) | ratio | min ratio |"
+        "| model | variant | partitions | create s | warm ms | max err | epctx / ort ms (median) | ratio | min ratio "
+        "| CPU EP alone ms (IREE / CPU) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="epctx-iree-flags-models-") as tmp:
         for name in args.models.split(","):
             path = stated(materialise(name, Path(tmp)), feeds(name), Path(tmp) / f"{name}_stated.onnx")
