@@ -83,8 +83,9 @@ def cell(
     feed = feeds(name)
     so_ort = ort.SessionOptions()
     so = epctx.SessionOptions()
-    for key in [k for k in options if k.startswith("epctx.")]:  # session config entries (the measured rule)
-        so.add_session_config_entry(key, options.pop(key))
+    config = {k: options.pop(k) for k in [k for k in options if k.startswith("epctx.")]}  # the measured rule
+    for key, value in config.items():
+        so.add_session_config_entry(key, value)
     if threads:
         so_ort.intra_op_num_threads = so.intra_op_num_threads = threads
     oracle = ort.InferenceSession(str(model), so_ort, providers=["CPUExecutionProvider"])
@@ -101,6 +102,8 @@ def cell(
         row["other_nodes"] = sum(len(n) for ep, n in first.get_partitions() if ep != EP)
         del first
         warm_so = epctx.SessionOptions()
+        for key, value in config.items():  # the same session config: a context holds no hand-back decision
+            warm_so.add_session_config_entry(key, value)
         if threads:
             warm_so.intra_op_num_threads = threads
         start = time.perf_counter()
