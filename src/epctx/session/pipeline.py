@@ -130,7 +130,11 @@ class Pipeline:
         setup = CompileSetup(partitioning.guard, partitioning.artefacts, target)
         found = self._builder(partitioning).compile_units(partitioning.units, partitioning.loader, setup)
         compiled = CompiledUnits(partitioning.without_artefacts(), found)
-        again = self._hand_back(compiled) if self.config.partition_measured_rule and not partitioning.routed else None
+        again = (
+            self._hand_back(compiled)
+            if self.config.partition_measured_rule and not partitioning.routed
+            else None
+        )
         if again is not None:  # once: the partitions kept were measured, the nodes handed back are refused
             rest = self.config.replace({opt.PARTITION_MEASURED_RULE: "0"})
             return dataclasses.replace(self, config=rest).compile(again, target)
