@@ -1,5 +1,5 @@
-"""IREE's code generation flags (``fast_codegen``, opt-in: data tiling, microkernels, im2col convolutions; the
-depthwise rewrite, default) and the numbers they must keep: magika's shipped model (a 5x1 convolution over a width-1 image, where IREE's direct
+"""IREE's code generation flags (``fast_codegen``: data tiling, microkernels, im2col convolutions, by default for
+the partitions with one-dimensional convolutions; the depthwise rewrite, default) and the numbers they must keep: magika's shipped model (a 5x1 convolution over a width-1 image, where IREE's direct
 convolution code took 84 ms a run and im2col + data tiling 13.5 ms; benchmarks/bench_iree_flags.py) against
 onnxruntime, with the flags and without, stated and dynamic batch."""
 
@@ -15,27 +15,59 @@ import pytest
 import epctx
 from epctx.errors import InvalidArgument
 from epctx.providers.iree.compatibility import options_from_info
-from epctx.providers.iree.options import REWRITE_DEPTHWISE
-from epctx.providers.iree.provider import FAST_CODEGEN, IREEExecutionProvider
+from epctx.providers.iree.options import FAST_1D_CONVS, FAST_CODEGEN, REWRITE_DEPTHWISE
+from epctx.providers.iree.provider import IREEExecutionProvider
 from tests.oracle import run_ort
 from tests.requires import requires
 
 EP = "IREEExecutionProvider"
 
 
-def test_fast_codegen_is_opt_in_the_depthwise_rewrite_default_and_both_recorded() -> None:
+def test_fast_codegen_is_auto_the_depthwise_rewrite_default_and_both_recorded() -> None:
     default = IREEExecutionProvider()
     assert not any(flag in default.flags() for flag in FAST_CODEGEN)
-    assert REWRITE_DEPTHWISE in default.flags()
+    assert FAST_1D_CONVS in default.flags() and REWRITE_DEPTHWISE in default.flags()
     fast = IREEExecutionProvider({"fast_codegen": "1", "depthwise_rewrite": "0"})
     assert all(flag in fast.flags() for flag in FAST_CODEGEN)
-    assert REWRITE_DEPTHWISE not in fast.flags()
-    assert options_from_info(default.compatibility_info())["fast_codegen"] == "0"
+    assert FAST_1D_CONVS not in fast.flags() and REWRITE_DEPTHWISE not in fast.flags()
+    never = IREEExecutionProvider({"fast_codegen": "0"})
+    assert not any(flag in never.flags() for flag in (*FAST_CODEGEN, FAST_1D_CONVS))
+    assert options_from_info(default.compatibility_info())["fast_codegen"] == "auto"
     assert options_from_info(default.compatibility_info())["depthwise_rewrite"] == "1"
     assert options_from_info(fast.compatibility_info())["fast_codegen"] == "1"
     assert options_from_info(fast.compatibility_info())["depthwise_rewrite"] == "0"
     with pytest.raises(InvalidArgument, match="fast_codegen"):
         IREEExecutionProvider({"fast_codegen": "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("x", "w", "one_dimensional"),
+    [
+        ((1, 256, 512, 1), (512, 256, 5, 1), True),  # magika's: 5x1 over a 1-wide image
+        ((1, 8, 1, 64), (8, 8, 1, 3), True),
+        ((1, 8, 100), (8, 8, 3), True),  # Conv1D
+        ((1, 8, 32, 32), (8, 8, 3, 3), False),
+        ((1, 8, 1, 1), (8, 8, 1, 1), False),  # a 1x1 conv over a pooled 1x1 map (PP-OCR det's SE blocks)
+        ((1, 8, 32, 1), (8, 8, 1, 1), False),
+    ],
+)
+def test_the_fast_flags_go_to_jobs_with_one_dimensional_convolutions(
+    x: tuple[int, ...], w: tuple[int, ...], one_dimensional: bool
+) -> None:
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.compile import _job_flags
+
+    xv = ir.Value(name="x", shape=ir.Shape(list(x)), type=ir.TensorType(ir.DataType.FLOAT))
+    wv = ir.Value(name="w", shape=ir.Shape(list(w)), type=ir.TensorType(ir.DataType.FLOAT))
+    node = ir.Node("", "Conv", [xv, wv], num_outputs=1)
+    node.outputs[0].name = "y"
+    graph = ir.Graph([xv, wv], node.outputs, nodes=[node], name="g", opset_imports={"": 17})
+    part = make_partition("p", EP, graph, [node], {"": 17})
+    flags = _job_flags(part, ["--a", FAST_1D_CONVS, REWRITE_DEPTHWISE])
+    assert flags == ["--a", *FAST_CODEGEN] if one_dimensional else flags == ["--a"]
+    assert _job_flags(part, ["--a"]) == ["--a"]
 
 
 def _magika() -> onnx.ModelProto:
@@ -50,7 +82,7 @@ def _magika() -> onnx.ModelProto:
 
 @pytest.mark.slow  # compiles magika with IREE
 @requires("iree.runtime", "iree.compiler")
-@pytest.mark.parametrize("fast", ["1", "0"])
+@pytest.mark.parametrize("fast", ["auto", "1", "0"])
 @pytest.mark.parametrize("batch", [1, None])  # stated, or as shipped (dynamic)
 def test_magika_matches_onnxruntime(fast: str, batch: int | None) -> None:
     model = _magika()

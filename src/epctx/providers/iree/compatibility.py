@@ -4,7 +4,7 @@ runtime's ``dist-info`` name, the CPU's features from the OS).
 The string (``ep_compatibility_info.IREEExecutionProvider``)::
 
     sdk=iree-3.13.0;triple=x86_64-unknown-linux-gnu;features=avx,avx2,...;target=host;opt_level=O2;
-    channels_last=1;fast_codegen=0;depthwise_rewrite=1;flags=<sha-256 prefix of the extra iree-compile flags, or empty>
+    channels_last=1;fast_codegen=auto;depthwise_rewrite=1;flags=<sha-256 prefix of the extra iree-compile flags, or empty>
 
 Verdicts against one device (the worst over several):
 
@@ -67,7 +67,7 @@ def compatibility_info(
     opt_level: str,
     channels_last: bool,
     compile_flags: str,
-    fast_codegen: bool = False,
+    fast_codegen: str = "auto",
     depthwise_rewrite: bool = True,
 ) -> str:
     """The string written at compile: the SDK, the target and every option that changes the code."""
@@ -80,7 +80,7 @@ def compatibility_info(
             "target": target.name,
             "opt_level": opt_level,
             "channels_last": "1" if channels_last else "0",
-            "fast_codegen": "1" if fast_codegen else "0",
+            "fast_codegen": fast_codegen,
             "depthwise_rewrite": "1" if depthwise_rewrite else "0",
             "flags": flags,
         }

@@ -18,11 +18,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from epctx.ep import CompileGuard, Partition, partition_model, plan_weights_file
+from epctx.ep import CompileGuard, Partition, ir_nodes, partition_model, plan_weights_file
 from epctx.errors import EPFail
 from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
-from epctx.providers.iree.options import REWRITE_DEPTHWISE
+from epctx.providers.iree.options import FAST_1D_CONVS, FAST_CODEGEN, REWRITE_DEPTHWISE
 
 __all__ = ["CompileResult", "compile_partitions"]
 
@@ -32,7 +33,7 @@ MIN_OPSET = 17  # IREE's ONNX importer fails on older Softmax / ReduceX semantic
 _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external data, not in the protobuf
 _TIMEOUT_S = 3600
 CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
-REWRITES = frozenset({REWRITE_DEPTHWISE})  # markers among the flags, for the worker, never for iree-compile
+REWRITES = frozenset({REWRITE_DEPTHWISE, FAST_1D_CONVS})  # markers among the flags, never for iree-compile
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
 # second session of the same model, or the compile after a capability check, does not compile again.
 _CACHE: dict[str, CompileResult] = {}
@@ -70,12 +71,43 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
     # transposed by the module at each load.
     prelayout = any(CHANNELS_LAST_PASS in f for f in flags)
     job = {
-        "flags": [f for f in flags if f not in REWRITES],
+        "flags": _job_flags(partition, flags),
         "min_opset": MIN_OPSET,
         "prelayout": prelayout,
         "depthwise": REWRITE_DEPTHWISE in flags,
     }
     (folder / "job.json").write_text(json.dumps(job))
+
+
+def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
+    """The iree-compile flags of a job: the markers out, the fast code generation's in for a partition holding a
+    one-dimensional convolution when ``FAST_1D_CONVS`` asks."""
+    kept = [f for f in flags if f not in REWRITES]
+    if FAST_1D_CONVS in flags and any(_one_dimensional(n) for n in ir_nodes(partition.nodes)):
+        kept += [f for f in FAST_CODEGEN if f not in kept]
+    return kept
+
+
+def _one_dimensional(node: Any) -> bool:
+    """A Conv over 1-D data, or a 2-D one whose input and kernel are 1 wide along one spatial axis and longer
+    than 1 along the other (magika's 5x1 over a 1-wide image), shapes known."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return False
+    x, w = node.inputs[0], node.inputs[1]
+    xs, ws = getattr(x, "shape", None), getattr(w, "shape", None)
+    if xs is None or ws is None or len(xs) != len(ws):
+        return False
+    if len(xs) == 3:
+        return True
+    if len(xs) != 4:
+        return False
+    dims = [(xs[a], ws[a]) for a in (2, 3)]
+    unit = [d == (1, 1) for d in dims]
+    return (
+        any(unit)
+        and not all(unit)
+        and all(isinstance(v, int) and v > 1 for d in dims if d != (1, 1) for v in d)
+    )
 
 
 def _worker_env() -> dict[str, str]:

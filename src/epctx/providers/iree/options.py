@@ -15,10 +15,13 @@ model's layout |
 | ``depthwise_rewrite`` | ``1`` | depthwise convolutions rewritten as shifted products before IREE imports \
 them (``depthwise``): IREE's depthwise code is slow in every layout and flag set measured (three 3x3 over \
 1x64x64x64: 33-46 ms, rewritten 0.83 ms); their filters are stored in that layout at compile |
-| ``fast_codegen`` | ``0`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
---iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``): \
-magika 243 -> 34 ms a run, but ResNet-18 and a YOLO slower, the YOLO's compile 19 -> 128 s, and PP-OCRv4 det \
-does not compile (benchmarks/bench_iree_flags.py) |
+| ``fast_codegen`` | ``auto`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
+--iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``). \
+``auto``: for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
+input and kernel are 1 wide along one axis), where IREE's direct convolution code is slowest (magika's 5x1 \
+convolution over a 1-wide image: 538 ms alone, 7.9 ms so; magika 243 -> 34 ms a run); ``1``: every partition \
+(ResNet-18 and a YOLO slower, the YOLO's compile 19 -> 128 s, PP-OCRv4 det does not compile: \
+benchmarks/bench_iree_flags.py); ``0``: never |
 | ``compile_flags`` | none | more ``iree-compile`` flags, space-separated (tuning; they change code, not results) |
 | ``capability_budget_s`` | ``30`` | seconds the capability check may spend finding which nodes IREE takes \
 when the model does not compile whole (the nodes not decided then run on the next EP) |
@@ -36,11 +39,18 @@ from collections.abc import Mapping
 from epctx.ep import Option, parse_options
 from epctx.providers.iree.targets import PRESETS, Target, resolve_target
 
-__all__ = ["OPTIONS", "REWRITE_DEPTHWISE", "IREEOptions", "parse"]
+__all__ = ["FAST_1D_CONVS", "FAST_CODEGEN", "OPTIONS", "REWRITE_DEPTHWISE", "IREEOptions", "parse"]
 
 # Graph rewrites the compile worker makes before IREE imports the model are asked for among the flags (the probes,
 # the compile and its cache key see them as they see the flags); ``compile`` takes them out before iree-compile.
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
+FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
+# IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul.
+FAST_CODEGEN = (
+    "--iree-opt-data-tiling",
+    "--iree-llvmcpu-enable-ukernels=all",
+    "--iree-global-opt-use-im2col-for-convs",
+)
 
 _NAME = "IREEExecutionProvider"
 OPTIONS = (
@@ -57,7 +67,13 @@ OPTIONS = (
     Option("disabled_ops", "list", default=frozenset(), doc="op types never claimed"),
     Option("channels_last", "bool", default=True, doc="convolutions compiled channels-last (NHWC)"),
     Option("depthwise_rewrite", "bool", default=True, doc="depthwise convolutions as shifted products"),
-    Option("fast_codegen", "bool", default=False, doc="data tiling, microkernels, im2col convolutions"),
+    Option(
+        "fast_codegen",
+        "choice",
+        default="auto",
+        choices={"auto": "auto", "1": "1", "0": "0"},
+        doc="data tiling, microkernels, im2col convolutions: auto (partitions with 1-D convolutions), 1, 0",
+    ),
     Option("compile_flags", "str", default="", doc="more iree-compile flags, space-separated"),
     Option(
         "capability_budget_s",
@@ -78,7 +94,7 @@ class IREEOptions:
     disabled_ops: frozenset[str]
     channels_last: bool
     depthwise_rewrite: bool
-    fast_codegen: bool
+    fast_codegen: str  # auto | 1 | 0
     compile_flags: str
     capability_budget_s: int
     num_threads: int  # 0: IREE's own topology

@@ -40,7 +40,7 @@ from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree import compatibility
 from epctx.providers.iree.compatibility import iree_version
 from epctx.providers.iree.context import read_meta, write_entries
-from epctx.providers.iree.options import REWRITE_DEPTHWISE, parse
+from epctx.providers.iree.options import FAST_1D_CONVS, FAST_CODEGEN, REWRITE_DEPTHWISE, parse
 from epctx.providers.iree.params import Parameters
 from epctx.providers.iree.runtime import CompiledIREE, Runner, load_module
 from epctx.providers.iree.targets import missing_features
@@ -74,16 +74,11 @@ CHANNELS_LAST = "--iree-preprocessing-pass-pipeline=" + (
 )  # 2-D ungrouped conv filters are stored in that layout at compile (worker.prelayout_filters): no load copy
 
 
-# IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul
-# so that they take that path too (provider option fast_codegen, off by default): IREE's direct convolution code
-# is slow on some shapes (magika's 5x1 convolution over a width-1 image: 538 ms alone, 7.9 ms as im2col +
-# data-tiled matmul), and these flags make others slower (3x3 convolutions: ResNet-18, a YOLO) and the compile
-# longer (the YOLO 19 -> 128 s), and fail on some (PP-OCRv4 det: a 1x1 convolution over a 1x1 image).
-FAST_CODEGEN = [
-    "--iree-opt-data-tiling",
-    "--iree-llvmcpu-enable-ukernels=all",
-    "--iree-global-opt-use-im2col-for-convs",
-]
+# IREE's CPU data tiling and convolutions as im2col + matmul (options.FAST_CODEGEN; provider option fast_codegen):
+# IREE's direct convolution code is slow on one-dimensional convolutions (magika's 5x1 convolution over a 1-wide
+# image: 538 ms alone, 7.9 ms as im2col + data-tiled matmul), and these flags make others slower (3x3
+# convolutions: ResNet-18, a YOLO) and the compile longer (the YOLO 19 -> 128 s), and fail on some (PP-OCRv4
+# det: a 1x1 convolution over a 1x1 image): by default ("auto") only for partitions with 1-D convolutions.
 
 
 # IREE refuses a dispatch whose stack allocations pass 32 KiB by default: MiniLM with its shapes stated (1 x 128
@@ -135,8 +130,10 @@ class IREEExecutionProvider(ExecutionProvider):
             flags.append(CHANNELS_LAST)
         if self.config.depthwise_rewrite:
             flags.append(REWRITE_DEPTHWISE)
-        if self.config.fast_codegen:
+        if self.config.fast_codegen == "1":
             flags += FAST_CODEGEN
+        elif self.config.fast_codegen == "auto":
+            flags.append(FAST_1D_CONVS)
         return flags + shlex.split(self.config.compile_flags)
 
     # -- capability -----------------------------------------------------------------------------------
