@@ -128,8 +128,24 @@ def build_context_model(
         nodes[index] = _node_proto(dataclasses.replace(view, ep_cache_context=payload))
     binaries = {} if embed or group is not None else {file_names[name]: w for name, w in writers.items()}
 
-    out, external = _finish_model(result, nodes, eps, placement, group, extra_metadata)
+    out, external = _finish_model(
+        result, nodes, eps, placement, group, _with_refusals(result, extra_metadata)
+    )
     return ContextModel(model=out, binaries=binaries, external_files=external)
+
+
+def _with_refusals(
+    result: CompiledModel, extra_metadata: Mapping[str, str] | None
+) -> Mapping[str, str] | None:
+    """``extra_metadata`` with the record of the measured rule's hand-backs (``epctx.measured_refusals``), when
+    the session handed some back: a session over the context refuses them again instead of compiling and
+    measuring them again. onnxruntime reads no such key (metadata_props are free-form)."""
+    if not result.refused:
+        return extra_metadata
+    from epctx.partition.measured import REFUSALS_KEY, refusal_record
+
+    record = refusal_record(result.refused)
+    return extra_metadata if record is None else {**(extra_metadata or {}), REFUSALS_KEY: record}
 
 
 def _embed_and_placement(

@@ -16,6 +16,7 @@ kernel EP."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import statistics
 import time
@@ -28,13 +29,29 @@ import onnx_ir as ir
 from epctx.ep._contract import CompiledPartition, Partition
 from epctx.ep._partition import ir_nodes
 
-__all__ = ["BUDGET_S", "MARGIN", "Measurement", "hand_back", "measure", "synthetic_inputs"]
+__all__ = [
+    "BUDGET_S",
+    "FROM_CONTEXT",
+    "MARGIN",
+    "REFUSALS_KEY",
+    "Measurement",
+    "hand_back",
+    "measure",
+    "recorded_refusals",
+    "refusal_record",
+    "synthetic_inputs",
+]
 
 logger = logging.getLogger("epctx")
 
 MARGIN = 1.1  # handed back when slower than the kernel EP by more than 10 %
 BUDGET_S = 2.0  # timing per partition, both sides together (after one warm-up run each)
 _RUNS = 10  # alternating runs per side at most
+
+# Context model metadata: the hand-backs of the session that generated it, JSON {EP name: {node name: reason}};
+# a session over that context refuses those nodes to those EPs again (neither compiled nor measured again).
+REFUSALS_KEY = "epctx.measured_refusals"
+FROM_CONTEXT = "from the context model: "  # the reason shown for a refusal read from the record
 
 Run = Callable[..., Sequence[Any]]
 
@@ -135,4 +152,45 @@ def hand_back(
         if found.slower:
             why = found.reason()
             refused.update((node, (unit.ep.name, why)) for node in ir_nodes(partition.nodes))
+    return refused
+
+
+def refusal_record(refused: Mapping[ir.Node, tuple[str, str]]) -> str | None:
+    """The metadata value (``REFUSALS_KEY``) recording ``refused`` (node -> (EP name, reason)) in a context
+    model, by node name; None when nothing was handed back. A node without a name cannot be found again: not
+    recorded (the EP would claim it again on a warm load)."""
+    record: dict[str, dict[str, str]] = {}
+    for node, (ep, why) in refused.items():
+        if node.name:
+            record.setdefault(ep, {})[node.name] = why.removeprefix(FROM_CONTEXT)
+        else:
+            logger.debug(
+                "measured rule: a %s node without a name handed back by %s: not recorded", node.op_type, ep
+            )
+    return json.dumps(record, sort_keys=True, separators=(",", ":")) if record else None
+
+
+def recorded_refusals(graph: ir.Graph, text: str | None) -> dict[ir.Node, tuple[str, str]]:
+    """The refusals a context model records (``REFUSALS_KEY``'s value, or None): node of ``graph`` -> (EP name,
+    the recorded reason prefixed with ``FROM_CONTEXT``). Nodes matched by name; a name not in the graph is
+    ignored (debug log); a record that is not {EP: {node: reason}} JSON is ignored with a warning (the
+    record only spares a compile: without it the EP is offered the nodes as if there were none)."""
+    if not text:
+        return {}
+    try:
+        record = json.loads(text)
+        pairs = [
+            (str(ep), str(name), str(why)) for ep, nodes in record.items() for name, why in nodes.items()
+        ]
+    except (ValueError, AttributeError, TypeError) as exc:
+        logger.warning("%s: not a record of refusals, ignored: %s", REFUSALS_KEY, exc)
+        return {}
+    by_name = {node.name: node for node in graph if node.name}
+    refused: dict[ir.Node, tuple[str, str]] = {}
+    for ep, name, why in pairs:
+        node = by_name.get(name)
+        if node is None:
+            logger.debug("%s: no node %r in the graph, its refusal to %s ignored", REFUSALS_KEY, name, ep)
+        else:
+            refused[node] = (ep, FROM_CONTEXT + why)
     return refused

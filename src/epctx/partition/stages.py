@@ -26,3 +26,6 @@ class CompiledModel:
     units: tuple[Unit, ...]  # in execution order
     compiled: Mapping[int, CompiledPartition]  # partitions compiled by this session, by unit index
     config: SessionConfig  # the session config, parsed
+    # node -> (EP name, why): nodes refused to an EP that claims them (the measured rule's hand-backs), which
+    # the context model records (``epctx.partition.measured.REFUSALS_KEY``)
+    refused: Mapping[ir.Node, tuple[str, str]] = dataclasses.field(default_factory=dict)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
 from epctx.ep._compiling import CapabilityContext, CompileGuard
@@ -26,6 +26,9 @@ from epctx.session.plan import build_plan
 from epctx.session.prepared import PreparedSession, prepare
 from epctx.session.profiling import Phase, no_phase
 from epctx.session.stages import CompiledUnits, Partitioning, frozen_mapping
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 __all__ = ["Pipeline"]
 
@@ -85,8 +88,12 @@ class Pipeline:
             read_func=self.options.ep_context_data_read_func,
         )
         routed = loader.route(model.graph, providers)
+        refused = _recorded_refusals(model)
         partitioner = GraphPartitioner(
-            providers, cpu_fallback=not config.disable_cpu_ep_fallback, cost_rule=config.partition_cost_rule
+            providers,
+            cpu_fallback=not config.disable_cpu_ep_fallback,
+            cost_rule=config.partition_cost_rule,
+            refused=refused,
         )
         # The guard of every compile of this session, capability probes included (given to EPs as a value);
         # a refit compiles nothing: the EPs that refit hand their context's code to the compile point.
@@ -113,6 +120,7 @@ class Pipeline:
             guard=guard,
             bodies=bool(bodies),
             loader=loader,
+            refused=frozen_mapping(refused),
         )
         pending = partitioning.to_compile
         if pending and config.disable_model_compile:  # before any context is loaded
@@ -150,9 +158,10 @@ class Pipeline:
         runs = {k: c for k, c in compiled.compiled.items() if partitioning.units[k].ep is not kernel}
         if kernel not in self.providers or not runs:
             return None
-        refused = hand_back(partitioning.units, runs, kernel.name, kernel_runner(self._builder(partitioning)))
-        if not refused:
+        found = hand_back(partitioning.units, runs, kernel.name, kernel_runner(self._builder(partitioning)))
+        if not found:
             return None
+        refused = {**partitioning.refused, **found}  # with those a context model recorded, if any
         model, config = partitioning.loaded.model, self.config
         partitioner = GraphPartitioner(list(self.providers), cpu_fallback=not config.disable_cpu_ep_fallback,
                                        cost_rule=config.partition_cost_rule, refused=refused)  # fmt: skip
@@ -160,7 +169,8 @@ class Pipeline:
         units = partitioner.partition(model.graph, dict(model.opset_imports), ctx=ctx)
         declined = {node: tuple(why) for node, why in partitioner.declined.items()}
         return dataclasses.replace(partitioning, units=tuple(units), declined=frozen_mapping(declined),
-                                   artefacts=frozen_mapping(partitioner.artefacts))  # fmt: skip
+                                   artefacts=frozen_mapping(partitioner.artefacts),
+                                   refused=frozen_mapping(refused))  # fmt: skip
 
     def plan(self, compiled: CompiledUnits) -> PreparedSession:
         """The last stage: one plan step per unit (control-flow bodies partitioned as their steps are built),
@@ -273,6 +283,14 @@ def _load(
 
         fold_conv_affine(graph)
     return loaded
+
+
+def _recorded_refusals(model: ir.Model) -> dict[ir.Node, tuple[str, str]]:
+    """The measured rule's hand-backs a context model records (``epctx.measured_refusals``): node -> (EP name,
+    reason), refused to that EP again so that it neither compiles nor measures them; {} without a record."""
+    from epctx.partition.measured import REFUSALS_KEY, recorded_refusals
+
+    return recorded_refusals(model.graph, model.metadata_props.get(REFUSALS_KEY))
 
 
 def _op_type(unit: Unit) -> str:

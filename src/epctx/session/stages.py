@@ -52,6 +52,9 @@ class Partitioning:
     # The worker that routed the EPContext nodes (and checked their files against the trust policy): the
     # compile stage loads them through it.
     loader: ContextLoader
+    # node -> (EP name, why): the nodes refused to an EP that claims them, by the measured rule's hand-back or
+    # by the record of a context model (``epctx.partition.measured``); a context model generated records them
+    refused: Mapping[ir.Node, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def to_compile(self) -> tuple[Unit, ...]:
@@ -92,4 +95,7 @@ class CompiledUnits:
     def result(self, config: SessionConfig) -> CompiledModel:
         """What generation needs (``epctx.epcontext.generate``), as a value."""
         loaded = self.partitioning.loaded
-        return CompiledModel(loaded.model, loaded.path, self.partitioning.units, self.compiled, config)
+        partitioning = self.partitioning
+        return CompiledModel(
+            loaded.model, loaded.path, partitioning.units, self.compiled, config, refused=partitioning.refused
+        )
