@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import epctx
 import epctx.partition.measured as measured
-from epctx.ep import CompileContext, CompiledPartition, Partition
+from epctx.ep import Capability, CapabilityContext, CompileContext, CompiledPartition, Partition
 from epctx.partition.measured import FROM_CONTEXT, REFUSALS_KEY
 from epctx.providers.example.interpreter import CompiledProgram
 from epctx.providers.example.provider import ExampleExecutionProvider
@@ -48,6 +48,11 @@ class SlowExample(ExampleExecutionProvider):
     name = SLOW
     slow: frozenset[str] = frozenset({"matmul"})
     compiles_counted: list[int] = []
+    asked: list[set[str]] = []  # per capability request, the names of the nodes shown as taken
+
+    def get_capability(self, graph: Any, opset_imports: Any, ctx: CapabilityContext) -> Capability:
+        type(self).asked.append({n.name or "" for n in ctx.assigned})
+        return super().get_capability(graph, opset_imports, ctx)
 
     def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
         type(self).compiles_counted.append(len(partitions))
@@ -58,16 +63,16 @@ class SlowExample(ExampleExecutionProvider):
         ]
 
 
-def _model() -> onnx.ModelProto:
+def _model(middle: str = "Neg") -> onnx.ModelProto:
     """x -> [matmul -> relu] -> neg -> [matmul2 -> tanh] -> y; the Example EP takes the bracketed pairs (not Neg):
-    two partitions, the first slow."""
+    two partitions, the first slow. ``middle="Sigmoid"``: the EP takes all five nodes, one partition."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")
     w2 = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w2")
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["a"], name="matmul"),
         helper.make_node("Relu", ["a"], ["b"], name="relu"),
-        helper.make_node("Neg", ["b"], ["c"], name="neg"),
+        helper.make_node(middle, ["b"], ["c"], name="neg"),
         helper.make_node("MatMul", ["c", "w2"], ["d"], name="matmul2"),
         helper.make_node("Tanh", ["d"], ["y"], name="tanh"),
     ]
@@ -155,6 +160,7 @@ def test_a_warm_load_compiles_and_measures_nothing(
         with no_compile():
             warm = _session(ctx, **{RULE: rule})
         assert no_measuring == [] and SlowExample.compiles_counted == []
+        assert SlowExample.asked[-1] >= {"matmul", "relu"}  # shown as taken: neither claimed nor probed
         parts = warm.get_partitions()
         assert parts[:3] == [(CPU, ["matmul"]), (CPU, ["relu"]), (CPU, ["neg"])]
         assert parts[3][0] == SLOW  # the kept partition, loaded from its EPContext node
@@ -187,24 +193,28 @@ def test_a_context_without_the_record_behaves_as_before(source: Path, tmp_path: 
     _check(warm)
 
 
-def test_onnxruntime_loads_a_context_with_only_the_record(
-    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_onnxruntime_loads_a_context_with_only_the_record(tmp_path: Path) -> None:
     """Everything handed back: the context model is the plain graph with the record, which onnxruntime loads and
-    runs as the source; a warm load over it compiles nothing."""
-    monkeypatch.setattr(SlowExample, "slow", frozenset({"matmul", "matmul2"}))
+    runs as the source; a warm load over it compiles nothing and does not even ask the EP (every node is
+    refused to it: no capability probe, which IREE's would compile)."""
+    source = tmp_path / "model.onnx"
+    model = _model("Sigmoid")
+    onnx.save(model, source)
     ctx = tmp_path / "model_ctx.onnx"
-    _session(source, **{RULE: "1", "ep.context_enable": "1", "ep.context_file_path": str(ctx)})
+    cold = _session(source, **{RULE: "1", "ep.context_enable": "1", "ep.context_file_path": str(ctx)})
+    assert {ep for ep, _ in cold.get_partitions()} == {CPU}
     record = json.loads(_metadata(ctx)[REFUSALS_KEY])
-    assert set(record[SLOW]) == {"matmul", "relu", "matmul2", "tanh"}
+    assert set(record[SLOW]) == {"matmul", "relu", "neg", "matmul2", "tanh"}
     x = np.random.default_rng(2).standard_normal((2, 4)).astype(np.float32)
-    expected = run_ort(_model(), {"x": x})[0]
+    expected = run_ort(model, {"x": x})[0]
     got = ort.InferenceSession(str(ctx), providers=[CPU]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, expected, rtol=1e-6)
+    SlowExample.asked.clear()
     with no_compile():
         warm = _session(ctx)
+    assert SlowExample.asked == []
     assert {ep for ep, _ in warm.get_partitions()} == {CPU}
-    assert set(warm.get_fallback_reasons()) == {"matmul", "relu", "matmul2", "tanh"}
+    assert set(warm.get_fallback_reasons()) == set(record[SLOW])
     np.testing.assert_allclose(warm.run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-6)
 
 

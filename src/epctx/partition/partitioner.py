@@ -54,9 +54,10 @@ class _State:
         n = len(nodes)
         return cls(nodes, index, node_successors(nodes, index), [None] * n, list(range(n)), {})
 
-    def context(self, ctx: CapabilityContext) -> CapabilityContext:
-        """``ctx`` for the next EP: the nodes taken so far, and the partitions of several nodes formed so far."""
-        taken = frozenset(n for n, o in zip(self.nodes, self.owner) if o is not None)
+    def context(self, ctx: CapabilityContext, hidden: frozenset[ir.Node] = frozenset()) -> CapabilityContext:
+        """``ctx`` for the next EP: the nodes taken so far (with ``hidden``: those refused to it, shown as taken
+        so that it neither claims nor probes them), and the partitions of several nodes formed so far."""
+        taken = frozenset(n for n, o in zip(self.nodes, self.owner) if o is not None) | hidden
         parts = tuple(tuple(self.nodes[i] for i in m) for _, m in self.fused.values() if len(m) > 1)
         return dataclasses.replace(ctx, assigned=taken, assigned_partitions=parts)
 
@@ -105,7 +106,10 @@ class GraphPartitioner:
         for ep in self.providers:
             if all(o is not None for o in st.owner):
                 break  # every node has its EP: later ones are not asked (the CPU EP's kernels stay unimported)
-            self._take(ep, ask_capability(ep, graph, opset_imports, st.context(ctx)), st)
+            hidden = self._hide_refused(ep, st) if self.refused else frozenset()
+            if hidden and all(o is not None or n in hidden for n, o in zip(st.nodes, st.owner)):
+                continue  # every node left is refused to it: not asked (no capability probe)
+            self._take(ep, ask_capability(ep, graph, opset_imports, st.context(ctx, hidden)), st)
         missing = [st.nodes[i] for i, ep in enumerate(st.owner) if ep is None]
         if missing and self.cost_rule and any(_by_cost_rule(self.declined.get(n, ())) for n in missing):
             logger.info(
@@ -122,15 +126,23 @@ class GraphPartitioner:
             )  # fmt: skip
         return self._ordered_units(graph, st, loaded, opset_imports, _graph_key(st.nodes))
 
+    def _hide_refused(self, ep: ExecutionProvider, st: _State) -> frozenset[ir.Node]:
+        """The nodes no EP took yet that are refused to ``ep`` (the measured rule's hand-backs, or a context
+        model's record of them), their reason recorded: ``ep`` is shown them as taken."""
+        hidden = []
+        for node, (name, why) in self.refused.items():
+            i = st.index.get(node)
+            if name == ep.name and i is not None and st.owner[i] is None:
+                hidden.append(node)
+                self.declined.setdefault(node, []).append((name, why))
+        return frozenset(hidden)
+
     def _refused(self, ep: ExecutionProvider, st: _State, claimed: Sequence[int]) -> set[int]:
-        """The claimed nodes refused to ``ep`` (the measured rule's hand-backs), their reason recorded."""
-        out = set()
-        for i in claimed:
-            why = self.refused.get(st.nodes[i])
-            if why is not None and why[0] == ep.name and st.owner[i] is None and i not in out:
-                out.add(i)
-                self.declined.setdefault(st.nodes[i], []).append(why)
-        return out
+        """The claimed nodes refused to ``ep``, for an EP that claims nodes shown to it as taken (their reason
+        was recorded when they were hidden from it)."""
+        return {
+            i for i in claimed if self.refused.get(st.nodes[i], ("",))[0] == ep.name and st.owner[i] is None
+        }
 
     def _take(self, ep: ExecutionProvider, capability: Capability, st: _State) -> None:
         """Give ``ep`` the nodes it claims that no EP ahead of it took; a compiling EP's become partitions."""
