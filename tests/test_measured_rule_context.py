@@ -265,3 +265,22 @@ def test_context_reuse_serves_the_record(source: Path, tmp_path: Path, no_measur
     with no_compile():
         warm = _session(source, **config)
     _warm_checks(warm, no_measuring)
+
+
+def test_model_compiler_writes_the_record(source: Path, tmp_path: Path, no_measuring: list[Any]) -> None:
+    """ModelCompiler (onnxruntime's compile API) goes through the same stages: its context records the
+    hand-back, and a session over it compiles and measures nothing."""
+    so = epctx.SessionOptions()
+    so.add_provider(SLOW, {})
+    so.add_provider(CPU, {})
+    so.add_session_config_entry(RULE, "1")
+    so.add_session_config_entry("epctx.partition.cost_rule", "0")
+    ctx = tmp_path / "compiled_ctx.onnx"
+    with registered(SlowExample):
+        epctx.ModelCompiler(so, str(source)).compile_to_file(str(ctx))
+    assert set(json.loads(_metadata(ctx)[REFUSALS_KEY])[SLOW]) == {"matmul", "relu"}
+    no_measuring.clear()
+    SlowExample.compiles_counted.clear()
+    with no_compile():
+        warm = _session(ctx)
+    _warm_checks(warm, no_measuring)
