@@ -102,7 +102,7 @@ def cell(
         row["other_nodes"] = sum(len(n) for ep, n in first.get_partitions() if ep != EP)
         del first
         warm_so = epctx.SessionOptions()
-        for key, value in config.items():  # the same session config: a context holds no hand-back decision
+        for key, value in config.items():  # the same config (a context records hand-backs)
             warm_so.add_session_config_entry(key, value)
         if threads:
             warm_so.intra_op_num_threads = threads
