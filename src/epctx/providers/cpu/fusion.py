@@ -6,7 +6,8 @@ as Paddle exports it (``Div(Mul(y, Clip(Add(y, 3), 0, 6)), 6)``) gets an :class:
 applies the activation to its output while it is in cache, and the readers' kernels pass their input through
 (the Mul of SiLU passes the Conv's output, which already holds ``y * sigmoid(y)``; each node of the HardSwish
 chain passes on the value before it, which already holds the HardSwish). This saves a temporary and a pass
-per activation, two of each for SiLU, four kernels for Paddle's HardSwish.
+per activation, two of each for SiLU, four kernels for Paddle's HardSwish. A passing reader's kernel says so
+(``passes_input``): the session's plan then gives its output the Conv's slot and drops its step.
 
 The Conv and its readers agree through the epilogue: it is active only once every reader's kernel was built by
 the CPU EP (``join``). A reader that another EP runs never joins, so the Conv then leaves its output alone. The
@@ -278,4 +279,8 @@ def join(node: ir.Node, fn: Kernel) -> Kernel:
             return (inputs[source],)
         return fn(*inputs)
 
+    def passes_input() -> int | None:  # asked by the session's plan once every kernel exists
+        return source if epilogue.active() else None
+
+    run.passes_input = passes_input  # type: ignore[attr-defined]
     return run
