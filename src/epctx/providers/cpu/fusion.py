@@ -38,7 +38,7 @@ _READERS: weakref.WeakKeyDictionary[ir.Node, Epilogue] = weakref.WeakKeyDictiona
 class Epilogue:
     """An activation the Conv applies in place, and the reader nodes whose kernels pass through."""
 
-    __slots__ = ("__weakref__", "_active", "activation", "chain", "joined", "output", "readers")
+    __slots__ = ("__weakref__", "_active", "activation", "chain", "joined", "output", "readers", "result")
 
     def __init__(
         self,
@@ -51,6 +51,10 @@ class Epilogue:
         self.output = output  # the Conv's
         self.chain = frozenset((output, *chain))  # values that hold the activated output once active
         self.readers = frozenset(readers)
+        # the value the nodes after the pattern read: the reader's output that no other reader reads
+        self.result = next(
+            o for r in readers for o in r.outputs if not any(n in self.readers for n, _ in o.uses())
+        )
         self.joined: set[ir.Node] = set()
         self._active: bool | None = None
 

@@ -1,4 +1,4 @@
-"""CPU kernels: Conv and ConvTranspose (matmul + col2im scatter-add).
+"""CPU kernels: Conv (ConvTranspose is in ``conv_transpose.py``).
 
 A Conv runs as im2col + one matmul per group, or without the im2col copy where that costs less
 (``conv_flat.py``: dense stride-1 convs with M <= C), depthwise convs channels-last (``depthwise.py``), or as
@@ -9,9 +9,8 @@ shared with the pooling kernels are in ``windows.py``.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ import numpy as np
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
-from epctx.providers.cpu import fusion, parallel
+from epctx.providers.cpu import fusion, layout, parallel
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
 from epctx.providers.cpu.kernels.windows import (
@@ -89,6 +88,7 @@ def _conv(info: NodeInfo) -> Kernel:
         prepared = _prepare_weight(w_const, group)
     bias = None if b_const is None else b_const.reshape(-1, 1)
     epilogue = fusion.epilogue_for(info.node, w_const)
+    handoff = _handoff(info, w_const, group, epilogue)
 
     def plan_for(x: np.ndarray, w: np.ndarray) -> _ConvPlan:
         n = x.ndim - 2
@@ -105,6 +105,8 @@ def _conv(info: NodeInfo) -> Kernel:
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = plan_for(x, w)
+        if handoff is not None and plan.channels_last is not None and not plan.empty and handoff():
+            return (_depthwise_handoff(plan, x, prepared, b, epilogue),)
         if plan.lean and w_const is not None:
             y = plan.pointwise_gemm(x, prepared["w2"])
         else:
@@ -120,6 +122,52 @@ def _conv(info: NodeInfo) -> Kernel:
         return (y,)
 
     return _half_in_float32(run)
+
+
+def _handoff(
+    info: NodeInfo, w: np.ndarray | None, group: int, epilogue: fusion.Epilogue | None
+) -> Callable[[], bool] | None:
+    """For a float32 depthwise conv whose readers take channels-last memory (``layout.py``): whether it hands
+    its result over channels-last, asked at each call (decided at the first, once every kernel exists)."""
+    if w is None or w.dtype != np.float32 or w.ndim != 4 or w.shape[1] != 1 or group <= 1:
+        return None
+    found = layout.handoff_for(info.node.outputs[0] if epilogue is None else epilogue.result)
+    if found is None:
+        return None
+    if epilogue is None:
+        return found.active
+    return lambda: epilogue.active() and found.active()
+
+
+def _depthwise_handoff(
+    plan: _ConvPlan,
+    x: np.ndarray,
+    prep: dict[str, Any],
+    b: np.ndarray | None,
+    epilogue: fusion.Epilogue | None,
+) -> np.ndarray:
+    """The depthwise conv, its bias and its epilogue's activation channels-last, returned as an NCHW view."""
+    dw = plan.channels_last
+    assert dw is not None
+    if plan.serial is None:
+        y = dw.run_channels_last(x, prep)
+    else:
+        y = plan.serial(dw.run_channels_last, x, prep)
+    if b is not None and y.size:
+        y += b.reshape(-1)
+    if epilogue is not None:
+        epilogue.activation(y)
+    return y.transpose(dw.out_nchw)
+
+
+def _channel_rows(x: np.ndarray, n: int, c: int, length: int) -> np.ndarray:
+    """(N, C, *spatial) as (N, C, length) matrices, without a copy for contiguous or channels-last memory (a
+    depthwise conv's hand-off, ``layout.py``): BLAS takes the transposed (length, C) matrices as they are."""
+    if not x.flags.c_contiguous and x.ndim >= 3:
+        last = x.transpose(0, *range(2, x.ndim), 1)
+        if last.flags.c_contiguous:
+            return last.reshape(n, length, c).transpose(0, 2, 1)
+    return x.reshape(n, c, length)
 
 
 def _prepare_weight(w: np.ndarray, group: int) -> dict[str, Any]:
@@ -220,7 +268,9 @@ class _ConvPlan:
                     (_ALL, _ALL)
                     + tuple(slice(None, s * (o - 1) + 1, s) for s, o in zip(geo.strides, geo.out))
                 ]
-            cols: np.ndarray = x.reshape(n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
+            cols: np.ndarray = (
+                _channel_rows(x, n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
+            )
             scratch = None
         else:
             xp = pad_input(x, geo)
@@ -246,7 +296,7 @@ class _ConvPlan:
 
     def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:
         """A ``lean`` conv: W (M, C) times x (C, H * W)."""
-        x2 = x.reshape(x.shape[1], self.l_out)
+        x2 = _channel_rows(x, 1, x.shape[1], self.l_out)[0]
         y = np.empty(
             self.out_shape, dtype=np.result_type(w2.dtype, x2.dtype)
         )  # owned: no view of another array
@@ -276,100 +326,3 @@ class _ConvPlan:
             y += tmp
         release_padded(x, xp)
         return y.reshape(self.out_shape)
-
-
-# --------------------------------------------------------------------------------------------------------
-# ConvTranspose
-
-
-@kernel("ConvTranspose", since=1)
-def _conv_transpose(info: NodeInfo) -> Kernel:
-    group = int(info.get("group", 1))
-    w_const = info.const_input(1)
-    node = info.name
-    cache: dict[tuple[int, ...], _ConvTransposePlan] = {}
-    wt_const = None if w_const is None else _transpose_weight(w_const, group)
-
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
-        plan = cache.get(x.shape)
-        if plan is None or plan.w_shape != w.shape:
-            plan = cache[x.shape] = _ConvTransposePlan(info, x.shape, w.shape, group, node)
-        wt = wt_const if wt_const is not None else _transpose_weight(w, group)
-        y = plan.run(x, wt)
-        if b is not None and y.size:
-            y3 = y.reshape(y.shape[0], y.shape[1], -1)
-            y3 += b.reshape(-1, 1)
-        return (y,)
-
-    return _half_in_float32(run)
-
-
-def _transpose_weight(w: np.ndarray, group: int) -> np.ndarray:
-    # W (C, M/group, *K) -> (group, M/group * K, C/group)
-    c = w.shape[0]
-    return np.ascontiguousarray(w.reshape(group, c // group, -1).transpose(0, 2, 1))
-
-
-class _ConvTransposePlan:
-    __slots__ = ("crop", "full", "group", "m", "slices", "w_shape", "x_shape")
-
-    def __init__(
-        self, info: NodeInfo, x_shape: tuple[int, ...], w_shape: tuple[int, ...], group: int, node: str
-    ) -> None:
-        nd = len(x_shape) - 2
-        kshape = tuple(int(k) for k in w_shape[2:])
-        strides, dilations, pads, auto_pad = _conv_attrs(info, nd)
-        out_pad = ints(info.get("output_padding"), nd, 0)
-        out_shape = info.get("output_shape")
-        if x_shape[1] != w_shape[0]:
-            raise InvalidArgument(
-                f"ConvTranspose node {node!r}: input has {x_shape[1]} channels, weight expects {w_shape[0]}"
-            )
-        self.x_shape = x_shape
-        self.w_shape = w_shape
-        self.group = group
-        self.m = w_shape[1] * group
-        in_sp = x_shape[2:]
-        full: list[int] = []
-        crop: list[slice] = []
-        self.slices: list[tuple[tuple[int, ...], tuple[slice, ...]]] = []
-        for i in range(nd):
-            size, k, s, d, op = in_sp[i], kshape[i], strides[i], dilations[i], out_pad[i]
-            natural = s * (size - 1) + op + (k - 1) * d + 1
-            if out_shape:
-                o = int(list(out_shape)[-nd:][i])
-                total = max(0, natural - o)
-                head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-                o = size * s
-                total = max(0, natural - o)
-                head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            else:
-                head, tail = (0, 0) if auto_pad == "VALID" or not pads else (int(pads[i]), int(pads[i + nd]))
-                o = natural - head - tail
-            if o < 0:
-                raise InvalidArgument(
-                    f"ConvTranspose node {node!r}: negative output size on spatial axis {i}"
-                )
-            full.append(max(natural, head + o))
-            crop.append(slice(head, head + o))
-        self.full = tuple(full)
-        self.crop = (_ALL, _ALL) + tuple(crop)
-        for offs in itertools.product(*(range(k) for k in kshape)):
-            dst = (_ALL, _ALL) + tuple(
-                slice(o * d, o * d + s * (n - 1) + 1, s)
-                for o, d, s, n in zip(offs, dilations, strides, in_sp)
-            )
-            self.slices.append((offs, dst))
-
-    def run(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
-        n, c = x.shape[0], x.shape[1]
-        g = self.group
-        l_in = math.prod(x.shape[2:])
-        cols = np.matmul(wt, x.reshape(n, g, c // g, l_in))  # (N, G, M/G * K, L)
-        kshape = self.w_shape[2:]
-        cols = cols.reshape((n, self.m) + tuple(kshape) + tuple(x.shape[2:]))
-        buf = np.zeros((n, self.m) + self.full, dtype=cols.dtype)
-        for offs, dst in self.slices:
-            buf[dst] += cols[(_ALL, _ALL) + offs]
-        return np.ascontiguousarray(buf[self.crop])

@@ -1,0 +1,152 @@
+"""Channels-last hand-off (providers/cpu/layout.py): a depthwise conv returns its result as an NCHW view of
+channels-last memory when every reader takes it (1x1 convs, GlobalAveragePool, the Mul of a squeeze-excitation
+block into 1x1 convs, all on the CPU EP); checked against onnxruntime, with the cases where it must not happen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import epctx
+from epctx.providers.cpu import layout
+from tests.oracle import run_ort
+
+RNG = np.random.default_rng(21)
+C = 32
+
+
+def _init(name: str, *shape: int) -> onnx.TensorProto:
+    return numpy_helper.from_array((RNG.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+
+def _dw(
+    out: str, *, stride: int = 1, mult: int = 1, k: int = 3, act: str | None = None
+) -> list[onnx.NodeProto]:
+    y = out if act is None else out + "_pre"
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "dw_w", "dw_b"], [y], group=C, pads=[k // 2] * 4, strides=[stride] * 2, name="dw"
+        )
+    ]
+    if act is not None:
+        nodes.append(helper.make_node(act, [y], [out]))
+    return nodes
+
+
+def _pw(src: str, out: str, name: str, m: int = 24, stride: int = 1) -> onnx.NodeProto:
+    return helper.make_node("Conv", [src, f"{name}_w", f"{name}_b"], [out], strides=[stride] * 2, name=name)
+
+
+def _model(nodes: list[onnx.NodeProto], outputs: list[str], n: int = 1, mult: int = 1, k: int = 3) -> bytes:
+    inits = [_init("dw_w", C * mult, 1, k, k), _init("dw_b", C * mult)]
+    for node in nodes:
+        if node.op_type == "Conv" and node.name != "dw":
+            cin = C * mult
+            inits += [_init(f"{node.name}_w", 24 if node.name != "se1" else cin, cin, 1, 1)]
+            inits += [_init(f"{node.name}_b", 24 if node.name != "se1" else cin)]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [n, C, 14, 18])],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outputs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _se(src: str) -> list[onnx.NodeProto]:
+    """A squeeze-excitation block as MobileNetV3 has it, ending in the 1x1 conv 'pw'."""
+    return [
+        helper.make_node("GlobalAveragePool", [src], ["g"]),
+        _pw("g", "s1", "se1"),
+        helper.make_node("HardSigmoid", ["s1"], ["s"]),
+        helper.make_node("Mul", [src, "s"], ["m"]),
+        _pw("m", "z", "pw"),
+    ]
+
+
+CASES: dict[str, tuple[list[onnx.NodeProto], dict[str, Any]]] = {
+    "into_pointwise": ([*_dw("y"), _pw("y", "z", "pw")], {}),
+    "hard_swish_into_pointwise": ([*_dw("y", act="HardSwish"), _pw("y", "z", "pw")], {}),
+    "relu_stride2_into_pointwise": ([*_dw("y", act="Relu", stride=2), _pw("y", "z", "pw")], {}),
+    "two_pointwise_readers": ([*_dw("y", act="Relu"), _pw("y", "z", "pw"), _pw("y", "z2", "pw2")], {}),
+    "multiplier_two": ([*_dw("y", mult=2), _pw("y", "z", "pw")], {"mult": 2}),
+    "batch_of_two": ([*_dw("y", act="Relu"), _pw("y", "z", "pw")], {"n": 2}),
+    "squeeze_excitation": ([*_dw("y", act="Relu"), *_se("y")], {}),
+    "squeeze_excitation_5x5": ([*_dw("y", act="HardSwish", k=5), *_se("y")], {"k": 5}),
+}
+
+
+def _check(data: bytes, n: int = 1, **kwargs: Any) -> Any:
+    sess = epctx.InferenceSession(data, **kwargs)
+    x = RNG.standard_normal((n, C, 14, 18)).astype(np.float32)
+    ours = sess.run(None, {"x": x})
+    for a, b in zip(ours, run_ort(data, {"x": x}), strict=True):
+        assert a.shape == b.shape and a.flags.c_contiguous
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-4)
+    return sess
+
+
+def _handoffs(sess: Any) -> list[layout.Handoff]:
+    graph = sess.model.graph
+    return [h for node in graph for v in node.outputs if (h := layout.HANDOFFS.get(v)) is not None]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_handoff_matches_onnxruntime(case: str) -> None:
+    nodes, shape = CASES[case]
+    outputs = ["z", "z2"] if case == "two_pointwise_readers" else ["z"]
+    data = _model(nodes, outputs, **shape)
+    sess = _check(data, n=shape.get("n", 1))
+    (handoff,) = _handoffs(sess)
+    assert handoff.active()
+
+
+def test_no_handoff_to_another_reader_or_a_graph_output() -> None:
+    nodes = [*_dw("y", act="Relu"), _pw("y", "z", "pw"), helper.make_node("Neg", ["y"], ["n"])]
+    assert _handoffs(_check(_model(nodes, ["z", "n"]))) == []
+    nodes = [*_dw("y", act="Relu"), _pw("y", "z", "pw")]
+    assert _handoffs(_check(_model(nodes, ["z", "y"]))) == []
+    # a 1x1 conv of stride 2 reads its input through a strided slice: not a reader that takes channels-last
+    nodes = [*_dw("y"), _pw("y", "z", "pw", stride=2)]
+    assert _handoffs(_check(_model(nodes, ["z"]))) == []
+    # a Mul whose product another node reads too
+    nodes = [*_dw("y", act="Relu"), *_se("y"), helper.make_node("Neg", ["m"], ["n"])]
+    assert _handoffs(_check(_model(nodes, ["z", "n"]))) == []
+
+
+def test_a_reader_on_another_ep_gets_nchw() -> None:
+    """The Mul of the squeeze-excitation block on the Example EP: the depthwise conv keeps its NCHW result."""
+    data = _model([*_dw("y", act="Relu"), *_se("y")], ["z"])
+    providers = [("ExampleExecutionProvider", {"ops": "Mul"}), "CPUExecutionProvider"]
+    sess = _check(data, providers=providers)
+    placed = {node: ep for ep, nodes in sess.get_partitions() for node in nodes}
+    assert placed["dw"] == "CPUExecutionProvider" and "ExampleExecutionProvider" in placed.values()
+    (handoff,) = _handoffs(sess)
+    assert not handoff.active()
+
+
+def test_global_average_pool_of_channels_last_memory() -> None:
+    from epctx.providers.cpu.kernels import pool  # noqa: F401  (registers the kernel)
+    from epctx.providers.cpu.registry import find_factory
+
+    x = RNG.standard_normal((2, 5, 7, 16)).astype(np.float32)
+    view = x.transpose(0, 3, 1, 2)  # (2, 16, 5, 7), channels-last memory
+    factory = find_factory("", "GlobalAveragePool", 17)
+    assert factory is not None
+    graph = helper.make_graph(
+        [helper.make_node("GlobalAveragePool", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, view.shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    expected = run_ort(model, {"x": np.ascontiguousarray(view)})[0]
+    sess = epctx.InferenceSession(model.SerializeToString())
+    np.testing.assert_allclose(sess.run(None, {"x": view})[0], expected, atol=1e-6)
