@@ -94,8 +94,10 @@ def _check(data: bytes, n: int = 1, **kwargs: Any) -> Any:
 
 
 def _handoffs(sess: Any) -> list[layout.Handoff]:
+    """The hand-offs of the depthwise conv's result 'y' (a squeeze-excitation's 1x1 conv may have one too)."""
     graph = sess.model.graph
-    return [h for node in graph for v in node.outputs if (h := layout.HANDOFFS.get(v)) is not None]
+    values = [v for node in graph for v in node.outputs if v.name == "y"]
+    return [h for v in values if (h := layout.HANDOFFS.get(v)) is not None]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -150,3 +152,51 @@ def test_global_average_pool_of_channels_last_memory() -> None:
     expected = run_ort(model, {"x": np.ascontiguousarray(view)})[0]
     sess = epctx.InferenceSession(model.SerializeToString())
     np.testing.assert_allclose(sess.run(None, {"x": view})[0], expected, atol=1e-6)
+
+
+def test_pointwise_conv_on_a_large_map_hands_over_to_a_depthwise_conv() -> None:
+    """An expansion 1x1 conv (64x72 pixels, one image) writes channels-last for the depthwise conv after it;
+    the same graph with a batch of two keeps NCHW there (the GEMM x^T W^T is for one image)."""
+    for n in (1, 2):
+        nodes = [
+            helper.make_node("Conv", ["x", "e_w", "e_b"], ["e_pre"], name="expand"),
+            helper.make_node("Relu", ["e_pre"], ["e"]),
+            helper.make_node("Conv", ["e", "dw_w", "dw_b"], ["y"], group=C, pads=[1] * 4, name="dw"),
+            _pw("y", "z", "pw"),
+        ]
+        inits = [_init("e_w", C, 16, 1, 1), _init("e_b", C), _init("dw_w", C, 1, 3, 3), _init("dw_b", C)]
+        inits += [_init("pw_w", 24, C, 1, 1), _init("pw_b", 24)]
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [n, 16, 64, 72])],
+            [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+            inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        sess = epctx.InferenceSession(model.SerializeToString())
+        x = RNG.standard_normal((n, 16, 64, 72)).astype(np.float32)
+        ours = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-4, rtol=1e-4)
+        (expand,) = [v for node in sess.model.graph for v in node.outputs if v.name == "e"]
+        assert layout.HANDOFFS[expand].active()
+        plans = [p for p in _conv_plans(sess) if p.w_shape[0] == C and p.w_shape[1] == 16]
+        assert [p.nhwc for p in plans] == [n == 1]
+
+
+def _conv_plans(sess: Any) -> list[Any]:
+    """The Conv kernels' shape plans, from their closures (the kernels are plain functions)."""
+    from epctx.providers.cpu.kernels.conv import _ConvPlan
+
+    found = []
+    for fn, *_ in sess._plan.steps:
+        for cell in _closure_cells(fn):
+            if isinstance(cell, dict):
+                found += [p for p in cell.values() if isinstance(p, _ConvPlan)]
+    return found
+
+
+def _closure_cells(fn: Any) -> list[Any]:
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+    inner = [c for c in cells if callable(c) and getattr(c, "__closure__", None)]
+    return cells + [x for f in inner for x in _closure_cells(f)]

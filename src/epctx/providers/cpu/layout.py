@@ -1,16 +1,19 @@
-"""Channels-last hand-off: a depthwise conv leaves its result channels-last for the kernels that read it.
+"""Channels-last hand-off: a conv leaves its result channels-last for the kernels that read it.
 
 A depthwise conv runs channels-last (``kernels/depthwise.py``) and copied its result back to NCHW; the 1x1 conv
 after it (directly, or through the Mul of a squeeze-excitation block) read it as a (C, H * W) matrix. When
 every reader can take the channels-last memory as it is, the conv returns its (N, H, W, C) result as an NCHW
 *view* (``transpose``: the value's shape and elements are those of the NCHW result, only the strides differ)
-and skips the copy back (20-40% of a depthwise conv's time). The readers that qualify:
+and skips the copy back (20-40% of a depthwise conv's time). A 1x1 conv of one image on a large map before a
+depthwise conv does the same (the GEMM x^T W^T writes channels-last), so that the depthwise conv's copy into
+its channels-last buffer is a plain row copy. The readers that qualify:
 
 * a 1x1 conv of stride 1, no padding, one group: a (C, H * W) matrix over channels-last memory is the
   transposed (H * W, C) matrix, which BLAS multiplies as it is (``kernels/conv.py``);
 * GlobalAveragePool: a gemv over the (H * W, C) matrix (``kernels/pool.py``);
 * a Mul (of a squeeze-excitation block) whose readers are all such 1x1 convs: numpy's ufuncs give their
-  result the layout of their operands, so the product is channels-last too.
+  result the layout of their operands, so the product is channels-last too;
+* a depthwise conv (it transposes its input into a channels-last buffer anyway).
 
 The hand-off is active only when each of those nodes runs on the CPU EP (its kernel was built here:
 ``built``), decided at the conv's first call, once every kernel exists; a value read by another EP, or that
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
 import onnx_ir as ir
 
 from epctx.ep import to_numpy
@@ -74,11 +78,27 @@ def _pointwise_reader(node: ir.Node, value: ir.Value) -> bool:
         return False
     if any(s != 1 for s in _ints(node, "strides")):
         return False
+    array = _weight(node)
+    return array is not None and array.ndim == 4 and array.shape[2:] == (1, 1)
+
+
+def _weight(node: ir.Node) -> np.ndarray | None:
     weight = node.inputs[1]
     if weight is None or weight.is_graph_input():
+        return None
+    return to_numpy(weight.const_value) if weight.const_value is not None else constant_node_value(weight)
+
+
+def _depthwise_reader(node: ir.Node, value: ir.Value) -> bool:
+    """A depthwise Conv reading ``value`` as its data input only: it copies its input channels-last into its
+    padded buffer, a plain row copy when the input is channels-last already."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
         return False
-    array = to_numpy(weight.const_value) if weight.const_value is not None else constant_node_value(weight)
-    return array is not None and array.ndim == 4 and array.shape[2:] == (1, 1)
+    if node.inputs[0] is not value or value in node.inputs[1:]:
+        return False
+    group = node.attributes.get("group")
+    array = _weight(node)
+    return group is not None and int(group.value) > 1 and array is not None and array.shape[1:2] == (1,)
 
 
 def handoff_for(value: ir.Value) -> Handoff | None:
@@ -90,7 +110,7 @@ def handoff_for(value: ir.Value) -> Handoff | None:
     readers = _readers(value)
     for node in readers:
         pool = node.op_type == "GlobalAveragePool" and node.domain in ("", "ai.onnx")
-        if pool or _pointwise_reader(node, value):
+        if pool or _pointwise_reader(node, value) or _depthwise_reader(node, value):
             nodes.append(node)
         elif node.op_type == "Mul" and node.domain in ("", "ai.onnx") and _into_pointwise(node):
             nodes += [node, *_readers(node.outputs[0])]
