@@ -122,3 +122,29 @@ def test_ppocr_cls_runs_fewer_steps_with_the_same_outputs(tmp_path: Path) -> Non
     feed = feeds("ppocr_cls")
     for ours, theirs in zip(sess.run(None, feed), run_ort(path.read_bytes(), feed)):
         np.testing.assert_allclose(ours, theirs, atol=1e-3, rtol=0)
+
+
+def test_identity_leaves_the_plan_unless_it_copies_a_graph_input_out() -> None:
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Neg", ["x"], ["n"]),
+            helper.make_node("Identity", ["n"], ["i"]),
+            helper.make_node("Identity", ["i"], ["j"]),
+            helper.make_node("Abs", ["j"], ["a"]),
+            helper.make_node("Identity", ["x"], ["xi"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ("a", "j", "xi")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = epctx.InferenceSession(model.SerializeToString())
+    assert len(sess._plan.steps) == 3  # Neg, Abs and the Identity of the graph input
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    ours = sess.run(None, {"x": x})
+    for a, b in zip(ours, run_ort(model.SerializeToString(), {"x": x}), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert ours[2] is not x

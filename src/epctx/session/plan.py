@@ -225,7 +225,8 @@ def _aliased(
 ) -> list[PlanStep]:
     """The steps left once each pass-through step (``passed_input``) is dropped, its output given its input's
     slot. Kept as steps: a pass-through of a constant or of a graph input, and a graph output that would share
-    its array with a graph input or another graph output (onnxruntime returns distinct arrays there)."""
+    its array with a graph input, another graph output or a constant (copied then: onnxruntime returns
+    distinct arrays there)."""
     root: dict[ValueView, ValueView] = {}  # aliased value -> the value whose slot it shares
     exposed = set(inputs) | set(outputs)  # values whose array the caller sees
     claimed: set[ValueView] = set()  # roots a graph output already shares
@@ -233,11 +234,14 @@ def _aliased(
     for step in live_steps:
         k = passed_input(step.fn) if len(step.outputs) == 1 else None
         source = step.inputs[k] if k is not None and 0 <= k < len(step.inputs) else None
-        if source is None or slots.is_const(source) or source in slots.known_inputs:
+        if source is None:
             kept.append(step)
             continue
         value, base = step.outputs[0], root.get(source, source)
-        if value in exposed and (base in exposed or base in claimed):
+        if value in exposed and (base in exposed or base in claimed or slots.is_const(base)):
+            kept.append(dataclasses.replace(step, fn=_copying(step.fn)))  # the output its own array
+            continue
+        if slots.is_const(source) or source in slots.known_inputs:
             kept.append(step)
             continue
         if value in exposed:
@@ -245,6 +249,17 @@ def _aliased(
         root[value] = base
         slots.slot_of[value] = slots.slot(base)
     return kept
+
+
+def _copying(fn: Callable[..., Sequence[Any]]) -> Callable[..., Sequence[Any]]:
+    """``fn`` with its one result copied when it is an array: a graph output passed on from a graph input,
+    another graph output or a constant is its own array, as onnxruntime returns it."""
+
+    def run(*inputs: Any) -> Sequence[Any]:
+        (result,) = fn(*inputs)
+        return (result.copy() if isinstance(result, np.ndarray) else result,)
+
+    return run
 
 
 def _frees(live_steps: Sequence[PlanStep], slots: _Slots, *, keep: set[ValueView]) -> list[list[int]]:
