@@ -181,7 +181,7 @@ def test_pointwise_conv_on_a_large_map_hands_over_to_a_depthwise_conv() -> None:
         (expand,) = [v for node in sess.model.graph for v in node.outputs if v.name == "e"]
         assert layout.HANDOFFS[expand].active()
         plans = [p for p in _conv_plans(sess) if p.w_shape[0] == C and p.w_shape[1] == 16]
-        assert [p.nhwc for p in plans] == [n == 1]
+        assert [p.nhwc for p in plans] == ["pointwise" if n == 1 else ""]
 
 
 def _conv_plans(sess: Any) -> list[Any]:
@@ -200,3 +200,35 @@ def _closure_cells(fn: Any) -> list[Any]:
     cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
     inner = [c for c in cells if callable(c) and getattr(c, "__closure__", None)]
     return cells + [x for f in inner for x in _closure_cells(f)]
+
+
+@pytest.mark.parametrize("act", ["HardSwish", None])
+def test_first_conv_hands_over_to_a_depthwise_conv(act: str | None) -> None:
+    """A network's first conv (3 channels, 3x3, stride 2, im2col) writes channels-last for the depthwise conv
+    after it (cols^T W^T)."""
+    first = [
+        helper.make_node("Conv", ["x", "f_w", "f_b"], ["f_pre" if act else "f"], pads=[1] * 4, strides=[2, 2])
+    ]
+    if act:
+        first.append(helper.make_node(act, ["f_pre"], ["f"]))
+    nodes = [
+        *first,
+        helper.make_node("Conv", ["f", "dw_w", "dw_b"], ["y"], group=C, pads=[1] * 4, name="dw"),
+        _pw("y", "z", "pw"),
+    ]
+    inits = [_init("f_w", C, 3, 3, 3), _init("f_b", C), _init("dw_w", C, 1, 3, 3), _init("dw_b", C)]
+    inits += [_init("pw_w", 24, C, 1, 1), _init("pw_b", 24)]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 160, 150])],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = epctx.InferenceSession(model.SerializeToString())
+    x = RNG.standard_normal((1, 3, 160, 150)).astype(np.float32)
+    ours = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-4, rtol=1e-4)
+    plans = [p for p in _conv_plans(sess) if p.w_shape[1] == 3]
+    assert [p.nhwc for p in plans] == ["im2col"]

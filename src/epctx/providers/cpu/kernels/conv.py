@@ -47,7 +47,8 @@ __all__ = [
 
 _ALL = slice(None)
 _OWN_SERIAL_MACS = 1 << 18  # OpenBLAS runs a GEMM of fewer multiply-adds on one thread (blas_serial.py)
-_NHWC_MIN_PIXELS = 1 << 12  # a 1x1 conv hands over channels-last from maps of this many pixels (64x64)
+_NHWC_MIN_PIXELS = 1 << 12  # a 1x1 or im2col conv hands over channels-last from maps of this many pixels
+_NHWC_MAX_COLUMNS = 32  # ... an im2col conv when it has at most this many input values per output (C * K)
 
 
 def _conv_attrs(info: NodeInfo, n: int) -> tuple[tuple[int, ...], tuple[int, ...], list[int] | None, str]:
@@ -128,11 +129,11 @@ def _conv(info: NodeInfo) -> Kernel:
 def _handoff(
     info: NodeInfo, w: np.ndarray | None, group: int, epilogue: fusion.Epilogue | None
 ) -> Callable[[], bool] | None:
-    """For a float32 depthwise or 1x1 conv whose readers take channels-last memory (``layout.py``): whether it
+    """For a float32 depthwise or dense conv whose readers take channels-last memory (``layout.py``): whether it
     hands its result over channels-last, asked at each call (decided at the first, once every kernel exists)."""
     if w is None or w.dtype != np.float32 or w.ndim != 4:
         return None
-    if not (w.shape[1] == 1 and group > 1) and not (group == 1 and w.shape[2:] == (1, 1)):
+    if not (w.shape[1] == 1 and group > 1) and group != 1:
         return None
     found = layout.handoff_for(info.node.outputs[0] if epilogue is None else epilogue.result)
     if found is None:
@@ -149,16 +150,39 @@ def _channels_last(
     b: np.ndarray | None,
     epilogue: fusion.Epilogue | None,
 ) -> np.ndarray:
-    """The conv (depthwise, or 1x1 as the GEMM x^T W^T), its bias and its epilogue's activation channels-last,
-    returned as an NCHW view of that memory."""
+    """The conv (depthwise; 1x1 as the GEMM x^T W^T; im2col as cols^T W^T), its bias and its epilogue's
+    activation channels-last, returned as an NCHW view of that memory."""
     dw = plan.channels_last
-    run = plan.pointwise_channels_last if dw is None else dw.run_channels_last
+    if dw is not None:
+        run = dw.run_channels_last
+    else:
+        run = plan.pointwise_channels_last if plan.nhwc == "pointwise" else plan.im2col_channels_last
     y = run(x, prep) if plan.serial is None else plan.serial(run, x, prep)
     if b is not None:
         y += b.reshape(-1)
     if epilogue is not None:
         epilogue.activation(y)
     return y.transpose(0, 3, 1, 2)
+
+
+def _nhwc_form(plan: _ConvPlan, unit: bool) -> str:
+    """How ``plan`` may hand its result over channels-last (layout.py), or "": a 2-D depthwise conv run
+    channels-last; a 1x1 conv of one image on a large map (the x^T W^T GEMM is 2-7% slower than W x on maps of
+    28x28 and up, 20% on 7x7; the depthwise conv after it gains 5-20% on maps of 56x56 and up); an im2col conv
+    of one image with few input values per output (a network's first conv, 3 channels 3x3: its GEMM cols^T W^T
+    113 against 129 us at 112x112 to 16 channels, and the depthwise conv after it 315 -> 277 us; measured here,
+    one thread)."""
+    if plan.empty or len(plan.geo.out) != 2:
+        return ""
+    if plan.channels_last is not None:
+        return "depthwise"
+    one = plan.x_shape[0] == 1 and plan.group == 1 and plan.l_out >= _NHWC_MIN_PIXELS
+    if one and plan.pointwise and unit:
+        return "pointwise"
+    dense = not (plan.pointwise or plan.depthwise or plan.winograd or plan.flat_gemm)
+    if one and dense and plan.w_shape[1] * math.prod(plan.geo.kernel) <= _NHWC_MAX_COLUMNS:
+        return "im2col"
+    return ""
 
 
 def _channel_rows(x: np.ndarray, n: int, c: int, length: int) -> np.ndarray:
@@ -243,17 +267,7 @@ class _ConvPlan:
             self.pointwise and unit and n == 1 and group == 1 and self.serial is not None and not self.empty
         )
         self.tiny = macs < _OWN_SERIAL_MACS
-        # may hand its result over channels-last (layout.py): a 2-D depthwise conv run channels-last, or a 1x1
-        # conv of one image on a large map (the x^T W^T GEMM is 2-7% slower than W x on maps of 28x28 and up,
-        # 20% on 7x7; the depthwise conv after it gains 5-20% on maps of 56x56 and up, measured here)
-        self.nhwc = (
-            not self.empty
-            and len(geo.out) == 2
-            and (
-                self.channels_last is not None
-                or (self.pointwise and unit and n == 1 and group == 1 and self.l_out >= _NHWC_MIN_PIXELS)
-            )
-        )
+        self.nhwc = _nhwc_form(self, unit)
 
     def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
         geo = self.geo
@@ -313,6 +327,20 @@ class _ConvPlan:
         x2 = _channel_rows(x, 1, x.shape[1], self.l_out)[0]
         y = np.empty((1, *self.geo.out, w2.shape[0]), dtype=np.result_type(w2.dtype, x2.dtype))
         np.matmul(x2.T, w2.T, out=y.reshape(self.l_out, w2.shape[0]))
+        return y
+
+    def im2col_channels_last(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
+        """An im2col conv of one image as cols^T (H * W, C * K) times W^T: the result (1, H, W, M), contiguous."""
+        w2 = prep["w2"]
+        xp = pad_input(x, self.geo)
+        view = window_view(xp, self.geo)  # (1, C, *K, *out)
+        scratch = SCRATCH.take(view.shape, view.dtype)
+        np.copyto(scratch, view)
+        release_padded(x, xp)
+        cols = scratch.reshape(-1, self.l_out)
+        y = np.empty((1, *self.geo.out, w2.shape[0]), dtype=np.result_type(w2.dtype, cols.dtype))
+        np.matmul(cols.T, w2.T, out=y.reshape(self.l_out, w2.shape[0]))
+        SCRATCH.give(scratch)
         return y
 
     def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:
