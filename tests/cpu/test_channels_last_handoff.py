@@ -232,3 +232,43 @@ def test_first_conv_hands_over_to_a_depthwise_conv(act: str | None) -> None:
     np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-4, rtol=1e-4)
     plans = [p for p in _conv_plans(sess) if p.w_shape[1] == 3]
     assert [p.nhwc for p in plans] == ["im2col"]
+
+
+def test_residual_add_passes_channels_last_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dw -> 1x1 'proj' -> Add(residual) -> 1x1 'next': the projection reads channels-last and, its readers
+    (the Add, then a 1x1 conv) taking it, writes channels-last as the GEMM x^T W^T; the Add's result is read
+    by 'next' and is also a graph output (an NCHW array as onnxruntime's)."""
+    nodes = [
+        *_dw("y", act="Relu"),
+        helper.make_node("Conv", ["y", "proj_w", "proj_b"], ["p"], name="proj"),
+        helper.make_node("Add", ["p", "x"], ["a"]),
+        helper.make_node("Conv", ["a", "next_w", "next_b"], ["z"], name="next"),
+    ]
+    inits = [_init("dw_w", C, 1, 3, 3), _init("dw_b", C), _init("proj_w", C, C, 1, 1), _init("proj_b", C)]
+    inits += [_init("next_w", 24, C, 1, 1), _init("next_b", 24)]
+    from epctx.providers.cpu.kernels import conv
+
+    ran: list[tuple[int, ...]] = []
+
+    def spy(plan: Any, *args: Any) -> Any:
+        ran.append(plan.w_shape)
+        return real(plan, *args)
+
+    real = conv._channels_last
+    monkeypatch.setattr(conv, "_channels_last", spy)
+    for outputs in (["z"], ["z", "a"]):
+        ran.clear()
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, C, 14, 18])],
+            [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outputs],
+            inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        sess = _check(model.SerializeToString())
+        values = {v.name: v for node in sess.model.graph for v in node.outputs}
+        assert layout.HANDOFFS[values["y"]].active()
+        assert (values["p"] in layout.HANDOFFS) == (outputs == ["z"])
+        # the depthwise conv, then the projection when the Add is no graph output
+        assert ran == ([(C, 1, 3, 3), (C, C, 1, 1)] if outputs == ["z"] else [(C, 1, 3, 3)])

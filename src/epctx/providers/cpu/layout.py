@@ -11,8 +11,10 @@ its channels-last buffer is a plain row copy. The readers that qualify:
 * a 1x1 conv of stride 1, no padding, one group: a (C, H * W) matrix over channels-last memory is the
   transposed (H * W, C) matrix, which BLAS multiplies as it is (``kernels/conv.py``);
 * GlobalAveragePool: a gemv over the (H * W, C) matrix (``kernels/pool.py``);
-* a Mul (of a squeeze-excitation block) whose readers are all such 1x1 convs: numpy's ufuncs give their
-  result the layout of their operands, so the product is channels-last too;
+* a Mul (of a squeeze-excitation block) or an Add (a residual) whose readers all qualify (up to three such
+  nodes deep): numpy's ufuncs give their result the layout of their operands, so the result is channels-last
+  too (a 1x1 conv reading channels-last memory writes channels-last when its own readers qualify:
+  ``kernels/conv.py``);
 * a depthwise conv (it transposes its input into a channels-last buffer anyway).
 
 The hand-off is active only when each of those nodes runs on the CPU EP (its kernel was built here:
@@ -102,31 +104,34 @@ def _depthwise_reader(node: ir.Node, value: ir.Value) -> bool:
 
 
 def handoff_for(value: ir.Value) -> Handoff | None:
-    """The hand-off of ``value`` (a depthwise conv's result as its readers see it: the end of its epilogue's
-    chain when it has one), or None when a reader cannot take channels-last memory."""
-    if value.is_graph_output():
-        return None
-    nodes: list[ir.Node] = []
-    readers = _readers(value)
-    for node in readers:
-        pool = node.op_type == "GlobalAveragePool" and node.domain in ("", "ai.onnx")
-        if pool or _pointwise_reader(node, value) or _depthwise_reader(node, value):
-            nodes.append(node)
-        elif node.op_type == "Mul" and node.domain in ("", "ai.onnx") and _into_pointwise(node):
-            nodes += [node, *_readers(node.outputs[0])]
-        else:
-            return None
-    if not readers:
+    """The hand-off of ``value`` (a conv's result as its readers see it: the end of its epilogue's chain when
+    it has one), or None when a reader cannot take channels-last memory."""
+    nodes = _taking(value, _ELEMENTWISE_DEPTH)
+    if nodes is None:
         return None
     found = HANDOFFS[value] = Handoff(nodes)
     return found
 
 
-def _into_pointwise(mul: ir.Node) -> bool:
-    product = mul.outputs[0]
-    readers = _readers(product)
-    return (
-        not product.is_graph_output()
-        and bool(readers)
-        and all(_pointwise_reader(n, product) for n in readers)
-    )
+# How many Mul / Add nodes deep a hand-off may go (squeeze-excitation's Mul, then a residual Add, ...).
+_ELEMENTWISE_DEPTH = 3
+
+
+def _taking(value: ir.Value, depth: int) -> list[ir.Node] | None:
+    """The nodes that read ``value`` (and, through a Mul or Add, what those results go to) when every one takes
+    channels-last memory; None otherwise."""
+    readers = _readers(value)
+    if value.is_graph_output() or not readers:
+        return None
+    nodes: list[ir.Node] = []
+    for node in readers:
+        pool = node.op_type == "GlobalAveragePool" and node.domain in ("", "ai.onnx")
+        if pool or _pointwise_reader(node, value) or _depthwise_reader(node, value):
+            nodes.append(node)
+            continue
+        binary = node.op_type in ("Mul", "Add") and node.domain in ("", "ai.onnx") and len(node.inputs) == 2
+        after = _taking(node.outputs[0], depth - 1) if binary and depth > 0 else None
+        if after is None:
+            return None
+        nodes += [node, *after]
+    return nodes
