@@ -85,11 +85,8 @@ def _conv(info: NodeInfo) -> Kernel:
         b_const = b_const.astype(np.float32)
     node = info.name
     cache: dict[tuple[int, ...], _ConvPlan] = {}
-    prepared: dict[str, Any] = {}
-    if w_const is not None:
-        prepared = _prepare_weight(w_const, group)
-    bias = None if b_const is None else b_const.reshape(-1, 1)
     epilogue = fusion.epilogue_for(info.node, w_const)
+    weights = _Weights(w_const, b_const, group, epilogue, bias_input=info.has_input(2))
     handoff = _handoff(info, w_const, group, epilogue)
 
     def plan_for(x: np.ndarray, w: np.ndarray) -> _ConvPlan:
@@ -107,8 +104,10 @@ def _conv(info: NodeInfo) -> Kernel:
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = plan_for(x, w)
+        prepared, bias, activation = weights.settled()
         if handoff is not None and w_const is not None and _hands_over(plan, x) and handoff():
-            return (_channels_last(plan, x, prepared, b, epilogue),)
+            bvec = None if b is None else (b if bias is None else bias).reshape(-1)
+            return (_channels_last(plan, x, prepared, bvec, activation),)
         if plan.lean and w_const is not None:
             y = plan.pointwise_gemm(x, prepared["w2"])
         else:
@@ -119,11 +118,57 @@ def _conv(info: NodeInfo) -> Kernel:
             if y.size:  # an empty batch has no -1 to infer
                 y3 = y.reshape(y.shape[0], y.shape[1], -1)
                 y3 += bb
-        if epilogue is not None and epilogue.active():
-            epilogue.activation(y)
+        if activation is not None:
+            activation(y)
         return (y,)
 
     return _half_in_float32(run)
+
+
+class _Weights:
+    """A Conv's prepared constant weights and bias, and the activation of its epilogue, settled at the first
+    call (once the epilogue knows whether it is active): an activation that runs in fewer passes on a scaled
+    input (``fusion.prescaled``: HardSwish) gets weights and bias scaled once."""
+
+    __slots__ = ("_settled", "b", "epilogue", "group", "scalable", "w")
+
+    def __init__(
+        self,
+        w: np.ndarray | None,
+        b: np.ndarray | None,
+        group: int,
+        epilogue: fusion.Epilogue | None,
+        *,
+        bias_input: bool,
+    ) -> None:
+        self.w, self.b, self.group, self.epilogue = w, b, group, epilogue
+        # a bias computed at run time is not scaled
+        self.scalable = w is not None and w.dtype == np.float32 and not (bias_input and b is None)
+        self._settled: tuple[dict[str, Any], np.ndarray | None, fusion.Activation | None] | None = None
+
+    def settled(self) -> tuple[dict[str, Any], np.ndarray | None, fusion.Activation | None]:
+        """(prepared weights, bias as a column, the activation to apply or None)."""
+        found = self._settled
+        if found is None:
+            found = self._settled = self._settle()
+        return found
+
+    def _settle(self) -> tuple[dict[str, Any], np.ndarray | None, fusion.Activation | None]:
+        epilogue = self.epilogue
+        if epilogue is None or not epilogue.active():
+            return self._make(1.0, None)
+        scaled = fusion.prescaled(epilogue) if self.scalable else None
+        return self._make(*scaled) if scaled is not None else self._make(1.0, epilogue.activation)
+
+    def _make(
+        self, scale: float, activation: fusion.Activation | None
+    ) -> tuple[dict[str, Any], np.ndarray | None, fusion.Activation | None]:
+        w, b = self.w, self.b
+        if scale != 1.0:
+            w = None if w is None else (w * w.dtype.type(scale))
+            b = None if b is None else (b * b.dtype.type(scale))
+        prepared = {} if w is None else _prepare_weight(w, self.group)
+        return prepared, None if b is None else b.reshape(-1, 1), activation
 
 
 def _handoff(
@@ -148,7 +193,7 @@ def _channels_last(
     x: np.ndarray,
     prep: dict[str, Any],
     b: np.ndarray | None,
-    epilogue: fusion.Epilogue | None,
+    activation: fusion.Activation | None,
 ) -> np.ndarray:
     """The conv (depthwise; 1x1 as the GEMM x^T W^T; im2col as cols^T W^T), its bias and its epilogue's
     activation channels-last, returned as an NCHW view of that memory."""
@@ -159,9 +204,9 @@ def _channels_last(
         run = plan.im2col_channels_last if plan.nhwc == "im2col" else plan.pointwise_channels_last
     y = run(x, prep) if plan.serial is None else plan.serial(run, x, prep)
     if b is not None:
-        y += b.reshape(-1)
-    if epilogue is not None:
-        epilogue.activation(y)
+        y += b
+    if activation is not None:
+        activation(y)
     return y.transpose(0, 3, 1, 2)
 
 
