@@ -224,14 +224,14 @@ def test_clip_without_bounds_is_fused_as_nothing() -> None:
 
 
 def _weights(sess: Any) -> list[Any]:
-    from epctx.providers.cpu.kernels.conv import _Weights
+    from epctx.providers.cpu.kernels.conv_weights import Weights
 
     found = []
     for fn, *_ in sess._plan.steps:
         cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
         for inner in [c for c in cells if callable(c)]:
             cells += [c.cell_contents for c in (getattr(inner, "__closure__", None) or ())]
-        found += [c for c in cells if isinstance(c, _Weights)]
+        found += [c for c in cells if isinstance(c, Weights)]
     return found
 
 

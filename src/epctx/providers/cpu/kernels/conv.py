@@ -20,6 +20,7 @@ from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu import fusion, layout, parallel
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
+from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
@@ -86,7 +87,7 @@ def _conv(info: NodeInfo) -> Kernel:
     node = info.name
     cache: dict[tuple[int, ...], _ConvPlan] = {}
     epilogue = fusion.epilogue_for(info.node, w_const)
-    weights = _Weights(w_const, b_const, group, epilogue, bias_input=info.has_input(2))
+    weights = Weights(w_const, b_const, group, epilogue, bias_input=info.has_input(2))
     handoff = _handoff(info, w_const, group, epilogue)
 
     def plan_for(x: np.ndarray, w: np.ndarray) -> _ConvPlan:
@@ -111,7 +112,7 @@ def _conv(info: NodeInfo) -> Kernel:
         if plan.lean and w_const is not None:
             y = plan.pointwise_gemm(x, prepared["w2"])
         else:
-            prep = prepared if w_const is not None else _prepare_weight(w, group)
+            prep = prepared if w_const is not None else prepare_weight(w, group)
             y = plan.run(x, prep) if plan.serial is None else plan.serial(plan.run, x, prep)
         if b is not None:
             bb = bias if bias is not None else b.reshape(-1, 1)
@@ -123,52 +124,6 @@ def _conv(info: NodeInfo) -> Kernel:
         return (y,)
 
     return _half_in_float32(run)
-
-
-class _Weights:
-    """A Conv's prepared constant weights and bias, and the activation of its epilogue, settled at the first
-    call (once the epilogue knows whether it is active): an activation that runs in fewer passes on a scaled
-    input (``fusion.prescaled``: HardSwish) gets weights and bias scaled once."""
-
-    __slots__ = ("_settled", "b", "epilogue", "group", "scalable", "w")
-
-    def __init__(
-        self,
-        w: np.ndarray | None,
-        b: np.ndarray | None,
-        group: int,
-        epilogue: fusion.Epilogue | None,
-        *,
-        bias_input: bool,
-    ) -> None:
-        self.w, self.b, self.group, self.epilogue = w, b, group, epilogue
-        # a bias computed at run time is not scaled
-        self.scalable = w is not None and w.dtype == np.float32 and not (bias_input and b is None)
-        self._settled: tuple[dict[str, Any], np.ndarray | None, fusion.Activation | None] | None = None
-
-    def settled(self) -> tuple[dict[str, Any], np.ndarray | None, fusion.Activation | None]:
-        """(prepared weights, bias as a column, the activation to apply or None)."""
-        found = self._settled
-        if found is None:
-            found = self._settled = self._settle()
-        return found
-
-    def _settle(self) -> tuple[dict[str, Any], np.ndarray | None, fusion.Activation | None]:
-        epilogue = self.epilogue
-        if epilogue is None or not epilogue.active():
-            return self._make(1.0, None)
-        scaled = fusion.prescaled(epilogue) if self.scalable else None
-        return self._make(*scaled) if scaled is not None else self._make(1.0, epilogue.activation)
-
-    def _make(
-        self, scale: float, activation: fusion.Activation | None
-    ) -> tuple[dict[str, Any], np.ndarray | None, fusion.Activation | None]:
-        w, b = self.w, self.b
-        if scale != 1.0:
-            w = None if w is None else (w * w.dtype.type(scale))
-            b = None if b is None else (b * b.dtype.type(scale))
-        prepared = {} if w is None else _prepare_weight(w, self.group)
-        return prepared, None if b is None else b.reshape(-1, 1), activation
 
 
 def _handoff(
@@ -246,24 +201,6 @@ def _channel_rows(x: np.ndarray, n: int, c: int, length: int) -> np.ndarray:
         if last.flags.c_contiguous:
             return last.reshape(n, length, c).transpose(0, 2, 1)
     return x.reshape(n, c, length)
-
-
-def _prepare_weight(w: np.ndarray, group: int) -> dict[str, Any]:
-    m, cg = w.shape[0], w.shape[1]
-    k = int(np.prod(w.shape[2:], dtype=np.int64))
-    prep: dict[str, Any] = {}
-    if group == 1:
-        prep["w2"] = np.ascontiguousarray(w.reshape(m, cg * k))
-    else:
-        prep["w3"] = np.ascontiguousarray(w.reshape(group, m // group, cg * k))
-    if cg == 1 and group > 1:
-        # depthwise: (C, multiplier, K) per kernel offset
-        prep["wd"] = np.ascontiguousarray(w.reshape(group, m // group, k).transpose(2, 0, 1))
-        # channels-last: (*K, C, multiplier)
-        nd = w.ndim - 2
-        wl = w.reshape(group, m // group, *w.shape[2:]).transpose(*range(2, 2 + nd), 0, 1)
-        prep["wl"] = np.ascontiguousarray(wl)
-    return prep
 
 
 class _ConvPlan:
