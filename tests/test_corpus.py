@@ -41,7 +41,7 @@ def test_corpus_has_ten_models_of_several_kinds() -> None:
 
 def test_bench_row_measures_a_real_model(tmp_path: Path) -> None:
     path = materialise("ppocr_cls", tmp_path)
-    row = bench_corpus.run_cell("ppocr_cls", path, "CPUExecutionProvider", steady_s=0.3)
+    row = bench_corpus.run_cell("ppocr_cls", path, "CPUExecutionProvider", steady_s=0.3, threads=1)
     assert row["compiles"] == "yes", row
     assert row["max_err"] <= 1e-3
     # every node of the session's graph on the CPU EP: the file's nodes less what the level-BASIC Conv folds
@@ -53,6 +53,9 @@ def test_bench_row_measures_a_real_model(tmp_path: Path) -> None:
     assert len(list(graph)) < len(onnx.load(str(path)).graph.node)
     assert row["epctx_ms"] > 0 and row["ort_ms"] > 0 and row["ratio"] == row["epctx_ms"] / row["ort_ms"]
     assert 0 < row["kernel_floor_ms"] <= row["epctx_min_ms"] and row["ort_kernel_floor_ms"] > 0
+    # one thread: the per-thread CPU time of a run is at most its wall time (plus the clocks' granularity)
+    assert 0 < row["epctx_cpu_ms"] <= row["epctx_ms"] * 1.05 + 0.05 and row["ort_cpu_ms"] > 0
+    assert row["cpu_ratio"] == row["epctx_cpu_ms"] / row["ort_cpu_ms"]
     table = bench_corpus.report([row, {"model": "x", "ep": "iree", "compiles": "timeout (budget 1 s)"}])
     assert "ppocr_cls | cpu" in table and "x on iree: timeout (budget 1 s)" in table
 

@@ -221,3 +221,47 @@ def test_clip_without_bounds_is_fused_as_nothing() -> None:
     np.testing.assert_allclose(ours[0], run_ort(data, {"x": X})[0], atol=1e-5, rtol=1e-5)
     (epilogue,) = _epilogues(sess)
     assert epilogue.active()
+
+
+def _weights(sess: Any) -> list[Any]:
+    from epctx.providers.cpu.kernels.conv_weights import Weights
+
+    found = []
+    for fn, *_ in sess._plan.steps:
+        cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+        for inner in [c for c in cells if callable(c)]:
+            cells += [c.cell_contents for c in (getattr(inner, "__closure__", None) or ())]
+        found += [c for c in cells if isinstance(c, Weights)]
+    return found
+
+
+@pytest.mark.parametrize("case", ["hard_swish", "paddle_hard_swish", "paddle_hard_swish_swapped"])
+def test_hard_swish_runs_on_prescaled_weights(case: str) -> None:
+    """The Conv's weights and bias scaled by 1/sqrt(6) once, HardSwish in three passes."""
+    tail, inits, opset = CASES[case]
+    data = _model(tail, ["z"], inits, opset)
+    ours, sess = _run(data)
+    np.testing.assert_allclose(ours[0], run_ort(data, {"x": X})[0], atol=1e-5, rtol=1e-5)
+    (weights,) = _weights(sess)
+    assert weights.settled()[2] is fusion._hard_swish_scaled
+
+
+def test_hard_swish_with_a_bias_computed_at_run_time_is_not_prescaled() -> None:
+    conv = helper.make_node("Conv", ["x", "w", "bb"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["b"], ["bb"]), conv, helper.make_node("HardSwish", ["y"], ["z"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, X.shape),
+            helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [16]),
+        ],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(W, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = epctx.InferenceSession(model.SerializeToString())
+    ours = sess.run(None, {"x": X, "b": B})[0]
+    np.testing.assert_allclose(ours, run_ort(model, {"x": X, "b": B})[0], atol=1e-5, rtol=1e-5)
+    (weights,) = _weights(sess)
+    assert weights.settled()[2] is fusion._hard_swish

@@ -14,7 +14,7 @@ from epctx.model.tensors import to_numpy
 if TYPE_CHECKING:
     from epctx.model.view import ValueView
 
-__all__ = ["ExecutionPlan", "PlanStep", "build_plan"]
+__all__ = ["ExecutionPlan", "PlanStep", "build_plan", "passed_input"]
 
 # Random ops must not be folded into constants: each run draws again.
 _NOT_FOLDABLE = frozenset(
@@ -179,6 +179,7 @@ def build_plan(
     slots = _Slots(inputs)
     input_slots = tuple(slots.slot(v) for v in inputs)
     live_steps = [step for step in steps if not (fold_constants and _folded(step, slots))]
+    live_steps = _aliased(live_steps, slots, inputs, outputs)
     compiled = []
     for step in live_steps:
         ins = tuple(0 if v is None else slots.read(v) for v in step.inputs)
@@ -210,20 +211,74 @@ def _folded(step: PlanStep, slots: _Slots) -> bool:
     return True
 
 
+def passed_input(fn: Any) -> int | None:
+    """The input a kernel's one output is, when the kernel says so: a kernel may carry ``passes_input``, a
+    callable asked once, when the plan is laid out (every kernel of the graph exists by then), that returns the
+    index of the input it returns unchanged on every run, or None (e.g. a node fused into the Conv before it,
+    which applies the node's work in place and leaves the node passing its value on)."""
+    ask = getattr(fn, "passes_input", None)
+    return ask() if callable(ask) else None
+
+
+def _aliased(
+    live_steps: list[PlanStep], slots: _Slots, inputs: Sequence[ValueView], outputs: Sequence[ValueView]
+) -> list[PlanStep]:
+    """The steps left once each pass-through step (``passed_input``) is dropped, its output given its input's
+    slot. Kept as steps: a pass-through of a constant or of a graph input, and a graph output that would share
+    its array with a graph input, another graph output or a constant (copied then: onnxruntime returns
+    distinct arrays there)."""
+    root: dict[ValueView, ValueView] = {}  # aliased value -> the value whose slot it shares
+    exposed = set(inputs) | set(outputs)  # values whose array the caller sees
+    claimed: set[ValueView] = set()  # roots a graph output already shares
+    kept = []
+    for step in live_steps:
+        k = passed_input(step.fn) if len(step.outputs) == 1 else None
+        source = step.inputs[k] if k is not None and 0 <= k < len(step.inputs) else None
+        if source is None:
+            kept.append(step)
+            continue
+        value, base = step.outputs[0], root.get(source, source)
+        if value in exposed and (base in exposed or base in claimed or slots.is_const(base)):
+            kept.append(dataclasses.replace(step, fn=_copying(step.fn)))  # the output its own array
+            continue
+        if slots.is_const(source) or source in slots.known_inputs:
+            kept.append(step)
+            continue
+        if value in exposed:
+            claimed.add(base)
+        root[value] = base
+        slots.slot_of[value] = slots.slot(base)
+    return kept
+
+
+def _copying(fn: Callable[..., Sequence[Any]]) -> Callable[..., Sequence[Any]]:
+    """``fn`` with its one result copied when it is an array: a graph output passed on from a graph input,
+    another graph output or a constant is its own array, as onnxruntime returns it."""
+
+    def run(*inputs: Any) -> Sequence[Any]:
+        (result,) = fn(*inputs)
+        return (result.copy() if isinstance(result, np.ndarray) else result,)
+
+    return run
+
+
 def _frees(live_steps: Sequence[PlanStep], slots: _Slots, *, keep: set[ValueView]) -> list[list[int]]:
-    """The slots each step frees after it runs: values at their last use, outputs nobody reads right after
-    the step that made them (graph inputs and outputs, and constants, are kept)."""
-    last_use: dict[ValueView, int] = {}
+    """The slots each step frees after it runs: a slot at the last use of any value in it (aliased values share
+    one), outputs nobody reads right after the step that made them (graph inputs and outputs, and constants,
+    are kept)."""
+    kept = {slots.slot_of[v] for v in keep if v in slots.slot_of}
+    last_use: dict[int, int] = {}
     for k, step in enumerate(live_steps):
         for v in step.inputs:
-            if v is not None:
-                last_use[v] = k
+            if v is not None and not slots.is_const(v):
+                last_use[slots.slot_of[v]] = k
     frees_at: list[list[int]] = [[] for _ in live_steps]
-    for v, k in last_use.items():
-        if v not in keep and not slots.is_const(v):
-            frees_at[k].append(slots.slot_of[v])
+    for slot, k in last_use.items():
+        if slot not in kept:
+            frees_at[k].append(slot)
     for k, step in enumerate(live_steps):
         for v in step.outputs:
-            if v not in keep and v not in last_use:
-                frees_at[k].append(slots.slot_of[v])
+            slot = slots.slot_of[v]
+            if slot not in kept and slot not in last_use:
+                frees_at[k].append(slot)
     return frees_at

@@ -9,7 +9,8 @@ __all__ = ["KERNEL_MODULES", "module_for"]
 KERNEL_MODULES: dict[str, tuple[str, ...]] = {
     "cast": ("Cast", "CastLike"),
     "control_flow": ("If", "Loop", "Scan"),
-    "conv": ("Conv", "ConvTranspose"),
+    "conv": ("Conv",),
+    "conv_transpose": ("ConvTranspose",),
     "elementwise": (
         "Abs",
         "Acos",

@@ -54,12 +54,14 @@ class CPUExecutionProvider(ExecutionProvider):
 
     def create_kernel(self, ctx: NodeContext) -> Kernel:
         from epctx.providers.cpu.fusion import join
+        from epctx.providers.cpu.layout import built
         from epctx.providers.cpu.reference import reference_kernel
         from epctx.providers.cpu.registry import NodeInfo, find_factory
 
         info = NodeInfo(ctx)
         factory = find_factory(info.domain, info.op_type, info.opset)
         if factory is not None:
+            built(ctx.node)
             return join(ctx.node, factory(info))
         try:
             return reference_kernel(info)

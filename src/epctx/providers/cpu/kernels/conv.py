@@ -1,4 +1,4 @@
-"""CPU kernels: Conv and ConvTranspose (matmul + col2im scatter-add).
+"""CPU kernels: Conv (ConvTranspose is in ``conv_transpose.py``).
 
 A Conv runs as im2col + one matmul per group, or without the im2col copy where that costs less
 (``conv_flat.py``: dense stride-1 convs with M <= C), depthwise convs channels-last (``depthwise.py``), or as
@@ -9,9 +9,8 @@ shared with the pooling kernels are in ``windows.py``.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,8 +18,9 @@ import numpy as np
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
-from epctx.providers.cpu import fusion, parallel
+from epctx.providers.cpu import fusion, layout, parallel
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
+from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
@@ -48,6 +48,8 @@ __all__ = [
 
 _ALL = slice(None)
 _OWN_SERIAL_MACS = 1 << 18  # OpenBLAS runs a GEMM of fewer multiply-adds on one thread (blas_serial.py)
+_NHWC_MIN_PIXELS = 1 << 12  # a 1x1 or im2col conv hands over channels-last from maps of this many pixels
+_NHWC_MAX_COLUMNS = 32  # ... an im2col conv when it has at most this many input values per output (C * K)
 
 
 def _conv_attrs(info: NodeInfo, n: int) -> tuple[tuple[int, ...], tuple[int, ...], list[int] | None, str]:
@@ -84,11 +86,9 @@ def _conv(info: NodeInfo) -> Kernel:
         b_const = b_const.astype(np.float32)
     node = info.name
     cache: dict[tuple[int, ...], _ConvPlan] = {}
-    prepared: dict[str, Any] = {}
-    if w_const is not None:
-        prepared = _prepare_weight(w_const, group)
-    bias = None if b_const is None else b_const.reshape(-1, 1)
     epilogue = fusion.epilogue_for(info.node, w_const)
+    weights = Weights(w_const, b_const, group, epilogue, bias_input=info.has_input(2))
+    handoff = _handoff(info, w_const, group, epilogue)
 
     def plan_for(x: np.ndarray, w: np.ndarray) -> _ConvPlan:
         n = x.ndim - 2
@@ -105,39 +105,102 @@ def _conv(info: NodeInfo) -> Kernel:
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = plan_for(x, w)
+        prepared, bias, activation = weights.settled()
+        if handoff is not None and w_const is not None and _hands_over(plan, x) and handoff():
+            bvec = None if b is None else (b if bias is None else bias).reshape(-1)
+            return (_channels_last(plan, x, prepared, bvec, activation),)
         if plan.lean and w_const is not None:
             y = plan.pointwise_gemm(x, prepared["w2"])
         else:
-            prep = prepared if w_const is not None else _prepare_weight(w, group)
+            prep = prepared if w_const is not None else prepare_weight(w, group)
             y = plan.run(x, prep) if plan.serial is None else plan.serial(plan.run, x, prep)
         if b is not None:
             bb = bias if bias is not None else b.reshape(-1, 1)
             if y.size:  # an empty batch has no -1 to infer
                 y3 = y.reshape(y.shape[0], y.shape[1], -1)
                 y3 += bb
-        if epilogue is not None and epilogue.active():
-            epilogue.activation(y)
+        if activation is not None:
+            activation(y)
         return (y,)
 
     return _half_in_float32(run)
 
 
-def _prepare_weight(w: np.ndarray, group: int) -> dict[str, Any]:
-    m, cg = w.shape[0], w.shape[1]
-    k = int(np.prod(w.shape[2:], dtype=np.int64))
-    prep: dict[str, Any] = {}
-    if group == 1:
-        prep["w2"] = np.ascontiguousarray(w.reshape(m, cg * k))
+def _handoff(
+    info: NodeInfo, w: np.ndarray | None, group: int, epilogue: fusion.Epilogue | None
+) -> Callable[[], bool] | None:
+    """For a float32 depthwise or dense conv whose readers take channels-last memory (``layout.py``): whether it
+    hands its result over channels-last, asked at each call (decided at the first, once every kernel exists)."""
+    if w is None or w.dtype != np.float32 or w.ndim != 4:
+        return None
+    if not (w.shape[1] == 1 and group > 1) and group != 1:
+        return None
+    found = layout.handoff_for(info.node.outputs[0] if epilogue is None else epilogue.result)
+    if found is None:
+        return None
+    if epilogue is None:
+        return found.active
+    return lambda: epilogue.active() and found.active()
+
+
+def _channels_last(
+    plan: _ConvPlan,
+    x: np.ndarray,
+    prep: dict[str, Any],
+    b: np.ndarray | None,
+    activation: fusion.Activation | None,
+) -> np.ndarray:
+    """The conv (depthwise; 1x1 as the GEMM x^T W^T; im2col as cols^T W^T), its bias and its epilogue's
+    activation channels-last, returned as an NCHW view of that memory."""
+    dw = plan.channels_last
+    if dw is not None:
+        run = dw.run_channels_last
     else:
-        prep["w3"] = np.ascontiguousarray(w.reshape(group, m // group, cg * k))
-    if cg == 1 and group > 1:
-        # depthwise: (C, multiplier, K) per kernel offset
-        prep["wd"] = np.ascontiguousarray(w.reshape(group, m // group, k).transpose(2, 0, 1))
-        # channels-last: (*K, C, multiplier)
-        nd = w.ndim - 2
-        wl = w.reshape(group, m // group, *w.shape[2:]).transpose(*range(2, 2 + nd), 0, 1)
-        prep["wl"] = np.ascontiguousarray(wl)
-    return prep
+        run = plan.im2col_channels_last if plan.nhwc == "im2col" else plan.pointwise_channels_last
+    y = run(x, prep) if plan.serial is None else plan.serial(run, x, prep)
+    if b is not None:
+        y += b
+    if activation is not None:
+        activation(y)
+    return y.transpose(0, 3, 1, 2)
+
+
+def _nhwc_form(plan: _ConvPlan, unit: bool) -> str:
+    """How ``plan`` may hand its result over channels-last (layout.py), or "": a 2-D depthwise conv run
+    channels-last; a 1x1 conv of one image on a large map (the x^T W^T GEMM is 2-7% slower than W x on maps of
+    28x28 and up, 20% on 7x7; the depthwise conv after it gains 5-20% on maps of 56x56 and up); an im2col conv
+    of one image with few input values per output (a network's first conv, 3 channels 3x3: its GEMM cols^T W^T
+    113 against 129 us at 112x112 to 16 channels, and the depthwise conv after it 315 -> 277 us; measured here,
+    one thread)."""
+    if plan.empty or len(plan.geo.out) != 2:
+        return ""
+    if plan.channels_last is not None:
+        return "depthwise"
+    one = plan.x_shape[0] == 1 and plan.group == 1 and plan.l_out >= _NHWC_MIN_PIXELS
+    if one and plan.pointwise and unit:
+        return "pointwise"
+    dense = not (plan.pointwise or plan.depthwise or plan.winograd or plan.flat_gemm)
+    if one and dense and plan.w_shape[1] * math.prod(plan.geo.kernel) <= _NHWC_MAX_COLUMNS:
+        return "im2col"
+    return ""
+
+
+def _hands_over(plan: _ConvPlan, x: np.ndarray) -> bool:
+    """Whether ``plan`` runs channels-last for ``x``: its form says so, or a 1x1 conv of one image reads
+    channels-last memory (another conv's hand-off) and so writes channels-last at no cost."""
+    if plan.nhwc:
+        return True
+    return plan.pointwise_one and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def _channel_rows(x: np.ndarray, n: int, c: int, length: int) -> np.ndarray:
+    """(N, C, *spatial) as (N, C, length) matrices, without a copy for contiguous or channels-last memory (a
+    depthwise conv's hand-off, ``layout.py``): BLAS takes the transposed (length, C) matrices as they are."""
+    if not x.flags.c_contiguous and x.ndim >= 3:
+        last = x.transpose(0, *range(2, x.ndim), 1)
+        if last.flags.c_contiguous:
+            return last.reshape(n, length, c).transpose(0, 2, 1)
+    return x.reshape(n, c, length)
 
 
 class _ConvPlan:
@@ -150,8 +213,10 @@ class _ConvPlan:
         "group",
         "l_out",
         "lean",
+        "nhwc",
         "out_shape",
         "pointwise",
+        "pointwise_one",
         "serial",
         "slices",
         "tiny",
@@ -193,6 +258,8 @@ class _ConvPlan:
             self.pointwise and unit and n == 1 and group == 1 and self.serial is not None and not self.empty
         )
         self.tiny = macs < _OWN_SERIAL_MACS
+        self.nhwc = _nhwc_form(self, unit)
+        self.pointwise_one = self.pointwise and unit and n == 1 and group == 1 and len(geo.out) == 2
 
     def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
         geo = self.geo
@@ -220,7 +287,9 @@ class _ConvPlan:
                     (_ALL, _ALL)
                     + tuple(slice(None, s * (o - 1) + 1, s) for s, o in zip(geo.strides, geo.out))
                 ]
-            cols: np.ndarray = x.reshape(n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
+            cols: np.ndarray = (
+                _channel_rows(x, n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
+            )
             scratch = None
         else:
             xp = pad_input(x, geo)
@@ -244,9 +313,35 @@ class _ConvPlan:
             SCRATCH.give(scratch)
         return y.reshape(self.out_shape)
 
+    def pointwise_channels_last(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
+        """A 1x1 conv of one image as (H * W, C) times W^T (C, M): the result (1, H, W, M), contiguous. From
+        channels-last memory both operands are row-major: 72 -> 24 channels at 28x28 24 us, where W x over the
+        transposed operand takes 33 (W x from NCHW: 20; measured here, one thread)."""
+        w2t = prep.get("w2t")
+        if w2t is None:
+            w2t = prep["w2t"] = np.ascontiguousarray(prep["w2"].T)
+        x2 = _channel_rows(x, 1, x.shape[1], self.l_out)[0]
+        y = np.empty((1, *self.geo.out, w2t.shape[1]), dtype=np.result_type(w2t.dtype, x2.dtype))
+        np.matmul(x2.T, w2t, out=y.reshape(self.l_out, w2t.shape[1]))
+        return y
+
+    def im2col_channels_last(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
+        """An im2col conv of one image as cols^T (H * W, C * K) times W^T: the result (1, H, W, M), contiguous."""
+        w2 = prep["w2"]
+        xp = pad_input(x, self.geo)
+        view = window_view(xp, self.geo)  # (1, C, *K, *out)
+        scratch = SCRATCH.take(view.shape, view.dtype)
+        np.copyto(scratch, view)
+        release_padded(x, xp)
+        cols = scratch.reshape(-1, self.l_out)
+        y = np.empty((1, *self.geo.out, w2.shape[0]), dtype=np.result_type(w2.dtype, cols.dtype))
+        np.matmul(cols.T, w2.T, out=y.reshape(self.l_out, w2.shape[0]))
+        SCRATCH.give(scratch)
+        return y
+
     def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:
         """A ``lean`` conv: W (M, C) times x (C, H * W)."""
-        x2 = x.reshape(x.shape[1], self.l_out)
+        x2 = _channel_rows(x, 1, x.shape[1], self.l_out)[0]
         y = np.empty(
             self.out_shape, dtype=np.result_type(w2.dtype, x2.dtype)
         )  # owned: no view of another array
@@ -276,100 +371,3 @@ class _ConvPlan:
             y += tmp
         release_padded(x, xp)
         return y.reshape(self.out_shape)
-
-
-# --------------------------------------------------------------------------------------------------------
-# ConvTranspose
-
-
-@kernel("ConvTranspose", since=1)
-def _conv_transpose(info: NodeInfo) -> Kernel:
-    group = int(info.get("group", 1))
-    w_const = info.const_input(1)
-    node = info.name
-    cache: dict[tuple[int, ...], _ConvTransposePlan] = {}
-    wt_const = None if w_const is None else _transpose_weight(w_const, group)
-
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
-        plan = cache.get(x.shape)
-        if plan is None or plan.w_shape != w.shape:
-            plan = cache[x.shape] = _ConvTransposePlan(info, x.shape, w.shape, group, node)
-        wt = wt_const if wt_const is not None else _transpose_weight(w, group)
-        y = plan.run(x, wt)
-        if b is not None and y.size:
-            y3 = y.reshape(y.shape[0], y.shape[1], -1)
-            y3 += b.reshape(-1, 1)
-        return (y,)
-
-    return _half_in_float32(run)
-
-
-def _transpose_weight(w: np.ndarray, group: int) -> np.ndarray:
-    # W (C, M/group, *K) -> (group, M/group * K, C/group)
-    c = w.shape[0]
-    return np.ascontiguousarray(w.reshape(group, c // group, -1).transpose(0, 2, 1))
-
-
-class _ConvTransposePlan:
-    __slots__ = ("crop", "full", "group", "m", "slices", "w_shape", "x_shape")
-
-    def __init__(
-        self, info: NodeInfo, x_shape: tuple[int, ...], w_shape: tuple[int, ...], group: int, node: str
-    ) -> None:
-        nd = len(x_shape) - 2
-        kshape = tuple(int(k) for k in w_shape[2:])
-        strides, dilations, pads, auto_pad = _conv_attrs(info, nd)
-        out_pad = ints(info.get("output_padding"), nd, 0)
-        out_shape = info.get("output_shape")
-        if x_shape[1] != w_shape[0]:
-            raise InvalidArgument(
-                f"ConvTranspose node {node!r}: input has {x_shape[1]} channels, weight expects {w_shape[0]}"
-            )
-        self.x_shape = x_shape
-        self.w_shape = w_shape
-        self.group = group
-        self.m = w_shape[1] * group
-        in_sp = x_shape[2:]
-        full: list[int] = []
-        crop: list[slice] = []
-        self.slices: list[tuple[tuple[int, ...], tuple[slice, ...]]] = []
-        for i in range(nd):
-            size, k, s, d, op = in_sp[i], kshape[i], strides[i], dilations[i], out_pad[i]
-            natural = s * (size - 1) + op + (k - 1) * d + 1
-            if out_shape:
-                o = int(list(out_shape)[-nd:][i])
-                total = max(0, natural - o)
-                head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-                o = size * s
-                total = max(0, natural - o)
-                head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            else:
-                head, tail = (0, 0) if auto_pad == "VALID" or not pads else (int(pads[i]), int(pads[i + nd]))
-                o = natural - head - tail
-            if o < 0:
-                raise InvalidArgument(
-                    f"ConvTranspose node {node!r}: negative output size on spatial axis {i}"
-                )
-            full.append(max(natural, head + o))
-            crop.append(slice(head, head + o))
-        self.full = tuple(full)
-        self.crop = (_ALL, _ALL) + tuple(crop)
-        for offs in itertools.product(*(range(k) for k in kshape)):
-            dst = (_ALL, _ALL) + tuple(
-                slice(o * d, o * d + s * (n - 1) + 1, s)
-                for o, d, s, n in zip(offs, dilations, strides, in_sp)
-            )
-            self.slices.append((offs, dst))
-
-    def run(self, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
-        n, c = x.shape[0], x.shape[1]
-        g = self.group
-        l_in = math.prod(x.shape[2:])
-        cols = np.matmul(wt, x.reshape(n, g, c // g, l_in))  # (N, G, M/G * K, L)
-        kshape = self.w_shape[2:]
-        cols = cols.reshape((n, self.m) + tuple(kshape) + tuple(x.shape[2:]))
-        buf = np.zeros((n, self.m) + self.full, dtype=cols.dtype)
-        for offs, dst in self.slices:
-            buf[dst] += cols[(_ALL, _ALL) + offs]
-        return np.ascontiguousarray(buf[self.crop])

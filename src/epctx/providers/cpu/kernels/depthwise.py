@@ -173,6 +173,13 @@ class DepthwiseChannelsLast:
 
     def run(self, x: np.ndarray, prep: dict[str, np.ndarray]) -> np.ndarray:
         """``prep["wl"]``: the filter as (*K, C, multiplier); the tiled filter is kept in ``prep`` too."""
+        y = self.run_channels_last(x, prep)
+        out = np.empty(tuple(y.shape[i] for i in self.out_nchw), dtype=y.dtype)
+        _copy_in_tiles(out.transpose(self.to_nhwc), y)
+        return out
+
+    def run_channels_last(self, x: np.ndarray, prep: dict[str, np.ndarray]) -> np.ndarray:
+        """The result as a contiguous (N, *out, C * multiplier) array (``run`` copies it to NCHW)."""
         geo = self.geo
         buf = SCRATCH.take(self.padded_shape, x.dtype)
         if self.blocks is not None:
@@ -185,10 +192,7 @@ class DepthwiseChannelsLast:
             strides = self._strides(buf)
         y = self._einsums(buf, self._filter(prep), strides)
         SCRATCH.give(buf)
-        y = y.reshape((x.shape[0], *geo.out, -1))  # (N, *out, C * multiplier)
-        out = np.empty(tuple(y.shape[i] for i in self.out_nchw), dtype=y.dtype)
-        _copy_in_tiles(out.transpose(self.to_nhwc), y)
-        return out
+        return np.ascontiguousarray(y.reshape((x.shape[0], *geo.out, -1)))  # (N, *out, C * multiplier)
 
     def _filter(self, prep: dict[str, np.ndarray]) -> np.ndarray:
         if self.blocks is None:
