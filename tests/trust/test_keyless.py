@@ -61,20 +61,20 @@ def test_another_identity_or_issuer_is_refused(folder: Path, identity: str, issu
 
 def test_a_tampered_keyless_bundle_is_refused(folder: Path) -> None:
     sig = folder / "model.sig"
-    bundle = json.loads(sig.read_text())
+    bundle = json.loads(sig.read_text(encoding="utf-8"))
     envelope = bundle["dsseEnvelope"]
     envelope["signatures"][0]["sig"] = envelope["signatures"][0]["sig"][:-8] + "AAAAAAA="
-    sig.write_text(json.dumps(bundle))
+    sig.write_text(json.dumps(bundle), encoding="utf-8")
     with pytest.raises(Untrusted, match="does not verify against the trusted root"):
         verify_folder(folder, [], keyless=Expected(str(ROOT), IDENTITY, ISSUER))
 
 
 def test_another_trusted_root_is_refused(folder: Path, tmp_path: Path) -> None:
     """A trusted root without the public-good instance's keys (its Fulcio CA and Rekor key removed)."""
-    root = json.loads(ROOT_JSON.read_text())
+    root = json.loads(ROOT_JSON.read_text(encoding="utf-8"))
     for drop, reason in (("certificateAuthorities", "chain|certificate"), ("tlogs", "transparency log")):
         other = tmp_path / f"without_{drop}.json"
-        other.write_text(json.dumps({**root, drop: []}))
+        other.write_text(json.dumps({**root, drop: []}), encoding="utf-8")
         with pytest.raises(Untrusted, match=rf"does not verify against the trusted root .*({reason})"):
             verify_folder(folder, [], keyless=Expected(str(other), IDENTITY, ISSUER))
     (tmp_path / "garbage.json").write_text("{}")

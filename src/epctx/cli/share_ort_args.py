@@ -91,7 +91,7 @@ class PluginConfig:
 
     def __init__(self, path: str) -> None:
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise InvalidArgument(f"-p {path}: not valid JSON ({exc})") from exc
         if not isinstance(data, dict):

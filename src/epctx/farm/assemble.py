@@ -139,4 +139,4 @@ def _umask() -> int:
 
 
 def describe(dest: Path) -> dict[str, Any]:
-    return dict(json.loads((dest / MANIFEST).read_text()))
+    return dict(json.loads((dest / MANIFEST).read_text(encoding="utf-8")))

@@ -175,7 +175,7 @@ def store_result(cache: Path, key: str, result: JobResult) -> Path:
     for name, data in result.files.items():
         (tmp / name).write_bytes(data)
     meta = {"job": result.job.name, "seconds": round(result.seconds, 3), "host": result.host}
-    (tmp / ".job.json").write_text(json.dumps(meta, sort_keys=True))
+    (tmp / ".job.json").write_text(json.dumps(meta, sort_keys=True), encoding="utf-8")
     try:
         os.rename(tmp, final)
     except OSError:  # another build stored it first
@@ -189,4 +189,4 @@ def cached(cache: Path, key: str) -> Path | None:
 
 
 def job_meta(folder: Path) -> dict[str, Any]:
-    return dict(json.loads((folder / ".job.json").read_text()))
+    return dict(json.loads((folder / ".job.json").read_text(encoding="utf-8")))

@@ -84,7 +84,7 @@ def _trusted_root(path: str) -> Any:
     from sigstore.models import ClientTrustConfig, TrustedRoot
 
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
         kind = json.loads(text).get("mediaType")
         if kind == CLIENT_CONFIG_TYPE:
             return ClientTrustConfig.from_json(text).trusted_root

@@ -76,7 +76,7 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
         "prelayout": prelayout,
         "depthwise": REWRITE_DEPTHWISE in flags,
     }
-    (folder / "job.json").write_text(json.dumps(job))
+    (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
 
 
 def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
@@ -159,7 +159,7 @@ def _compile_job(folder: Path, label: str, start: float) -> CompileResult:
     if done.returncode != 0 or not result_file.is_file():
         detail = (done.stderr or done.stdout).strip()[-2000:]
         raise EPFail(f"{label}: the IREE compile worker failed (exit status {done.returncode}): {detail}")
-    doc = json.loads(result_file.read_text())
+    doc = json.loads(result_file.read_text(encoding="utf-8"))
     seconds = time.perf_counter() - start
     if not doc["ok"]:
         logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)

@@ -41,7 +41,9 @@ def _fail(folder: Path, stage: str, error: str) -> int:
     text = error.strip()
     if len(text) > _ERROR_CHARS:
         text = text[:_ERROR_CHARS] + " [...]"
-    (folder / "result.json").write_text(json.dumps({"ok": False, "stage": stage, "error": text}))
+    (folder / "result.json").write_text(
+        json.dumps({"ok": False, "stage": stage, "error": text}), encoding="utf-8"
+    )
     return 0
 
 
@@ -145,14 +147,14 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:  # the pid of the process that asked for the compile: this worker ends with it
         die_with_parent(int(argv[1]))
     folder = Path(argv[0])
-    job = json.loads((folder / "job.json").read_text())
+    job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
     try:
         model, transposed = _load(folder, job)
         asm, keys = _import(model)
     except Exception as exc:  # the importer raises whatever its ops raise: all are "cannot import"
         return _fail(folder, "import", f"{type(exc).__name__}: {exc}")
     mlir = folder / "module.mlir"
-    mlir.write_text(asm)
+    mlir.write_text(asm, encoding="utf-8")
     del asm, model
     # relative names, run in the job folder: the module records its source's path, which must not be the
     # temporary folder's (the same model and options must give the same bytes)
@@ -160,7 +162,9 @@ def main(argv: list[str]) -> int:
     done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ), cwd=folder)
     if done.returncode != 0:
         return _fail(folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}")
-    (folder / "result.json").write_text(json.dumps({"ok": True, "params": keys, "transposed": transposed}))
+    (folder / "result.json").write_text(
+        json.dumps({"ok": True, "params": keys, "transposed": transposed}), encoding="utf-8"
+    )
     return 0
 
 

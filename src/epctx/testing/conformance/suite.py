@@ -205,7 +205,7 @@ class Suite:
             timeout=300,
         )
         expect(done.returncode == 0, f"fresh process failed (exit {done.returncode}): {done.stderr[-2000:]}")
-        report: list[dict[str, Any]] = json.loads((folder / "report.json").read_text())
+        report: list[dict[str, Any]] = json.loads((folder / "report.json").read_text(encoding="utf-8"))
         return report
 
 
