@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import locale
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,25 @@ _DOMAIN_MODULES = {
     "ai.onnx.preview.training": "onnx.reference.ops.aionnx_preview_training",
     "experimental": "onnx.reference.ops.experimental",
 }
+
+
+# Reference implementations that change process-wide state: StringNormalizer calls setlocale(LC_ALL, <its
+# locale attribute>) and leaves it set, which changed the user's text encoding (open() turned ASCII after a
+# model with locale="C" ran). Their calls restore the locale, under a lock (setlocale is process-wide).
+_SETS_LOCALE = {("", "StringNormalizer")}
+_LOCALE_LOCK = threading.Lock()
+
+
+def _keeping_locale(run: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*inputs: Any) -> Any:
+        with _LOCALE_LOCK:
+            saved = locale.setlocale(locale.LC_ALL)
+            try:
+                return run(*inputs)
+            finally:
+                locale.setlocale(locale.LC_ALL, saved)
+
+    return call
 
 
 def _noop_log(*args: Any) -> None:
@@ -68,13 +89,15 @@ def reference_kernel(info: NodeInfo) -> Kernel:
     try:
         cls = _load(info.domain, info.op_type, info.opset, node=proto)
     except op_run.RuntimeContextError:
-        return _ContextDependent(info, proto, run_params)
+        kernel: Callable[..., Any] = _ContextDependent(info, proto, run_params)
     except Exception as exc:
         raise NotImplementedError(
             f"no CPU kernel for op {info.op_type!r} (domain {info.domain or 'ai.onnx'!r}, opset {info.opset}) "
             f"of node {info.name!r}: {exc}"
         ) from exc
-    return cls(proto, run_params).run  # type: ignore[no-any-return]
+    else:
+        kernel = cls(proto, run_params).run
+    return _keeping_locale(kernel) if (info.domain, info.op_type) in _SETS_LOCALE else kernel
 
 
 class _ContextDependent:
