@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from epctx.ep import is_ep_context, outer_scope_values
+from epctx.providers.iree.worker import SHAPELESS
 
 if TYPE_CHECKING:
+    from epctx.ep import Partition
     from epctx.providers.iree.compile import CompileResult
 
-__all__ = ["candidate_nodes", "dynamic_dims", "short_error"]
+__all__ = ["candidate_nodes", "dynamic_dims", "shapeless_boundary", "short_error"]
 
 _DOMAINS = ("", "ai.onnx")
 _GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
@@ -86,3 +88,12 @@ def dynamic_dims(graph: ir.Graph) -> list[str]:
             if not isinstance(dim, int):
                 keys.setdefault(dim.value if dim.value else f"{value.name}:{axis}", None)
     return list(keys)
+
+
+def shapeless_boundary(partition: Partition) -> str | None:
+    """Why IREE cannot take ``partition`` as formed: an input typed without a shape (the worker's shape inference
+    states the outputs' shapes, and refuses one it cannot state), else None."""
+    for value in partition.inputs:
+        if isinstance(value.type, ir.TensorType) and value.shape is None and value.const_value is None:
+            return SHAPELESS.format(name=value.name)
+    return None

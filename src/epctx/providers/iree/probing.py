@@ -6,28 +6,35 @@
    layout (IREE's conversion fails on convolutions with dynamic sizes): the model stays whole, and the log says
    which ``--dim`` would give channels-last back;
 3. else the set is bisected with cheap probes (``--compile-to=flow``: import, legalisation and dispatch
-   formation, where IREE rejects ops, without code generation), in parallel, down to single nodes, until the
-   budget is spent (nodes not decided then are declined, saying so);
+   formation, where IREE rejects ops, without code generation), in parallel, down to single nodes;
 4. the claim is split into cycle-free groups (``fused_groups``: other EPs' nodes, those ahead of IREE included,
    and the nodes IREE declines lie between them; the partitions of EPs ahead count as one unit each) and each
-   group is compiled fully; one that fails is shrunk (its probed pieces added in graph order, a piece that
-   breaks it declined) and the claim grouped again. The groups returned are those compiled
+   group is compiled fully; a group that fails (code generation fails where the flow probes passed) is halved
+   in graph order and its halves compiled fully, largest pieces first, in parallel, down to single nodes: a
+   failure in one region declines that region only. Halves of a cycle-free group in a topological order are
+   cycle-free, and so are they with the other groups. The groups returned are those whose full compile passed
    (``Capability.groups``): the partitioner makes each one partition, so what passes capability is what the
    framework asks IREE to compile.
 
-Every compile passes the session's guard; results are cached per process by content (``compile``)."""
+No search step starts once the budget is spent (the nodes not decided then are declined, saying so). No node set
+is compiled twice with the same flags in one check, failures included (``_Search.compile``); across sessions
+results are cached per process by content (``compile``). A partition boundary value with a type but no shape
+would reach IREE as a scalar: such a partition fails, with that reason, without a compile
+(``capability.shapeless_boundary``; the worker refuses one too). When the model has dynamic dimensions and nodes
+are declined, each reason and the log name the ``--dim`` sizes to state for IREE to try the model whole."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
 from epctx.ep import CompileGuard, Partition, fused_groups, make_partition
-from epctx.providers.iree.capability import short_error
+from epctx.providers.iree.capability import shapeless_boundary, short_error
 from epctx.providers.iree.compile import CompileResult, compile_partitions
 
 __all__ = ["Probes", "Verdict", "check_nodes"]
@@ -35,9 +42,9 @@ __all__ = ["Probes", "Verdict", "check_nodes"]
 logger = logging.getLogger("epctx")
 
 PROBE_FLAG = "--compile-to=flow"
-_ROUNDS = 4  # regroupings of the claim after a partition failed (each declines at least one group)
 
 Group = list[ir.Node]
+_Key = tuple[frozenset[ir.Node], tuple[str, ...]]
 
 
 @dataclasses.dataclass
@@ -70,6 +77,7 @@ class _Search:
     partitions: Sequence[Sequence[ir.Node]] = ()  # of the EPs ahead: one unit each when grouping
     started: float = dataclasses.field(default_factory=time.perf_counter)
     count: int = 0
+    seen: dict[_Key, tuple[Partition, CompileResult]] = dataclasses.field(default_factory=dict)
 
     @property
     def spent(self) -> float:
@@ -79,13 +87,25 @@ class _Search:
         return self.spent > self.budget_s
 
     def compile(self, groups: Sequence[Group], flags: Sequence[str]) -> list[tuple[Partition, CompileResult]]:
-        parts = []
+        """Each group compiled with ``flags``, in parallel: a node set compiled before in this check (passed or
+        failed) is not compiled again, and one whose boundary IREE would misread fails without a compile."""
+        fresh: dict[_Key, Partition] = {}
         for group in groups:
-            parts.append(make_partition(f"{self.ep_name}_check{self.count}", self.ep_name, self.graph, group,
-                                        self.opsets))  # fmt: skip
+            key = (frozenset(group), tuple(flags))
+            if key in self.seen or key in fresh:
+                continue
+            part = make_partition(f"{self.ep_name}_check{self.count}", self.ep_name, self.graph, group,
+                                  self.opsets)  # fmt: skip
             self.count += 1
-        results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name, what="capability check")
-        return list(zip(parts, results))
+            why = shapeless_boundary(part)
+            if why is None:
+                fresh[key] = part
+            else:
+                self.seen[key] = (part, CompileResult(False, stage="import", error=why))
+        results = compile_partitions(list(fresh.values()), flags, self.guard, ep_name=self.ep_name,
+                                     what="capability check")  # fmt: skip
+        self.seen.update(zip(fresh, zip(fresh.values(), results)))
+        return [self.seen[(frozenset(group), tuple(flags))] for group in groups]
 
     def budget_reason(self) -> str:
         return (
@@ -132,15 +152,18 @@ def check_nodes(
         passed = [whole]
     else:
         passed = _bisect(search, whole, probes.flags, verdict.declined)
-    verdict.claimed = [n for group in passed for n in group]
-    verdict.groups = _check_partitions(search, verdict, passed)
+    verdict.groups = _verify(search, verdict, [n for group in passed for n in group])
+    verdict.claimed = [n for group in verdict.groups for n in group]
     order = {node: i for i, node in enumerate(graph)}
     verdict.claimed.sort(key=order.__getitem__)
     logger.info("%s capability: %d node(s) claimed in %d group(s), %d declined, in %.1f s", ep_name,
                 len(verdict.claimed), len(verdict.groups), len(verdict.declined), search.spent)  # fmt: skip
     if verdict.declined:
-        logger.warning("%s declines %d node(s) of this model. %s", ep_name, len(verdict.declined),
-                       _dims_hint(graph, "for IREE to try them with static shapes"))  # fmt: skip
+        hint = _dims_hint(graph, "for IREE to try the model whole with static shapes")
+        logger.warning("%s declines %d node(s) of this model. %s", ep_name, len(verdict.declined), hint)
+        if hint:
+            for node, why in verdict.declined.items():
+                verdict.declined[node] = f"{why}. {hint}"
     return verdict
 
 
@@ -191,56 +214,31 @@ def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[
     return sorted(passed, key=lambda g: order[g[0]])
 
 
-def _check_partitions(search: _Search, verdict: Verdict, passed: list[Group]) -> list[Group]:
-    """The claim's cycle-free groups, each compiled; those IREE fails on are shrunk and the claim regrouped."""
-    flags = verdict.probes.flags
-    for _ in range(_ROUNDS):
-        groups = fused_groups(search.graph, verdict.claimed, search.partitions)
-        todo = [g for g in groups if frozenset(g) not in verdict.probes.compiled]
-        if not todo:
-            return groups
-        failed = False
-        for group, (part, result) in zip(todo, search.compile(todo, flags)):
+def _verify(search: _Search, verdict: Verdict, claimed: Group) -> list[Group]:
+    """The claim's cycle-free groups, each compiled fully; a group that fails is halved (graph order) and its
+    halves compiled, largest first, in parallel, down to single nodes. The groups that passed, in graph order."""
+    order = {node: i for i, node in enumerate(search.graph)}
+    pending = [
+        sorted(g, key=order.__getitem__) for g in fused_groups(search.graph, claimed, search.partitions)
+    ]
+    kept: list[Group] = []
+    width = max(1, os.cpu_count() or 1)  # one batch: as many compiles as run at once
+    while pending:
+        if search.over():
+            for group in pending:
+                verdict.declined.update(dict.fromkeys(group, search.budget_reason()))
+            break
+        pending.sort(key=len, reverse=True)
+        batch, pending = pending[:width], pending[width:]
+        logger.info("%s capability: full compiles of %d group(s) of %s node(s), %d more pending, %.1f of %g s "
+                    "spent", search.ep_name, len(batch), "/".join(str(len(g)) for g in batch), len(pending),
+                    search.spent, search.budget_s)  # fmt: skip
+        for group, (part, result) in zip(batch, search.compile(batch, verdict.probes.flags)):
             if result.ok:
                 verdict.probes.compiled[frozenset(group)] = (part, result)
+                kept.append(group)
+            elif len(group) == 1:
+                verdict.declined[group[0]] = short_error(result)
             else:
-                failed = True
-                _shrink(search, verdict, group, passed, result)
-        if not failed:
-            return groups
-        gone = set(verdict.declined)
-        verdict.claimed = [n for n in verdict.claimed if n not in gone]
-    kept = []  # rounds spent: what is unchecked is declined
-    for group in fused_groups(search.graph, verdict.claimed, search.partitions):
-        if frozenset(group) in verdict.probes.compiled:
-            kept.append(group)
-        else:
-            verdict.declined.update(dict.fromkeys(group, search.budget_reason()))
-    gone = set(verdict.declined)
-    verdict.claimed = [n for n in verdict.claimed if n not in gone]
-    return kept
-
-
-def _shrink(
-    search: _Search, verdict: Verdict, group: Group, passed: list[Group], failure: CompileResult
-) -> None:
-    """Keep the probed pieces of ``group``, in graph order, that compile with the ones kept before them."""
-    members = set(group)
-    pieces = [p for p in passed if p[0] in members] or [group]
-    why = f"{short_error(failure)} (its nodes pass alone, not in the partition they would form)"
-    kept: Group = []
-    for k, piece in enumerate(pieces):
-        if k == 0 and len(pieces) > 1:
-            kept = list(piece)
-            continue
-        if search.over() or len(pieces) == 1:
-            verdict.declined.update(dict.fromkeys(piece, why if len(pieces) == 1 else search.budget_reason()))
-            continue
-        trial = [n for n in group if n in set(kept) | set(piece)]
-        ((part, result),) = search.compile([trial], verdict.probes.flags)
-        if result.ok:
-            kept = trial
-            verdict.probes.compiled[frozenset(trial)] = (part, result)
-        else:
-            verdict.declined.update(dict.fromkeys(piece, f"{short_error(result)} (its nodes pass alone, not "
-                                                         "with the nodes before them)"))  # fmt: skip
+                pending += [group[: len(group) // 2], group[len(group) // 2 :]]
+    return sorted(kept, key=lambda g: order[g[0]])

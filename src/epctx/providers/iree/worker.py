@@ -28,13 +28,18 @@ from typing import Any
 
 from epctx.providers.iree.lifeline import die_with_parent, with_parent
 
-__all__ = ["PARAMS_SCOPE", "main"]
+__all__ = ["PARAMS_SCOPE", "SHAPELESS", "main"]
 
 PARAMS_SCOPE = "model"
 _MIN_ELEMENTS = (
     100  # smaller constants (shapes, axes, scalars) stay in the code, where the compiler folds them
 )
 _ERROR_CHARS = 4000
+# Why a partition whose boundary holds a value typed without a shape is not given to IREE (also capability's)
+SHAPELESS = (
+    "value {name!r} crosses the partition boundary with a type but no shape: IREE's importer has no unknown "
+    "rank and would read it as a scalar (rank 0)"
+)
 
 
 def _fail(folder: Path, stage: str, error: str) -> int:
@@ -53,7 +58,11 @@ def _load(folder: Path, min_opset: int, prelayout: bool) -> tuple[Any, dict[str,
     if version is not None and version < min_opset:
         model = onnx.version_converter.convert_version(model, min_opset)
     transposed = prelayout_filters(model.graph) if prelayout else {}
-    return onnx.shape_inference.infer_shapes(model, data_prop=True), transposed
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    for value in [*model.graph.input, *model.graph.output]:  # IREE reads a tensor without a shape as a scalar
+        if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
+            raise ValueError(SHAPELESS.format(name=value.name))
+    return model, transposed
 
 
 # ONNX's OIHW filter -> HWIO ("HWCF"), the layout IREE's channels-last conversion gives a 2-D convolution's filter.
