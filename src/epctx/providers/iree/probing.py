@@ -134,25 +134,12 @@ def check_nodes(
     if not nodes:
         return verdict
     whole = list(nodes)
-    ((part, result),) = search.compile([whole], flags)
-    if not result.ok and layout_flag in flags:
-        plain = tuple(f for f in flags if f != layout_flag)
-        ((part2, result2),) = search.compile([whole], plain)
-        if result2.ok:
-            logger.warning(
-                "%s: channels-last convolutions fail with this model's dynamic dimensions (%s); compiled in "
-                "ONNX's layout (slower convolutions). %s",
-                ep_name, short_error(result), _dims_hint(graph, "to compile them channels-last"),
-            )  # fmt: skip
-            probes.flags, part, result = plain, part2, result2
-        elif _has_dynamic_dims(graph):  # probe in ONNX's layout: channels-last fails on dynamic convolutions
-            probes.flags = plain
-    if result.ok:  # the partitions the set forms (one, unless other EPs' nodes lie between its nodes)
-        probes.compiled[frozenset(whole)] = (part, result)
-        passed = [whole]
-    else:
+    first = fused_groups(graph, whole, partitions)  # one, unless other EPs' nodes lie between the candidates
+    failed = _first_compile(search, verdict, first, flags, layout_flag)
+    if len(first) == 1 and failed:  # where IREE rejects ops: cheap probes, then full compiles of what passed
         passed = _bisect(search, whole, probes.flags, verdict.declined)
-    verdict.groups = _verify(search, verdict, [n for group in passed for n in group])
+        failed = fused_groups(graph, [n for group in passed for n in group], partitions)
+    verdict.groups = _verify(search, verdict, failed)
     verdict.claimed = [n for group in verdict.groups for n in group]
     order = {node: i for i, node in enumerate(graph)}
     verdict.claimed.sort(key=order.__getitem__)
@@ -165,6 +152,36 @@ def check_nodes(
             for node, why in verdict.declined.items():
                 verdict.declined[node] = f"{why}. {hint}"
     return verdict
+
+
+def _first_compile(
+    search: _Search, verdict: Verdict, groups: list[Group], flags: Sequence[str], layout_flag: str | None
+) -> list[Group]:
+    """Compile the candidates' groups (usually one: the model whole), whatever the budget; when some fail with
+    channels-last, again in ONNX's layout. Those that pass are the verdict's groups; returns those that fail."""
+    probes = verdict.probes
+    results = search.compile(groups, flags)
+    failed = [k for k, (_, r) in enumerate(results) if not r.ok]
+    if failed and layout_flag in flags:
+        plain = tuple(f for f in flags if f != layout_flag)
+        again = search.compile([groups[k] for k in failed], plain)
+        if any(r.ok for _, r in again):
+            logger.warning(
+                "%s: channels-last convolutions fail with this model's dynamic dimensions (%s); compiled in "
+                "ONNX's layout (slower convolutions). %s",
+                search.ep_name, short_error(results[failed[0]][1]),
+                _dims_hint(search.graph, "to compile them channels-last"),
+            )  # fmt: skip
+            probes.flags = plain
+        elif _has_dynamic_dims(search.graph):  # search in ONNX's layout: channels-last fails on dynamic convs
+            probes.flags = plain
+        for k, retried in zip(failed, again):
+            results[k] = retried if retried[1].ok else results[k]
+    for group, (part, result) in zip(groups, results):
+        if result.ok:
+            probes.compiled[frozenset(group)] = (part, result)
+            verdict.groups.append(group)
+    return [g for g, (_, r) in zip(groups, results) if not r.ok]
 
 
 def _has_dynamic_dims(graph: ir.Graph) -> bool:
@@ -214,14 +231,13 @@ def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[
     return sorted(passed, key=lambda g: order[g[0]])
 
 
-def _verify(search: _Search, verdict: Verdict, claimed: Group) -> list[Group]:
-    """The claim's cycle-free groups, each compiled fully; a group that fails is halved (graph order) and its
-    halves compiled, largest first, in parallel, down to single nodes. The groups that passed, in graph order."""
+def _verify(search: _Search, verdict: Verdict, pending: list[Group]) -> list[Group]:
+    """Compile each of ``pending`` fully; one that fails is halved (graph order) and its halves compiled, largest
+    first, in parallel, down to single nodes, while the budget lasts. The verdict's groups with those that
+    passed, in graph order."""
     order = {node: i for i, node in enumerate(search.graph)}
-    pending = [
-        sorted(g, key=order.__getitem__) for g in fused_groups(search.graph, claimed, search.partitions)
-    ]
-    kept: list[Group] = []
+    pending = [sorted(g, key=order.__getitem__) for g in pending]
+    kept = verdict.groups
     width = max(1, os.cpu_count() or 1)  # one batch: as many compiles as run at once
     while pending:
         if search.over():
