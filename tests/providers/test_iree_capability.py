@@ -232,9 +232,9 @@ def test_groups_form_around_the_partitions_of_the_eps_ahead(monkeypatch: pytest.
     assert sorted(asked, key=min) == [{"g1"}, {"g2"}]
 
 
-def _with_shapeless_value() -> ir.Graph:
-    """x -> r0 -> a -> r1 -> b -> r2 -> y, where ``b`` has a type and no shape (onnx's inference leaves such
-    values in real models: PP-OCR's recognizer)."""
+def _with_shapeless_value(shapeless: str = "b") -> ir.Graph:
+    """x -> r0 -> a -> r1 -> b -> r2 -> y, where ``shapeless`` has a type and no shape, the other a shape (onnx's
+    inference leaves such values in real models: PP-OCR's recognizer)."""
     value = helper.make_tensor_value_info
     nodes = [helper.make_node("Relu", [i], [o], name=f"r{k}") for k, (i, o) in enumerate(["xa", "ab", "by"])]
     graph = helper.make_graph(
@@ -242,7 +242,7 @@ def _with_shapeless_value() -> ir.Graph:
         "shapeless",
         [value("x", TensorProto.FLOAT, [2])],
         [value("y", TensorProto.FLOAT, [2])],
-        value_info=[value("a", TensorProto.FLOAT, [2]), value("b", TensorProto.FLOAT, None)],
+        value_info=[value(v, TensorProto.FLOAT, None if v == shapeless else [2]) for v in "ab"],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     return ir.serde.deserialize_model(model).graph
@@ -285,3 +285,15 @@ def test_declines_name_the_dims_to_state(monkeypatch: pytest.MonkeyPatch) -> Non
     assert {n.name for n in verdict.declined} == {"r2"}
     why = verdict.declined[_node(verdict, "r2")]
     assert why.startswith("IREE compile failed: error: no") and "--dim batch=" in why
+
+
+def test_a_failing_group_is_cut_where_no_shapeless_value_crosses(monkeypatch: pytest.MonkeyPatch) -> None:
+    # r0 -> a -> r1 -> b (no shape) -> r2, all IREE's; the three fail together in a full compile: the halves are
+    # {r0} and {r1, r2} (the middle cut would put b at a boundary), each compiled once
+    verdict, asked = _check(
+        monkeypatch, _with_shapeless_value(), lambda names: True, full_only=lambda n, f: len(n) < 3
+    )
+    assert (
+        not verdict.declined and _names(verdict.groups) == [["r0"], ["r1", "r2"]] and _all_compiled(verdict)
+    )
+    assert asked[0] == {"r0", "r1", "r2"} and sorted(asked[1:], key=len) == [{"r0"}, {"r1", "r2"}]

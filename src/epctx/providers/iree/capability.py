@@ -14,10 +14,10 @@ from epctx.ep import is_ep_context, outer_scope_values
 from epctx.providers.iree.worker import SHAPELESS
 
 if TYPE_CHECKING:
-    from epctx.ep import Partition
+    from epctx.ep import Partition, ValueView
     from epctx.providers.iree.compile import CompileResult
 
-__all__ = ["candidate_nodes", "dynamic_dims", "shapeless_boundary", "short_error"]
+__all__ = ["candidate_nodes", "dynamic_dims", "is_shapeless", "shapeless_boundary", "short_error"]
 
 _DOMAINS = ("", "ai.onnx")
 _GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
@@ -94,6 +94,11 @@ def shapeless_boundary(partition: Partition) -> str | None:
     """Why IREE cannot take ``partition`` as formed: an input typed without a shape (the worker's shape inference
     states the outputs' shapes, and refuses one it cannot state), else None."""
     for value in partition.inputs:
-        if isinstance(value.type, ir.TensorType) and value.shape is None and value.const_value is None:
+        if is_shapeless(value):
             return SHAPELESS.format(name=value.name)
     return None
+
+
+def is_shapeless(value: ir.Value | ValueView) -> bool:
+    """A tensor value with a type and no shape (not even a rank): IREE cannot take it at a boundary."""
+    return isinstance(value.type, ir.TensorType) and value.shape is None and value.const_value is None

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from epctx.ep import CompileGuard, Partition, fused_groups, make_partition
-from epctx.providers.iree.capability import shapeless_boundary, short_error
+from epctx.providers.iree.capability import is_shapeless, shapeless_boundary, short_error
 from epctx.providers.iree.compile import CompileResult, compile_partitions
 
 __all__ = ["Probes", "Verdict", "check_nodes"]
@@ -253,8 +253,30 @@ def _verify(search: _Search, verdict: Verdict, pending: list[Group]) -> list[Gro
             if result.ok:
                 verdict.probes.compiled[frozenset(group)] = (part, result)
                 kept.append(group)
-            elif len(group) == 1:
-                verdict.declined[group[0]] = short_error(result)
+            elif halves := _halves(group):
+                pending += halves
             else:
-                pending += [group[: len(group) // 2], group[len(group) // 2 :]]
+                verdict.declined.update(dict.fromkeys(group, short_error(result)))
     return sorted(kept, key=lambda g: order[g[0]])
+
+
+def _halves(group: Group) -> list[Group]:
+    """``group`` (graph order) cut in two at the index nearest its middle where no value typed without a shape
+    crosses the cut (such a value would be a boundary IREE cannot take); none for one node or no such cut."""
+    index = {node: k for k, node in enumerate(group)}
+    blocked = [0] * (len(group) + 1)  # cut k (group[:k] | group[k:]) is blocked where the running sum is > 0
+    for k, node in enumerate(group):
+        for value in filter(None, node.inputs):
+            producer = value.producer()
+            if producer in index and index[producer] < k and is_shapeless(value):
+                blocked[index[producer] + 1] += 1
+                blocked[k + 1] -= 1
+    free, running = [], 0
+    for k in range(1, len(group)):
+        running += blocked[k]
+        if running == 0:
+            free.append(k)
+    if not free:
+        return []
+    cut = min(free, key=lambda k: abs(2 * k - len(group)))
+    return [group[:cut], group[cut:]]
