@@ -297,3 +297,69 @@ def test_a_failing_group_is_cut_where_no_shapeless_value_crosses(monkeypatch: py
         not verdict.declined and _names(verdict.groups) == [["r0"], ["r1", "r2"]] and _all_compiled(verdict)
     )
     assert asked[0] == {"r0", "r1", "r2"} and sorted(asked[1:], key=len) == [{"r0"}, {"r1", "r2"}]
+
+
+def _reshape_by_input() -> ir.Graph:
+    """x -> r0 -> a; s -> n0 -> u -> n1 -> t (Neg: t = s); Reshape(a, t) -> r1 -> r2 -> z (graph order)."""
+    value = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="r0"),
+        helper.make_node("Neg", ["s"], ["u"], name="n0"),
+        helper.make_node("Neg", ["u"], ["t"], name="n1"),
+        helper.make_node("Reshape", ["a", "t"], ["b"], name="reshape"),
+        helper.make_node("Relu", ["b"], ["y"], name="r1"),
+        helper.make_node("Relu", ["y"], ["z"], name="r2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "reshape",
+        [value("x", TensorProto.FLOAT, [2, 6]), value("s", TensorProto.INT64, [2])],
+        [value("z", TensorProto.FLOAT, ["m", "n"])],
+        value_info=[
+            value("y", TensorProto.FLOAT, ["m", "n"]),
+            value("a", TensorProto.FLOAT, [2, 6]),
+            value("u", TensorProto.INT64, [2]),
+            value("t", TensorProto.INT64, [2]),
+            value("b", TensorProto.FLOAT, ["m", "n"]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ir.serde.deserialize_model(model).graph
+
+
+def test_a_reshape_shape_from_outside_the_partition_is_not_given_to_iree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # IREE takes -1 in a Reshape shape known only at run as a size (RESOURCE_EXHAUSTED at run): with n1 on
+    # another EP, t would enter the Reshape's partition at run time; the Reshape is declined, without a compile
+    verdict, asked = _check(monkeypatch, _reshape_by_input(), lambda names: True, skip=frozenset({"n1"}))
+    assert {n.name for n in verdict.declined} == {"reshape"}
+    why = verdict.declined[_node(verdict, "reshape")]
+    assert "value 't', the shape operand of Reshape 'reshape', would enter the partition at run time" in why
+    assert all("reshape" not in names for names in asked)
+    # the whole graph fails its full compile: its middle cut would separate n1 from the Reshape (t would cross
+    # it), the cut next to it is taken
+    verdict, asked = _check(
+        monkeypatch, _reshape_by_input(), lambda names: True, full_only=lambda n, f: len(n) < 6
+    )
+    assert not verdict.declined and _all_compiled(verdict)
+    assert _names(verdict.groups) == [["r0", "n0"], ["n1", "reshape", "r1", "r2"]]
+
+
+def test_the_worker_refuses_a_reshape_shape_from_outside(tmp_path: Path) -> None:
+    from epctx.providers.iree import worker
+
+    value = helper.make_tensor_value_info
+    node = helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")
+    inputs = [value("x", TensorProto.FLOAT, [2, 6]), value("s", TensorProto.INT64, [2])]
+    graph = helper.make_graph([node], "g", inputs, [value("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    (tmp_path / "job.json").write_text(json.dumps({"flags": [], "min_opset": 17}))
+    assert worker.main([str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert not result["ok"] and result["stage"] == "import"
+    assert (
+        "value 's', the shape operand of Reshape 'reshape', would enter the partition at run time"
+        in result["error"]
+    )

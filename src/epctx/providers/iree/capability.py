@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from epctx.ep import is_ep_context, outer_scope_values
-from epctx.providers.iree.worker import SHAPELESS
+from epctx.providers.iree.worker import RUNTIME_SHAPE, SHAPELESS
 
 if TYPE_CHECKING:
-    from epctx.ep import Partition, ValueView
+    from epctx.ep import NodeView, Partition, ValueView
     from epctx.providers.iree.compile import CompileResult
 
-__all__ = ["candidate_nodes", "dynamic_dims", "is_shapeless", "shapeless_boundary", "short_error"]
+__all__ = ["candidate_nodes", "dynamic_dims", "is_unfit_boundary", "unfit_boundary", "short_error"]
 
 _DOMAINS = ("", "ai.onnx")
 _GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
@@ -90,15 +90,28 @@ def dynamic_dims(graph: ir.Graph) -> list[str]:
     return list(keys)
 
 
-def shapeless_boundary(partition: Partition) -> str | None:
+def unfit_boundary(partition: Partition) -> str | None:
     """Why IREE cannot take ``partition`` as formed: an input typed without a shape (the worker's shape inference
-    states the outputs' shapes, and refuses one it cannot state), else None."""
+    states the outputs' shapes, and refuses one it cannot state), or one that is a Reshape's shape; else None."""
     for value in partition.inputs:
-        if is_shapeless(value):
+        if _is_shapeless(value):
             return SHAPELESS.format(name=value.name)
+    inputs = set(partition.inputs)
+    for node in partition.nodes:
+        if _is_reshape(node) and node.inputs[1] in inputs:
+            return RUNTIME_SHAPE.format(name=node.inputs[1].name, node=node.name)  # type: ignore[union-attr]
     return None
 
 
-def is_shapeless(value: ir.Value | ValueView) -> bool:
+def is_unfit_boundary(value: ir.Value, consumer: ir.Node) -> bool:
+    """Whether IREE cannot take ``value`` as an input of a partition holding ``consumer`` (see ``unfit_boundary``)."""
+    return _is_shapeless(value) or (_is_reshape(consumer) and consumer.inputs[1] is value)
+
+
+def _is_reshape(node: ir.Node | NodeView) -> bool:
+    return node.op_type == "Reshape" and node.domain in _DOMAINS and len(node.inputs) > 1
+
+
+def _is_shapeless(value: ir.Value | ValueView) -> bool:
     """A tensor value with a type and no shape (not even a rank): IREE cannot take it at a boundary."""
     return isinstance(value.type, ir.TensorType) and value.shape is None and value.const_value is None

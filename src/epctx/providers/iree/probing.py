@@ -18,10 +18,12 @@
 
 No search step starts once the budget is spent (the nodes not decided then are declined, saying so). No node set
 is compiled twice with the same flags in one check, failures included (``_Search.compile``); across sessions
-results are cached per process by content (``compile``). A partition boundary value with a type but no shape
-would reach IREE as a scalar: such a partition fails, with that reason, without a compile
-(``capability.shapeless_boundary``; the worker refuses one too). When the model has dynamic dimensions and nodes
-are declined, each reason and the log name the ``--dim`` sizes to state for IREE to try the model whole."""
+results are cached per process by content (``compile``). Two boundaries IREE cannot take: a value with a type
+but no shape (IREE would read it as a scalar) and a Reshape's shape operand (IREE mishandles -1 and 0 in a shape
+known only at run: RESOURCE_EXHAUSTED at run, or a wrong result). A partition with one fails, with that reason,
+without a compile (``capability.unfit_boundary``; the worker refuses one too), and groups are halved where no
+such value crosses (``_halves``). When the model has dynamic dimensions and nodes are declined, each reason and
+the log name the ``--dim`` sizes to state for IREE to try the model whole."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from epctx.ep import CompileGuard, Partition, fused_groups, make_partition
-from epctx.providers.iree.capability import is_shapeless, shapeless_boundary, short_error
+from epctx.providers.iree.capability import is_unfit_boundary, short_error, unfit_boundary
 from epctx.providers.iree.compile import CompileResult, compile_partitions
 
 __all__ = ["Probes", "Verdict", "check_nodes"]
@@ -97,7 +99,7 @@ class _Search:
             part = make_partition(f"{self.ep_name}_check{self.count}", self.ep_name, self.graph, group,
                                   self.opsets)  # fmt: skip
             self.count += 1
-            why = shapeless_boundary(part)
+            why = unfit_boundary(part)
             if why is None:
                 fresh[key] = part
             else:
@@ -203,11 +205,14 @@ def _dims_hint(graph: ir.Graph, why: str) -> str:
 
 
 def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[ir.Node, str]) -> list[Group]:
-    """Halve the failing groups with cheap probes down to single nodes; the groups that pass, in order."""
+    """Halve the failing groups (``_halves``) with cheap probes down to single nodes; the groups that pass, in
+    order."""
     probe_flags = [*flags, PROBE_FLAG]
-    pending = [whole[: len(whole) // 2], whole[len(whole) // 2 :]] if len(whole) > 1 else []
-    if len(whole) == 1:
-        declined[whole[0]] = "IREE cannot compile it alone"
+    pending = _halves(whole)
+    if not pending:  # one node, or no cut IREE can take: the whole set's failure is its reason
+        known = search.seen.get((frozenset(whole), tuple(flags)))
+        why = short_error(known[1]) if known is not None else "IREE cannot compile it"
+        declined.update(dict.fromkeys(whole, why))
     passed: list[Group] = []
     level = 1
     while pending:
@@ -221,10 +226,10 @@ def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[
         for group, (_, result) in zip(pending, search.compile(pending, probe_flags)):
             if result.ok:
                 passed.append(group)
-            elif len(group) == 1:
-                declined[group[0]] = short_error(result)
+            elif halves := _halves(group):
+                following += halves
             else:
-                following += [group[: len(group) // 2], group[len(group) // 2 :]]
+                declined.update(dict.fromkeys(group, short_error(result)))
         pending = following
         level += 1
     order = {node: i for i, node in enumerate(whole)}
@@ -261,14 +266,14 @@ def _verify(search: _Search, verdict: Verdict, pending: list[Group]) -> list[Gro
 
 
 def _halves(group: Group) -> list[Group]:
-    """``group`` (graph order) cut in two at the index nearest its middle where no value typed without a shape
-    crosses the cut (such a value would be a boundary IREE cannot take); none for one node or no such cut."""
+    """``group`` (graph order) cut in two at the index nearest its middle where no value crosses the cut that
+    IREE cannot take at a boundary (``is_unfit_boundary``); none for one node or no such cut."""
     index = {node: k for k, node in enumerate(group)}
     blocked = [0] * (len(group) + 1)  # cut k (group[:k] | group[k:]) is blocked where the running sum is > 0
     for k, node in enumerate(group):
         for value in filter(None, node.inputs):
             producer = value.producer()
-            if producer in index and index[producer] < k and is_shapeless(value):
+            if producer in index and index[producer] < k and is_unfit_boundary(value, node):
                 blocked[index[producer] + 1] += 1
                 blocked[k + 1] -= 1
     free, running = [], 0

@@ -28,7 +28,7 @@ from typing import Any
 
 from epctx.providers.iree.lifeline import die_with_parent, with_parent
 
-__all__ = ["PARAMS_SCOPE", "SHAPELESS", "main"]
+__all__ = ["PARAMS_SCOPE", "RUNTIME_SHAPE", "SHAPELESS", "main"]
 
 PARAMS_SCOPE = "model"
 _MIN_ELEMENTS = (
@@ -39,6 +39,12 @@ _ERROR_CHARS = 4000
 SHAPELESS = (
     "value {name!r} crosses the partition boundary with a type but no shape: IREE's importer has no unknown "
     "rank and would read it as a scalar (rank 0)"
+)
+# ... and one whose input is the shape operand of a Reshape in it: IREE's Reshape takes -1 and 0 in a shape known
+# only at run as sizes (a wrong allocation, RESOURCE_EXHAUSTED in hal.device.queue.alloca, or a wrong result)
+RUNTIME_SHAPE = (
+    "value {name!r}, the shape operand of Reshape {node!r}, would enter the partition at run time: IREE's "
+    "Reshape mishandles -1 and 0 in a shape it does not know when compiling"
 )
 
 
@@ -62,6 +68,10 @@ def _load(folder: Path, min_opset: int, prelayout: bool) -> tuple[Any, dict[str,
     for value in [*model.graph.input, *model.graph.output]:  # IREE reads a tensor without a shape as a scalar
         if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
             raise ValueError(SHAPELESS.format(name=value.name))
+    inputs = {value.name for value in model.graph.input} - {t.name for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and node.input[1] in inputs:
+            raise ValueError(RUNTIME_SHAPE.format(name=node.input[1], node=node.name))
     return model, transposed
 
 
