@@ -363,3 +363,31 @@ def test_the_worker_refuses_a_reshape_shape_from_outside(tmp_path: Path) -> None
         "value 's', the shape operand of Reshape 'reshape', would enter the partition at run time"
         in result["error"]
     )
+
+
+def test_a_reshape_to_a_runtime_shape_of_a_dynamic_tensor_is_no_candidate() -> None:
+    from epctx.providers.iree.capability import candidate_nodes
+
+    value = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Reshape", ["x", "s"], ["y"], name="dynamic"),
+        helper.make_node("Reshape", ["x", "k"], ["z"], name="constant"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [value("x", TensorProto.FLOAT, ["n", 6])],
+        [value("y", TensorProto.FLOAT, ["n", 6]), value("z", TensorProto.FLOAT, ["m"])],
+        [helper.make_tensor("k", TensorProto.INT64, [1], [-1])],
+        value_info=[value("s", TensorProto.INT64, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    found, declined = candidate_nodes(ir.serde.deserialize_model(model).graph, frozenset())
+    assert sorted(n.name or "" for n in found) == ["constant", "shape"]
+    (why,) = declined.values()
+    assert "a Reshape to a shape computed at run" in why
+    # the same with the size stated: IREE folds the shape, the Reshape is a candidate
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 4
+    found, declined = candidate_nodes(ir.serde.deserialize_model(model).graph, frozenset())
+    assert len(found) == 3 and not declined

@@ -57,12 +57,35 @@ def candidate_nodes(
         elif any(isinstance(a, ir.Attr) and a.type in _GRAPH_ATTRS for a in node.attributes.values()):
             declined[node] = "control flow (a subgraph attribute) is not offered to IREE"
         else:
-            why = _why_untyped([*node.inputs, *node.outputs, *outer_scope_values(node)])
+            why = _why_untyped(
+                [*node.inputs, *node.outputs, *outer_scope_values(node)]
+            ) or _why_runtime_shape(node)
             if why is None:
                 found.append(node)
             else:
                 declined[node] = why
     return found, declined
+
+
+def _why_runtime_shape(node: ir.Node) -> str | None:
+    """A Reshape to a shape computed at run from a tensor of dynamic size: IREE 3.x takes -1 and 0 in a shape it
+    does not know when compiling as sizes (nudenet with its dims dynamic: max error 1.1e3 against onnxruntime)."""
+    if not _is_reshape(node):
+        return None
+    data, shape = node.inputs[0], node.inputs[1]
+    producer = shape.producer() if shape is not None else None
+    if (
+        shape is None
+        or shape.const_value is not None
+        or (producer is not None and producer.op_type == "Constant")
+    ):
+        return None
+    if data is not None and data.shape is not None and all(isinstance(d, int) for d in data.shape):
+        return None  # a static input: IREE folds the shape's computation
+    return (
+        "a Reshape to a shape computed at run, of a tensor whose size is dynamic: IREE mishandles -1 and 0 in a "
+        "shape it does not know when compiling (wrong results)"
+    )
 
 
 def short_error(result: CompileResult) -> str:
