@@ -1,5 +1,6 @@
 """IREE's capability check on corpus models with default options (issue 21): per model, the capability time (from
-its log line), the session's creation time, the IREE partitions and nodes per EP, the nodes IREE declined:
+its log line), the session's creation time, the IREE partitions and nodes per EP, the nodes IREE declined, and
+the max error of one run against onnxruntime CPU:
 
     python benchmarks/bench_iree_capability.py [--models nudenet,ppocr_det] [--budget-s 30]
 
@@ -24,8 +25,11 @@ MODELS = "nudenet,ppocr_det,ppocr_rec,ppocr_cls,mobilenetv3"
 
 
 def _cell(name: str, budget: str | None) -> dict[str, object]:
+    import numpy as np
+    import onnxruntime as ort
+
     import epctx
-    from benchmarks.corpus import materialise
+    from benchmarks.corpus import feeds, materialise
 
     lines: list[str] = []
 
@@ -44,6 +48,10 @@ def _cell(name: str, budget: str | None) -> dict[str, object]:
         except Exception as exc:  # reported, as the corpus bench does
             return {"model": name, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         seconds = time.perf_counter() - start
+        inputs = feeds(name)
+        got = sess.run(None, inputs)
+        expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, inputs)
+        error = max(float(np.max(np.abs(np.asarray(g, np.float64) - e))) for g, e in zip(got, expected))
     capability = [m for m in lines if "capability: " in m and "claimed in" in m]
     found = re.search(r"in ([\d.]+) s$", capability[-1]) if capability else None
     placed = sess.get_partitions()
@@ -58,6 +66,7 @@ def _cell(name: str, budget: str | None) -> dict[str, object]:
         "iree_partitions": sum(ep == EP for ep, _ in placed),
         "nodes": nodes,
         "declined_by_iree": declined,
+        "max_err": float(f"{error:.2g}"),
     }
 
 

@@ -47,6 +47,7 @@ def candidate_nodes(
     took, neither offered to IREE nor declined)."""
     found: list[ir.Node] = []
     declined: dict[ir.Node, str] = {}
+    dynamic = bool(dynamic_dims(graph))  # else IREE folds every shape computation: the sizes are known
     for node in graph:
         if is_ep_context(node) or node in assigned:
             continue
@@ -57,9 +58,8 @@ def candidate_nodes(
         elif any(isinstance(a, ir.Attr) and a.type in _GRAPH_ATTRS for a in node.attributes.values()):
             declined[node] = "control flow (a subgraph attribute) is not offered to IREE"
         else:
-            why = _why_untyped(
-                [*node.inputs, *node.outputs, *outer_scope_values(node)]
-            ) or _why_runtime_shape(node)
+            why = _why_untyped([*node.inputs, *node.outputs, *outer_scope_values(node)])
+            why = why or (_why_runtime_shape(node) if dynamic else None)
             if why is None:
                 found.append(node)
             else:
@@ -68,8 +68,9 @@ def candidate_nodes(
 
 
 def _why_runtime_shape(node: ir.Node) -> str | None:
-    """A Reshape to a shape computed at run from a tensor of dynamic size: IREE 3.x takes -1 and 0 in a shape it
-    does not know when compiling as sizes (nudenet with its dims dynamic: max error 1.1e3 against onnxruntime)."""
+    """In a graph with dynamic inputs, a Reshape to a shape computed at run, of a tensor not known to be of static
+    size: IREE 3.x takes -1 and 0 in a shape it does not know when compiling as sizes (nudenet with its dims
+    dynamic: max error 1.1e3 against onnxruntime)."""
     if not _is_reshape(node):
         return None
     data, shape = node.inputs[0], node.inputs[1]
