@@ -365,9 +365,8 @@ def test_the_worker_refuses_a_reshape_shape_from_outside(tmp_path: Path) -> None
     )
 
 
-def test_a_reshape_to_a_runtime_shape_of_a_dynamic_tensor_is_no_candidate() -> None:
-    from epctx.providers.iree.capability import candidate_nodes
-
+def _runtime_reshape(batch: str | int) -> ir.Graph:
+    """x[batch, 6] -> Shape -> s; Reshape(x, s) ("dynamic"); Reshape(x, [-1]) ("constant")."""
     value = helper.make_tensor_value_info
     nodes = [
         helper.make_node("Shape", ["x"], ["s"], name="shape"),
@@ -377,17 +376,28 @@ def test_a_reshape_to_a_runtime_shape_of_a_dynamic_tensor_is_no_candidate() -> N
     graph = helper.make_graph(
         nodes,
         "g",
-        [value("x", TensorProto.FLOAT, ["n", 6])],
-        [value("y", TensorProto.FLOAT, ["n", 6]), value("z", TensorProto.FLOAT, ["m"])],
+        [value("x", TensorProto.FLOAT, [batch, 6])],
+        [value("y", TensorProto.FLOAT, [batch, 6]), value("z", TensorProto.FLOAT, ["m"])],
         [helper.make_tensor("k", TensorProto.INT64, [1], [-1])],
         value_info=[value("s", TensorProto.INT64, [2])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    found, declined = candidate_nodes(ir.serde.deserialize_model(model).graph, frozenset())
-    assert sorted(n.name or "" for n in found) == ["constant", "shape"]
-    (why,) = declined.values()
-    assert "a Reshape to a shape computed at run" in why
-    # the same with the size stated: IREE folds the shape, the Reshape is a candidate
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 4
-    found, declined = candidate_nodes(ir.serde.deserialize_model(model).graph, frozenset())
-    assert len(found) == 3 and not declined
+    return ir.serde.deserialize_model(model).graph
+
+
+def test_a_reshape_to_a_runtime_shape_is_kept_out_of_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the model compiles whole: the Reshape to a shape computed at run stays in it
+    verdict, _ = _check(monkeypatch, _runtime_reshape("n"), lambda names: True)
+    assert _names(verdict.groups) == [["shape", "dynamic", "constant"]] and not verdict.declined
+    # it does not (dims dynamic): the search for pieces leaves that Reshape out, with the reason
+    verdict, _ = _check(
+        monkeypatch, _runtime_reshape("n"), lambda names: True, full_only=lambda n, f: len(n) < 3
+    )
+    assert {n.name for n in verdict.declined} == {"dynamic"}
+    assert "a Reshape to a shape computed at run" in verdict.declined[_node(verdict, "dynamic")]
+    assert sorted(n.name or "" for n in verdict.claimed) == ["constant", "shape"] and _all_compiled(verdict)
+    # with the size stated, IREE folds the shape: nothing is left out for it
+    verdict, _ = _check(
+        monkeypatch, _runtime_reshape(4), lambda names: True, full_only=lambda n, f: len(n) < 3
+    )
+    assert not verdict.declined and len(verdict.claimed) == 3

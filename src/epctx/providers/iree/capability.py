@@ -17,7 +17,14 @@ if TYPE_CHECKING:
     from epctx.ep import NodeView, Partition, ValueView
     from epctx.providers.iree.compile import CompileResult
 
-__all__ = ["candidate_nodes", "dynamic_dims", "is_unfit_boundary", "unfit_boundary", "short_error"]
+__all__ = [
+    "candidate_nodes",
+    "dynamic_dims",
+    "is_unfit_boundary",
+    "runtime_shape",
+    "unfit_boundary",
+    "short_error",
+]
 
 _DOMAINS = ("", "ai.onnx")
 _GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
@@ -47,7 +54,6 @@ def candidate_nodes(
     took, neither offered to IREE nor declined)."""
     found: list[ir.Node] = []
     declined: dict[ir.Node, str] = {}
-    dynamic = bool(dynamic_dims(graph))  # else IREE folds every shape computation: the sizes are known
     for node in graph:
         if is_ep_context(node) or node in assigned:
             continue
@@ -59,7 +65,6 @@ def candidate_nodes(
             declined[node] = "control flow (a subgraph attribute) is not offered to IREE"
         else:
             why = _why_untyped([*node.inputs, *node.outputs, *outer_scope_values(node)])
-            why = why or (_why_runtime_shape(node) if dynamic else None)
             if why is None:
                 found.append(node)
             else:
@@ -67,10 +72,11 @@ def candidate_nodes(
     return found, declined
 
 
-def _why_runtime_shape(node: ir.Node) -> str | None:
-    """In a graph with dynamic inputs, a Reshape to a shape computed at run, of a tensor not known to be of static
-    size: IREE 3.x takes -1 and 0 in a shape it does not know when compiling as sizes (nudenet with its dims
-    dynamic: max error 1.1e3 against onnxruntime)."""
+def runtime_shape(node: ir.Node) -> str | None:
+    """Why IREE is not given ``node`` when the model does not compile whole and its inputs have dynamic dims: a
+    Reshape to a shape computed at run, of a tensor not known to be of static size (IREE 3.x takes -1 and 0 in
+    a shape it does not know when compiling as sizes: nudenet's pieces, max error 1.1e3 against onnxruntime);
+    else None."""
     if not _is_reshape(node):
         return None
     data, shape = node.inputs[0], node.inputs[1]

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from epctx.ep import CompileGuard, Partition, fused_groups, make_partition
-from epctx.providers.iree.capability import is_unfit_boundary, short_error, unfit_boundary
+from epctx.providers.iree.capability import is_unfit_boundary, runtime_shape, short_error, unfit_boundary
 from epctx.providers.iree.compile import CompileResult, compile_partitions
 
 __all__ = ["Probes", "Verdict", "check_nodes"]
@@ -138,9 +138,13 @@ def check_nodes(
     whole = list(nodes)
     first = fused_groups(graph, whole, partitions)  # one, unless other EPs' nodes lie between the candidates
     failed = _first_compile(search, verdict, first, flags, layout_flag)
-    if len(first) == 1 and failed:  # where IREE rejects ops: cheap probes, then full compiles of what passed
-        passed = _bisect(search, whole, probes.flags, verdict.declined)
-        failed = fused_groups(graph, [n for group in passed for n in group], partitions)
+    if failed:
+        rest = _drop_runtime_shapes(graph, [n for group in failed for n in group], verdict.declined)
+        if (
+            len(first) == 1 and rest
+        ):  # where IREE rejects ops: cheap probes, then full compiles of what passed
+            rest = [n for group in _bisect(search, rest, probes.flags, verdict.declined) for n in group]
+        failed = fused_groups(graph, rest, partitions) if rest else []
     verdict.groups = _verify(search, verdict, failed)
     verdict.claimed = [n for group in verdict.groups for n in group]
     order = {node: i for i, node in enumerate(graph)}
@@ -186,6 +190,15 @@ def _first_compile(
     return [g for g, (_, r) in zip(groups, results) if not r.ok]
 
 
+def _drop_runtime_shapes(graph: ir.Graph, nodes: Group, declined: dict[ir.Node, str]) -> Group:
+    """``nodes`` without the Reshapes IREE would get wrong in pieces of a model with dynamic dims (declined)."""
+    if not _has_dynamic_dims(graph):
+        return nodes
+    unsafe = {node: why for node in nodes if (why := runtime_shape(node)) is not None}
+    declined.update(unsafe)
+    return [node for node in nodes if node not in unsafe]
+
+
 def _has_dynamic_dims(graph: ir.Graph) -> bool:
     from epctx.providers.iree.capability import dynamic_dims
 
@@ -208,11 +221,12 @@ def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[
     """Halve the failing groups (``_halves``) with cheap probes down to single nodes; the groups that pass, in
     order."""
     probe_flags = [*flags, PROBE_FLAG]
-    pending = _halves(whole)
-    if not pending:  # one node, or no cut IREE can take: the whole set's failure is its reason
-        known = search.seen.get((frozenset(whole), tuple(flags)))
-        why = short_error(known[1]) if known is not None else "IREE cannot compile it"
-        declined.update(dict.fromkeys(whole, why))
+    known = search.seen.get((frozenset(whole), tuple(flags)))
+    pending = _halves(whole) if known is not None else [whole]  # a set not compiled yet is probed first
+    if (
+        not pending and known is not None
+    ):  # one node, or no cut IREE can take: the set's failure is its reason
+        declined.update(dict.fromkeys(whole, short_error(known[1])))
     passed: list[Group] = []
     level = 1
     while pending:
