@@ -22,8 +22,10 @@ results are cached per process by content (``compile``). Two boundaries IREE can
 but no shape (IREE would read it as a scalar) and a Reshape's shape operand (IREE mishandles -1 and 0 in a shape
 known only at run: RESOURCE_EXHAUSTED at run, or a wrong result). A partition with one fails, with that reason,
 without a compile (``capability.unfit_boundary``; the worker refuses one too), and groups are halved where no
-such value crosses (``_halves``). When the model has dynamic dimensions and nodes are declined, each reason and
-the log name the ``--dim`` sizes to state for IREE to try the model whole."""
+such value crosses (``_halves``). Once the first compile failed on a model with dynamic dimensions, the search
+leaves out the Reshapes to a shape computed at run (``capability.runtime_shape``: IREE gets them wrong in pieces).
+When the model has dynamic dimensions and nodes are declined, each reason and the log name the ``--dim`` sizes to
+state for IREE to try the model whole."""
 
 from __future__ import annotations
 
