@@ -121,3 +121,25 @@ def test_the_dims_hint_suggests_sizes() -> None:
     assert "a batch of one" in hint and "N: no size known here" in hint, hint
     static = ir.Value(name="y", shape=ir.Shape([1, 3]), type=ir.TensorType(ir.DataType.FLOAT))
     assert _dims_hint(ir.Graph([static], [], nodes=[], name="s"), "to try") == ""
+
+
+def test_nudenet_compiles_whole_with_its_dims_stated() -> None:
+    """nudenet's YOLOv8n (dynamic batch, height and width): IREE's code generation fails on the graph with those
+    dims dynamic, and IREE's declines name the ``--dim`` sizes to state (issue 21). Stated as free-dimension
+    overrides, the model compiles whole in one IREE partition, runs and matches onnxruntime."""
+    spec = importlib.util.find_spec("nudenet")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("nudenet is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "320n.onnx"
+    options = epctx.SessionOptions()
+    for name, size in (("batch", 1), ("height", 320), ("width", 320)):
+        options.add_free_dimension_override_by_name(name, size)
+    sess = epctx.InferenceSession(str(path), options, providers=[EP])
+    assert [ep for ep, _ in sess.get_partitions()] == [EP], sess.get_partitions()
+    assert not sess.get_fallback_reasons()
+    rng = np.random.default_rng(0)
+    image = rng.random((1, 3, 320, 320), dtype=np.float32)
+    (got,) = sess.run(None, {"images": image})
+    (expected,) = run_ort(path.read_bytes(), {"images": image})
+    assert got.shape == expected.shape
+    assert float(np.max(np.abs(got - expected))) <= 1e-3

@@ -92,8 +92,9 @@ def test_partitions_of_one_ep_compile_in_one_call_in_parallel(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, started: list[list[str]]
 ) -> None:
     """Relu -> Neg -> Relu with Neg disabled (and no cost rule): two IREE partitions around a CPU node. The
-    capability check compiles both Relus as one set, then the two partitions the framework will form (in two
-    workers, in parallel); the compile, one call for both, reuses them and reports progress per partition."""
+    capability check compiles the two partitions the framework will form (in two workers, in parallel; both
+    Relus as one set are no partition, so that set is not compiled); the compile, one call for both, reuses them
+    and reports progress per partition."""
     calls: list[int] = []
     original = IREEExecutionProvider.compile
 
@@ -112,7 +113,7 @@ def test_partitions_of_one_ep_compile_in_one_call_in_parallel(
     assert [ep for ep, _ in sess.get_partitions()] == [EP, "CPUExecutionProvider", EP]
     assert calls == [2]
     workers = [c for c in started if "epctx.providers.iree.worker" in c]
-    assert len(workers) == 1 + 2  # the capability check's compile of the set, then of both partitions
+    assert len(workers) == 2  # the capability check's compiles of both partitions, nothing else
     done = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled partition")]
     assert [m.split()[2] for m in done] == ["1/2", "2/2"]
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)

@@ -11,11 +11,20 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from epctx.ep import is_ep_context, outer_scope_values
+from epctx.providers.iree.worker import RUNTIME_SHAPE, SHAPELESS
 
 if TYPE_CHECKING:
+    from epctx.ep import NodeView, Partition, ValueView
     from epctx.providers.iree.compile import CompileResult
 
-__all__ = ["candidate_nodes", "dynamic_dims", "short_error"]
+__all__ = [
+    "candidate_nodes",
+    "dynamic_dims",
+    "is_unfit_boundary",
+    "runtime_shape",
+    "unfit_boundary",
+    "short_error",
+]
 
 _DOMAINS = ("", "ai.onnx")
 _GRAPH_ATTRS = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
@@ -63,6 +72,29 @@ def candidate_nodes(
     return found, declined
 
 
+def runtime_shape(node: ir.Node) -> str | None:
+    """Why IREE is not given ``node`` when the model does not compile whole and its inputs have dynamic dims: a
+    Reshape to a shape computed at run, of a tensor not known to be of static size (IREE 3.x takes -1 and 0 in
+    a shape it does not know when compiling as sizes: nudenet's pieces, max error 1.1e3 against onnxruntime);
+    else None."""
+    if not _is_reshape(node):
+        return None
+    data, shape = node.inputs[0], node.inputs[1]
+    producer = shape.producer() if shape is not None else None
+    if (
+        shape is None
+        or shape.const_value is not None
+        or (producer is not None and producer.op_type == "Constant")
+    ):
+        return None
+    if data is not None and data.shape is not None and all(isinstance(d, int) for d in data.shape):
+        return None  # a static input: IREE folds the shape's computation
+    return (
+        "a Reshape to a shape computed at run, of a tensor whose size is dynamic: IREE mishandles -1 and 0 in a "
+        "shape it does not know when compiling (wrong results)"
+    )
+
+
 def short_error(result: CompileResult) -> str:
     """IREE's message in one line: its first ``error:`` line (or the first line), shortened."""
     lines = [line.strip() for line in result.error.splitlines() if line.strip()]
@@ -86,3 +118,30 @@ def dynamic_dims(graph: ir.Graph) -> list[str]:
             if not isinstance(dim, int):
                 keys.setdefault(dim.value if dim.value else f"{value.name}:{axis}", None)
     return list(keys)
+
+
+def unfit_boundary(partition: Partition) -> str | None:
+    """Why IREE cannot take ``partition`` as formed: an input typed without a shape (the worker's shape inference
+    states the outputs' shapes, and refuses one it cannot state), or one that is a Reshape's shape; else None."""
+    for value in partition.inputs:
+        if _is_shapeless(value):
+            return SHAPELESS.format(name=value.name)
+    inputs = set(partition.inputs)
+    for node in partition.nodes:
+        if _is_reshape(node) and node.inputs[1] in inputs:
+            return RUNTIME_SHAPE.format(name=node.inputs[1].name, node=node.name)  # type: ignore[union-attr]
+    return None
+
+
+def is_unfit_boundary(value: ir.Value, consumer: ir.Node) -> bool:
+    """Whether IREE cannot take ``value`` as an input of a partition holding ``consumer`` (see ``unfit_boundary``)."""
+    return _is_shapeless(value) or (_is_reshape(consumer) and consumer.inputs[1] is value)
+
+
+def _is_reshape(node: ir.Node | NodeView) -> bool:
+    return node.op_type == "Reshape" and node.domain in _DOMAINS and len(node.inputs) > 1
+
+
+def _is_shapeless(value: ir.Value | ValueView) -> bool:
+    """A tensor value with a type and no shape (not even a rank): IREE cannot take it at a boundary."""
+    return isinstance(value.type, ir.TensorType) and value.shape is None and value.const_value is None

@@ -6,28 +6,39 @@
    layout (IREE's conversion fails on convolutions with dynamic sizes): the model stays whole, and the log says
    which ``--dim`` would give channels-last back;
 3. else the set is bisected with cheap probes (``--compile-to=flow``: import, legalisation and dispatch
-   formation, where IREE rejects ops, without code generation), in parallel, down to single nodes, until the
-   budget is spent (nodes not decided then are declined, saying so);
+   formation, where IREE rejects ops, without code generation), in parallel, down to single nodes;
 4. the claim is split into cycle-free groups (``fused_groups``: other EPs' nodes, those ahead of IREE included,
    and the nodes IREE declines lie between them; the partitions of EPs ahead count as one unit each) and each
-   group is compiled fully; one that fails is shrunk (its probed pieces added in graph order, a piece that
-   breaks it declined) and the claim grouped again. The groups returned are those compiled
+   group is compiled fully; a group that fails (code generation fails where the flow probes passed) is halved
+   in graph order and its halves compiled fully, largest pieces first, in parallel, down to single nodes: a
+   failure in one region declines that region only. Halves of a cycle-free group in a topological order are
+   cycle-free, and so are they with the other groups. The groups returned are those whose full compile passed
    (``Capability.groups``): the partitioner makes each one partition, so what passes capability is what the
    framework asks IREE to compile.
 
-Every compile passes the session's guard; results are cached per process by content (``compile``)."""
+No search step starts once the budget is spent (the nodes not decided then are declined, saying so). No node set
+is compiled twice with the same flags in one check, failures included (``_Search.compile``); across sessions
+results are cached per process by content (``compile``). Two boundaries IREE cannot take: a value with a type
+but no shape (IREE would read it as a scalar) and a Reshape's shape operand (IREE mishandles -1 and 0 in a shape
+known only at run: RESOURCE_EXHAUSTED at run, or a wrong result). A partition with one fails, with that reason,
+without a compile (``capability.unfit_boundary``; the worker refuses one too), and groups are halved where no
+such value crosses (``_halves``). Once the first compile failed on a model with dynamic dimensions, the search
+leaves out the Reshapes to a shape computed at run (``capability.runtime_shape``: IREE gets them wrong in pieces).
+When the model has dynamic dimensions and nodes are declined, each reason and the log name the ``--dim`` sizes to
+state for IREE to try the model whole."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
 from epctx.ep import CompileGuard, Partition, fused_groups, make_partition
-from epctx.providers.iree.capability import short_error
+from epctx.providers.iree.capability import is_unfit_boundary, runtime_shape, short_error, unfit_boundary
 from epctx.providers.iree.compile import CompileResult, compile_partitions
 
 __all__ = ["Probes", "Verdict", "check_nodes"]
@@ -35,9 +46,9 @@ __all__ = ["Probes", "Verdict", "check_nodes"]
 logger = logging.getLogger("epctx")
 
 PROBE_FLAG = "--compile-to=flow"
-_ROUNDS = 4  # regroupings of the claim after a partition failed (each declines at least one group)
 
 Group = list[ir.Node]
+_Key = tuple[frozenset[ir.Node], tuple[str, ...]]
 
 
 @dataclasses.dataclass
@@ -70,6 +81,7 @@ class _Search:
     partitions: Sequence[Sequence[ir.Node]] = ()  # of the EPs ahead: one unit each when grouping
     started: float = dataclasses.field(default_factory=time.perf_counter)
     count: int = 0
+    seen: dict[_Key, tuple[Partition, CompileResult]] = dataclasses.field(default_factory=dict)
 
     @property
     def spent(self) -> float:
@@ -79,13 +91,25 @@ class _Search:
         return self.spent > self.budget_s
 
     def compile(self, groups: Sequence[Group], flags: Sequence[str]) -> list[tuple[Partition, CompileResult]]:
-        parts = []
+        """Each group compiled with ``flags``, in parallel: a node set compiled before in this check (passed or
+        failed) is not compiled again, and one whose boundary IREE would misread fails without a compile."""
+        fresh: dict[_Key, Partition] = {}
         for group in groups:
-            parts.append(make_partition(f"{self.ep_name}_check{self.count}", self.ep_name, self.graph, group,
-                                        self.opsets))  # fmt: skip
+            key = (frozenset(group), tuple(flags))
+            if key in self.seen or key in fresh:
+                continue
+            part = make_partition(f"{self.ep_name}_check{self.count}", self.ep_name, self.graph, group,
+                                  self.opsets)  # fmt: skip
             self.count += 1
-        results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name, what="capability check")
-        return list(zip(parts, results))
+            why = unfit_boundary(part)
+            if why is None:
+                fresh[key] = part
+            else:
+                self.seen[key] = (part, CompileResult(False, stage="import", error=why))
+        results = compile_partitions(list(fresh.values()), flags, self.guard, ep_name=self.ep_name,
+                                     what="capability check")  # fmt: skip
+        self.seen.update(zip(fresh, zip(fresh.values(), results)))
+        return [self.seen[(frozenset(group), tuple(flags))] for group in groups]
 
     def budget_reason(self) -> str:
         return (
@@ -114,34 +138,67 @@ def check_nodes(
     if not nodes:
         return verdict
     whole = list(nodes)
-    ((part, result),) = search.compile([whole], flags)
-    if not result.ok and layout_flag in flags:
-        plain = tuple(f for f in flags if f != layout_flag)
-        ((part2, result2),) = search.compile([whole], plain)
-        if result2.ok:
-            logger.warning(
-                "%s: channels-last convolutions fail with this model's dynamic dimensions (%s); compiled in "
-                "ONNX's layout (slower convolutions). %s",
-                ep_name, short_error(result), _dims_hint(graph, "to compile them channels-last"),
-            )  # fmt: skip
-            probes.flags, part, result = plain, part2, result2
-        elif _has_dynamic_dims(graph):  # probe in ONNX's layout: channels-last fails on dynamic convolutions
-            probes.flags = plain
-    if result.ok:  # the partitions the set forms (one, unless other EPs' nodes lie between its nodes)
-        probes.compiled[frozenset(whole)] = (part, result)
-        passed = [whole]
-    else:
-        passed = _bisect(search, whole, probes.flags, verdict.declined)
-    verdict.claimed = [n for group in passed for n in group]
-    verdict.groups = _check_partitions(search, verdict, passed)
+    first = fused_groups(graph, whole, partitions)  # one, unless other EPs' nodes lie between the candidates
+    failed = _first_compile(search, verdict, first, flags, layout_flag)
+    if failed:
+        rest = _drop_runtime_shapes(graph, [n for group in failed for n in group], verdict.declined)
+        if (
+            len(first) == 1 and rest
+        ):  # where IREE rejects ops: cheap probes, then full compiles of what passed
+            rest = [n for group in _bisect(search, rest, probes.flags, verdict.declined) for n in group]
+        failed = fused_groups(graph, rest, partitions) if rest else []
+    verdict.groups = _verify(search, verdict, failed)
+    verdict.claimed = [n for group in verdict.groups for n in group]
     order = {node: i for i, node in enumerate(graph)}
     verdict.claimed.sort(key=order.__getitem__)
     logger.info("%s capability: %d node(s) claimed in %d group(s), %d declined, in %.1f s", ep_name,
                 len(verdict.claimed), len(verdict.groups), len(verdict.declined), search.spent)  # fmt: skip
     if verdict.declined:
-        logger.warning("%s declines %d node(s) of this model. %s", ep_name, len(verdict.declined),
-                       _dims_hint(graph, "for IREE to try them with static shapes"))  # fmt: skip
+        hint = _dims_hint(graph, "for IREE to try the model whole with static shapes")
+        logger.warning("%s declines %d node(s) of this model. %s", ep_name, len(verdict.declined), hint)
+        if hint:
+            for node, why in verdict.declined.items():
+                verdict.declined[node] = f"{why}. {hint}"
     return verdict
+
+
+def _first_compile(
+    search: _Search, verdict: Verdict, groups: list[Group], flags: Sequence[str], layout_flag: str | None
+) -> list[Group]:
+    """Compile the candidates' groups (usually one: the model whole), whatever the budget; when some fail with
+    channels-last, again in ONNX's layout. Those that pass are the verdict's groups; returns those that fail."""
+    probes = verdict.probes
+    results = search.compile(groups, flags)
+    failed = [k for k, (_, r) in enumerate(results) if not r.ok]
+    if failed and layout_flag in flags:
+        plain = tuple(f for f in flags if f != layout_flag)
+        again = search.compile([groups[k] for k in failed], plain)
+        if any(r.ok for _, r in again):
+            logger.warning(
+                "%s: channels-last convolutions fail with this model's dynamic dimensions (%s); compiled in "
+                "ONNX's layout (slower convolutions). %s",
+                search.ep_name, short_error(results[failed[0]][1]),
+                _dims_hint(search.graph, "to compile them channels-last"),
+            )  # fmt: skip
+            probes.flags = plain
+        elif _has_dynamic_dims(search.graph):  # search in ONNX's layout: channels-last fails on dynamic convs
+            probes.flags = plain
+        for k, retried in zip(failed, again):
+            results[k] = retried if retried[1].ok else results[k]
+    for group, (part, result) in zip(groups, results):
+        if result.ok:
+            probes.compiled[frozenset(group)] = (part, result)
+            verdict.groups.append(group)
+    return [g for g, (_, r) in zip(groups, results) if not r.ok]
+
+
+def _drop_runtime_shapes(graph: ir.Graph, nodes: Group, declined: dict[ir.Node, str]) -> Group:
+    """``nodes`` without the Reshapes IREE would get wrong in pieces of a model with dynamic dims (declined)."""
+    if not _has_dynamic_dims(graph):
+        return nodes
+    unsafe = {node: why for node in nodes if (why := runtime_shape(node)) is not None}
+    declined.update(unsafe)
+    return [node for node in nodes if node not in unsafe]
 
 
 def _has_dynamic_dims(graph: ir.Graph) -> bool:
@@ -188,11 +245,15 @@ def _suggested_size(graph: ir.Graph, key: str, axis: int) -> str:
 
 
 def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[ir.Node, str]) -> list[Group]:
-    """Halve the failing groups with cheap probes down to single nodes; the groups that pass, in order."""
+    """Halve the failing groups (``_halves``) with cheap probes down to single nodes; the groups that pass, in
+    order."""
     probe_flags = [*flags, PROBE_FLAG]
-    pending = [whole[: len(whole) // 2], whole[len(whole) // 2 :]] if len(whole) > 1 else []
-    if len(whole) == 1:
-        declined[whole[0]] = "IREE cannot compile it alone"
+    known = search.seen.get((frozenset(whole), tuple(flags)))
+    pending = _halves(whole) if known is not None else [whole]  # a set not compiled yet is probed first
+    if (
+        not pending and known is not None
+    ):  # one node, or no cut IREE can take: the set's failure is its reason
+        declined.update(dict.fromkeys(whole, short_error(known[1])))
     passed: list[Group] = []
     level = 1
     while pending:
@@ -206,66 +267,62 @@ def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[
         for group, (_, result) in zip(pending, search.compile(pending, probe_flags)):
             if result.ok:
                 passed.append(group)
-            elif len(group) == 1:
-                declined[group[0]] = short_error(result)
+            elif halves := _halves(group):
+                following += halves
             else:
-                following += [group[: len(group) // 2], group[len(group) // 2 :]]
+                declined.update(dict.fromkeys(group, short_error(result)))
         pending = following
         level += 1
     order = {node: i for i, node in enumerate(whole)}
     return sorted(passed, key=lambda g: order[g[0]])
 
 
-def _check_partitions(search: _Search, verdict: Verdict, passed: list[Group]) -> list[Group]:
-    """The claim's cycle-free groups, each compiled; those IREE fails on are shrunk and the claim regrouped."""
-    flags = verdict.probes.flags
-    for _ in range(_ROUNDS):
-        groups = fused_groups(search.graph, verdict.claimed, search.partitions)
-        todo = [g for g in groups if frozenset(g) not in verdict.probes.compiled]
-        if not todo:
-            return groups
-        failed = False
-        for group, (part, result) in zip(todo, search.compile(todo, flags)):
+def _verify(search: _Search, verdict: Verdict, pending: list[Group]) -> list[Group]:
+    """Compile each of ``pending`` fully; one that fails is halved (graph order) and its halves compiled, largest
+    first, in parallel, down to single nodes, while the budget lasts. The verdict's groups with those that
+    passed, in graph order."""
+    order = {node: i for i, node in enumerate(search.graph)}
+    pending = [sorted(g, key=order.__getitem__) for g in pending]
+    kept = verdict.groups
+    width = max(1, os.cpu_count() or 1)  # one batch: as many compiles as run at once
+    while pending:
+        if search.over():
+            for group in pending:
+                verdict.declined.update(dict.fromkeys(group, search.budget_reason()))
+            break
+        pending.sort(key=len, reverse=True)
+        batch, pending = pending[:width], pending[width:]
+        logger.info("%s capability: full compiles of %d group(s) of %s node(s), %d more pending, %.1f of %g s "
+                    "spent", search.ep_name, len(batch), "/".join(str(len(g)) for g in batch), len(pending),
+                    search.spent, search.budget_s)  # fmt: skip
+        for group, (part, result) in zip(batch, search.compile(batch, verdict.probes.flags)):
             if result.ok:
                 verdict.probes.compiled[frozenset(group)] = (part, result)
+                kept.append(group)
+            elif halves := _halves(group):
+                pending += halves
             else:
-                failed = True
-                _shrink(search, verdict, group, passed, result)
-        if not failed:
-            return groups
-        gone = set(verdict.declined)
-        verdict.claimed = [n for n in verdict.claimed if n not in gone]
-    kept = []  # rounds spent: what is unchecked is declined
-    for group in fused_groups(search.graph, verdict.claimed, search.partitions):
-        if frozenset(group) in verdict.probes.compiled:
-            kept.append(group)
-        else:
-            verdict.declined.update(dict.fromkeys(group, search.budget_reason()))
-    gone = set(verdict.declined)
-    verdict.claimed = [n for n in verdict.claimed if n not in gone]
-    return kept
+                verdict.declined.update(dict.fromkeys(group, short_error(result)))
+    return sorted(kept, key=lambda g: order[g[0]])
 
 
-def _shrink(
-    search: _Search, verdict: Verdict, group: Group, passed: list[Group], failure: CompileResult
-) -> None:
-    """Keep the probed pieces of ``group``, in graph order, that compile with the ones kept before them."""
-    members = set(group)
-    pieces = [p for p in passed if p[0] in members] or [group]
-    why = f"{short_error(failure)} (its nodes pass alone, not in the partition they would form)"
-    kept: Group = []
-    for k, piece in enumerate(pieces):
-        if k == 0 and len(pieces) > 1:
-            kept = list(piece)
-            continue
-        if search.over() or len(pieces) == 1:
-            verdict.declined.update(dict.fromkeys(piece, why if len(pieces) == 1 else search.budget_reason()))
-            continue
-        trial = [n for n in group if n in set(kept) | set(piece)]
-        ((part, result),) = search.compile([trial], verdict.probes.flags)
-        if result.ok:
-            kept = trial
-            verdict.probes.compiled[frozenset(trial)] = (part, result)
-        else:
-            verdict.declined.update(dict.fromkeys(piece, f"{short_error(result)} (its nodes pass alone, not "
-                                                         "with the nodes before them)"))  # fmt: skip
+def _halves(group: Group) -> list[Group]:
+    """``group`` (graph order) cut in two at the index nearest its middle where no value crosses the cut that
+    IREE cannot take at a boundary (``is_unfit_boundary``); none for one node or no such cut."""
+    index = {node: k for k, node in enumerate(group)}
+    blocked = [0] * (len(group) + 1)  # cut k (group[:k] | group[k:]) is blocked where the running sum is > 0
+    for k, node in enumerate(group):
+        for value in filter(None, node.inputs):
+            producer = value.producer()
+            if producer in index and index[producer] < k and is_unfit_boundary(value, node):
+                blocked[index[producer] + 1] += 1
+                blocked[k + 1] -= 1
+    free, running = [], 0
+    for k in range(1, len(group)):
+        running += blocked[k]
+        if running == 0:
+            free.append(k)
+    if not free:
+        return []
+    cut = min(free, key=lambda k: abs(2 * k - len(group)))
+    return [group[:cut], group[cut:]]

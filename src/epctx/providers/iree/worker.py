@@ -28,13 +28,24 @@ from typing import Any
 
 from epctx.providers.iree.lifeline import die_with_parent, with_parent
 
-__all__ = ["PARAMS_SCOPE", "main"]
+__all__ = ["PARAMS_SCOPE", "RUNTIME_SHAPE", "SHAPELESS", "main"]
 
 PARAMS_SCOPE = "model"
 _MIN_ELEMENTS = (
     100  # smaller constants (shapes, axes, scalars) stay in the code, where the compiler folds them
 )
 _ERROR_CHARS = 4000
+# Why a partition whose boundary holds a value typed without a shape is not given to IREE (also capability's)
+SHAPELESS = (
+    "value {name!r} crosses the partition boundary with a type but no shape: IREE's importer has no unknown "
+    "rank and would read it as a scalar (rank 0)"
+)
+# ... and one whose input is the shape operand of a Reshape in it: IREE's Reshape takes -1 and 0 in a shape known
+# only at run as sizes (a wrong allocation, RESOURCE_EXHAUSTED in hal.device.queue.alloca, or a wrong result)
+RUNTIME_SHAPE = (
+    "value {name!r}, the shape operand of Reshape {node!r}, would enter the partition at run time: IREE's "
+    "Reshape mishandles -1 and 0 in a shape it does not know when compiling"
+)
 
 
 def _fail(folder: Path, stage: str, error: str) -> int:
@@ -67,7 +78,21 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     stale = [v for v in model.graph.value_info if v.name in transposed]
     for value in stale:
         model.graph.value_info.remove(value)
-    return onnx.shape_inference.infer_shapes(model, data_prop=True), transposed
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    _check_boundaries(model)
+    return model, transposed
+
+
+def _check_boundaries(model: Any) -> None:
+    """Refuse what IREE would misread: a boundary tensor without a shape (imported as a scalar) and a Reshape
+    whose shape comes from outside the partition (IREE 3.x mishandles -1 / 0 in a shape known only at run)."""
+    for value in [*model.graph.input, *model.graph.output]:  # IREE reads a tensor without a shape as a scalar
+        if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
+            raise ValueError(SHAPELESS.format(name=value.name))
+    inputs = {value.name for value in model.graph.input} - {t.name for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and node.input[1] in inputs:
+            raise ValueError(RUNTIME_SHAPE.format(name=node.input[1], node=node.name))
 
 
 # ONNX's OIHW filter -> HWIO ("HWCF"), the layout IREE's channels-last conversion gives a 2-D convolution's filter.
