@@ -205,12 +205,8 @@ class InferenceSession:
         self._prepare_run()
 
     def _prepare_run(self) -> None:
-        # EPs with something to do around each run (a thread limit): run() pays for them only when present
-        # and only when they run a step (the CPU EP's BLAS limit costs ~14 us a run: none for OpenVINO alone).
-        running = {provider for _, _, provider in self._plan.info}
-        self._scoped = [
-            ep for ep in self._providers if ep.run_scope() is not None and (not running or ep.name in running)
-        ]
+        # EPs with something to do around each run (a thread limit): run() pays for them only when present.
+        self._scoped = [ep for ep in self._providers if ep.run_scope() is not None]
         self._plain = self._profiler is None and not self._scoped  # run() needs no scope, hook or profile
 
     # -- running -------------------------------------------------------------------------------------
