@@ -120,6 +120,15 @@ def constants_as_initializers(graph: Any) -> None:
         graph.node.extend(kept)
 
 
+def input_uses(graph: Any) -> dict[str, int]:
+    """How many node inputs of ``graph`` (an onnx GraphProto) read each name."""
+    uses: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    return uses
+
+
 def decompose_depthwise(graph: Any, nhwc: bool = False) -> dict[str, list[int]]:
     """Rewrite each 2-D depthwise ``Conv`` (one input channel per group, filter an initializer read by that
     node only, explicit or no padding, at most ``_MAX_TAPS`` taps) as shifted products; store its filter as
@@ -127,10 +136,7 @@ def decompose_depthwise(graph: Any, nhwc: bool = False) -> dict[str, list[int]]:
     import numpy as np
     from onnx import helper, numpy_helper
 
-    uses: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
+    uses = input_uses(graph)
     initializers = {t.name: t for t in graph.initializer}
     changed: dict[str, list[int]] = {}
     rewritten = []

@@ -107,10 +107,9 @@ def prelayout_filters(graph: Any) -> dict[str, list[int]]:
     initializers changed: name -> permutation of the source array (the EP stores the weight so)."""
     from onnx import helper, numpy_helper
 
-    uses: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
+    from epctx.providers.iree.depthwise import input_uses
+
+    uses = input_uses(graph)
     initializers = {t.name: t for t in graph.initializer}
     changed: dict[str, list[int]] = {}
     added = []
