@@ -196,16 +196,21 @@ def settle() -> None:
             settler.join()
 
 
-_controller: Any = None  # threadpoolctl's ThreadpoolController, made at the first limited run
+# threadpoolctl's ThreadpoolController (made at the first limited run) and len(sys.modules) when it was made: it
+# knows the BLAS libraries loaded then, so it is made again after imports (scipy, torch... may load another BLAS,
+# which a stale controller would leave unlimited); len(sys.modules) is a cheap sign that something was imported.
+_controller: Any = None
+_modules_seen = -1
 
 
 @contextlib.contextmanager
 def thread_limit(threads: int) -> Iterator[None]:
-    """numpy's BLAS limited to ``threads`` threads inside the block (a session's ``intra_op_num_threads``).
-    Process-wide while it lasts, as BLAS's own setting is; without threadpoolctl, a warning and no limit."""
-    global _controller
+    """numpy's BLAS (and every other BLAS loaded) limited to ``threads`` threads inside the block (a session's
+    ``intra_op_num_threads``). Process-wide while it lasts, as BLAS's own setting is; without threadpoolctl, a
+    warning and no limit."""
+    global _controller, _modules_seen
     settle()  # not above one thread while a backend's import-time fork may still come
-    if _controller is None:
+    if _controller is None or len(sys.modules) != _modules_seen:
         with _lock:
             try:
                 from threadpoolctl import ThreadpoolController
@@ -215,8 +220,9 @@ def thread_limit(threads: int) -> Iterator[None]:
                 )
                 yield
                 return
-            if _controller is None:
+            if _controller is None or len(sys.modules) != _modules_seen:
                 _controller = ThreadpoolController()
+                _modules_seen = len(sys.modules)
     limiter = _controller.limit(limits=threads, user_api="blas")
     try:
         yield
