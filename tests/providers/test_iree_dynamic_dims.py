@@ -57,6 +57,16 @@ def test_dynamic_depthwise_model_whole_on_iree_and_cached(caplog: pytest.LogCapt
     assert again.get_partitions() == sess.get_partitions()
     assert "compiled before in this process" in caplog.text
     assert "compiling 3 node(s)" not in caplog.text
+    # whole, but with dynamic dims: the log says that stating the sizes gives faster code, and which --dim
+    assert "compiles this model with dynamic dimensions" in caplog.text
+    assert "--dim N=1" in caplog.text and "--dim H=N" in caplog.text
+    caplog.clear()
+    stated = epctx.SessionOptions()
+    for name, size in (("N", 1), ("H", 5), ("W", 7)):
+        stated.add_free_dimension_override_by_name(name, size)
+    with caplog.at_level(logging.INFO, logger="epctx"):
+        epctx.InferenceSession(data, stated, providers=[EP])
+    assert "dynamic dimensions" not in caplog.text
 
 
 def _cls_model() -> Path:
