@@ -50,6 +50,12 @@ def _processes_under(folder: Path) -> dict[int, str]:
     return found
 
 
+def _runs_iree_compile(cmdline: str) -> bool:
+    """A process running iree-compile (a process between fork and exec, or exiting, shows an empty command line)."""
+    words = cmdline.split()
+    return bool(words) and words[0].endswith("iree-compile")
+
+
 def _ended(folder: Path) -> bool:
     """A job folder whose compile ran to its end: a result, or a module with bytes in it (iree-compile creates
     its output file, empty, when it starts)."""
@@ -85,7 +91,7 @@ def test_killed_compile_leaves_no_process_and_no_folder(tmp_path: Path) -> None:
     child = _compile(model, tmpdir)
     try:
         compiling = _wait_for(
-            lambda: [p for p, c in _processes_under(tmpdir).items() if c.split()[0].endswith("iree-compile")],
+            lambda: [p for p, c in _processes_under(tmpdir).items() if _runs_iree_compile(c)],
             timeout=120,
             step=0.01,
         )
