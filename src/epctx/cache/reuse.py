@@ -61,8 +61,7 @@ def session_key(
 def reusable(ctx: Path, key: str) -> bool:
     """Whether the context model at ``ctx`` was compiled under ``key`` and its verdict here is optimal."""
     from epctx.cache.scan import read_mapped, scan_model
-    from epctx.cache.verdicts import check_model
-    from epctx.ep import OrtCompiledModelCompatibility as Compat
+    from epctx.cache.verdicts import serves_here
 
     if not ctx.is_file():
         return False
@@ -77,14 +76,7 @@ def reusable(ctx: Path, key: str) -> bool:
                 key,
             )
             return False
-        verdict = check_model(ctx)
+        return serves_here(ctx, "epctx.context_reuse:")
     except (EPCtxError, OSError, ValueError) as exc:
         logger.warning("epctx.context_reuse: %s cannot be read (%s); compiling it again", ctx, exc)
         return False
-    if verdict.status in (Compat.EP_SUPPORTED_OPTIMAL, Compat.EP_NOT_APPLICABLE):
-        return True
-    logger.warning(
-        "epctx.context_reuse: %s is %s here; compiling it again: %s",
-        ctx, verdict.status.name, " | ".join(verdict.lines()[1:]),
-    )  # fmt: skip
-    return False

@@ -69,20 +69,12 @@ def _ms(started: float) -> float:
 
 def _usable(entry: CacheEntry) -> Path | None:
     """The current generation's context model when its verdict here is optimal (else None: recompile)."""
-    from epctx.cache.verdicts import check_model
-    from epctx.ep._compatibility import OrtCompiledModelCompatibility as Compat
+    from epctx.cache.verdicts import serves_here
 
     ctx = entry.current()
     if ctx is None:
         return None
-    verdict = check_model(ctx)
-    if verdict.status in (Compat.EP_SUPPORTED_OPTIMAL, Compat.EP_NOT_APPLICABLE):
-        return ctx
-    logger.warning(
-        "epctx.context_cache: the cached context %s is %s here; compiling it again: %s",
-        ctx, verdict.status.name, " | ".join(verdict.lines()[1:]),
-    )  # fmt: skip
-    return None
+    return ctx if serves_here(ctx, "epctx.context_cache: the cached context") else None
 
 
 def _compile(

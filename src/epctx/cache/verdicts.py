@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from epctx.ep._context_node import EPContextNode
     from epctx.ep._devices import HardwareDevice
 
-__all__ = ["DeviceVerdict", "ModelVerdict", "NodeVerdict", "check_model", "device_label"]
+__all__ = ["DeviceVerdict", "ModelVerdict", "NodeVerdict", "check_model", "device_label", "serves_here"]
 
 _FINDINGS = (
     OrtCompiledModelCompatibility.EP_SUPPORTED_PREFER_RECOMPILATION,
@@ -151,6 +151,23 @@ def check_model(model: str | Path, ep_name: str | None = None) -> ModelVerdict:
         main = mains.get(routed, view)
         nodes.append(_judge_view(view, main, headers.get(main.name), routed, metadata, path.parent))
     return ModelVerdict(str(path), tuple(nodes))
+
+
+def serves_here(ctx: Path, what: str) -> bool:
+    """Whether the context model at ``ctx`` may be served as it is: its verdict here is optimal (or not
+    applicable); otherwise a warning, ``what`` naming it ("epctx.context_cache: the cached context"), says why
+    it is compiled again."""
+    import logging
+
+    verdict = check_model(ctx)
+    if verdict.status in (OrtCompiledModelCompatibility.EP_SUPPORTED_OPTIMAL,
+                          OrtCompiledModelCompatibility.EP_NOT_APPLICABLE):  # fmt: skip
+        return True
+    logging.getLogger("epctx").warning(
+        "%s %s is %s here; compiling it again: %s",
+        what, ctx, verdict.status.name, " | ".join(verdict.lines()[1:]),
+    )  # fmt: skip
+    return False
 
 
 def _ep_for(source: str) -> str | None:
