@@ -1,9 +1,13 @@
 """The measured rule on IREE itself (``epctx.partition.measured_rule=1``): a partition IREE runs slower than the
 CPU EP (ten element-wise ops on a 4x4 tensor: a call into an IREE module costs more than the numpy kernels) is
-handed back with the measured times; depthwise convolutions, where IREE's code is several times faster than
-the CPU EP's, stay on IREE. Results match onnxruntime either way."""
+handed back with the measured times; for depthwise convolutions the verdict depends on this machine's two
+kernels (the CPU EP's depthwise code got several times faster since this was written), so that test holds the
+rule to what it measured rather than to one outcome. The decision itself is tested deterministically with a
+slow test EP in tests/test_partition_measured_rule.py. Results match onnxruntime either way."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import onnx
@@ -72,9 +76,18 @@ def test_a_partition_iree_runs_slower_is_handed_back() -> None:
     _close(sess, model, (4, 4))
 
 
-def test_a_partition_iree_runs_faster_stays_on_iree() -> None:
+def test_depthwise_convolutions_go_where_the_measurement_says() -> None:
+    from epctx.partition.measured import MARGIN
+
     model = _depthwise()
     sess = _session(model)
-    assert sess.get_partitions() == [(EP, [""] * 6)], sess.get_partitions()
-    assert sess.get_fallback_reasons() == {}
+    placed = sess.get_node_placement()
+    if sess.get_partitions() == [(EP, [""] * 6)]:  # kept: IREE was not slower by more than the margin
+        assert sess.get_fallback_reasons() == {} and all(p.provider == EP for p in placed)
+    else:  # handed back whole, with times that show IREE slower by more than the margin
+        assert all(p.provider == CPU for p in placed), sess.get_partitions()
+        (ep, why), *_ = placed[0].declined
+        found = re.match(rf"measured: {EP} ([0-9.e+-]+) ms vs {CPU} ([0-9.e+-]+) ms", why)
+        assert ep == EP and found, why
+        assert float(found[1]) > float(found[2]) * MARGIN * 0.99, why  # 3 significant digits shown
     _close(sess, model, (1, 64, 64, 64))
