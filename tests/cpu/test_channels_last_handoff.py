@@ -250,9 +250,9 @@ def test_residual_add_passes_channels_last_on(monkeypatch: pytest.MonkeyPatch) -
 
     ran: list[tuple[int, ...]] = []
 
-    def spy(plan: Any, *args: Any) -> Any:
+    def spy(plan: Any, *args: Any, **kwargs: Any) -> Any:
         ran.append(plan.w_shape)
-        return real(plan, *args)
+        return real(plan, *args, **kwargs)
 
     real = conv._channels_last
     monkeypatch.setattr(conv, "_channels_last", spy)
@@ -272,3 +272,45 @@ def test_residual_add_passes_channels_last_on(monkeypatch: pytest.MonkeyPatch) -
         assert (values["p"] in layout.HANDOFFS) == (outputs == ["z"])
         # the depthwise conv, then the projection when the Add is no graph output
         assert ran == ([(C, 1, 3, 3), (C, C, 1, 1)] if outputs == ["z"] else [(C, 1, 3, 3)])
+
+
+def _weights(sess: Any) -> list[Any]:
+    """The Conv kernels' Weights (kernels/conv_weights.py), from their closures."""
+    from epctx.providers.cpu.kernels.conv_weights import Weights
+
+    return [c for fn, *_ in sess._plan.steps for c in _closure_cells(fn) if isinstance(c, Weights)]
+
+
+@pytest.mark.parametrize("bias", ["constant", "graph input"])
+def test_first_conv_adds_a_constant_bias_in_its_gemm(bias: str) -> None:
+    """The im2col conv handing over channels-last adds a constant bias in its GEMM (a row of ones under the
+    columns, the bias a last weight column; with HardSwish the prescaled bias); a bias fed at run time is
+    added after the GEMM, each run's own."""
+    nodes = [
+        helper.make_node("Conv", ["x", "f_w", "f_b"], ["f_pre"], pads=[1] * 4, strides=[2, 2]),
+        helper.make_node("HardSwish", ["f_pre"], ["f"]),
+        helper.make_node("Conv", ["f", "dw_w", "dw_b"], ["y"], group=C, pads=[1] * 4, name="dw"),
+        _pw("y", "z", "pw"),
+    ]
+    inits = [_init("f_w", C, 3, 3, 3), _init("dw_w", C, 1, 3, 3), _init("dw_b", C)]
+    inits += [_init("pw_w", 24, C, 1, 1), _init("pw_b", 24)]
+    inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 160, 150])]
+    if bias == "constant":
+        inits.append(_init("f_b", C))
+    else:
+        inputs.append(helper.make_tensor_value_info("f_b", onnx.TensorProto.FLOAT, [C]))
+    graph = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)], inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = epctx.InferenceSession(model.SerializeToString())
+    for _ in range(2):  # a bias fed at run time differs from run to run
+        feed = {"x": RNG.standard_normal((1, 3, 160, 150)).astype(np.float32)}
+        if bias != "constant":
+            feed["f_b"] = RNG.standard_normal(C).astype(np.float32)
+        ours = sess.run(None, feed)[0]
+        np.testing.assert_allclose(ours, run_ort(model, feed)[0], atol=1e-4, rtol=1e-4)
+    assert [p.nhwc for p in _conv_plans(sess) if p.w_shape[1] == 3] == ["im2col"]
+    first = [w for w in _weights(sess) if w.w is not None and w.w.shape[1] == 3]
+    assert len(first) == 1
+    assert ("w2_bias" in first[0].settled()[0]) == (bias == "constant")
