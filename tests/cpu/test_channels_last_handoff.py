@@ -314,3 +314,61 @@ def test_first_conv_adds_a_constant_bias_in_its_gemm(bias: str) -> None:
     first = [w for w in _weights(sess) if w.w is not None and w.w.shape[1] == 3]
     assert len(first) == 1
     assert ("w2_bias" in first[0].settled()[0]) == (bias == "constant")
+
+
+@pytest.mark.parametrize(
+    ("c", "k", "stride", "pads", "size"),
+    [
+        (3, 3, 2, [1, 1, 1, 1], (160, 150)),  # a network's first conv
+        (3, 3, 2, [0, 0, 0, 0], (161, 151)),  # no padding, odd sizes
+        (3, 3, 2, [1, 0, 0, 1], (160, 147)),  # asymmetric padding
+        (1, 5, 2, [2, 2, 2, 2], (140, 133)),
+        (2, 3, 3, [1, 2, 2, 1], (200, 190)),  # stride 3
+        (1, 5, 2, [3, 3, 3, 3], (130, 130)),  # padding past the kernel's reach on one side
+    ],
+)
+def test_strided_first_conv_columns_from_a_phase_split(
+    c: int, k: int, stride: int, pads: list[int], size: tuple[int, int]
+) -> None:
+    """The im2col conv handing over channels-last builds a strided conv's columns from a phase split of its
+    input (kernels/im2col.py): outputs as onnxruntime's for strides 2 and 3, odd sizes, asymmetric and large
+    padding."""
+    nodes = [
+        helper.make_node("Conv", ["x", "f_w", "f_b"], ["f"], pads=pads, strides=[stride, stride]),
+        helper.make_node("Conv", ["f", "dw_w", "dw_b"], ["y"], group=C, pads=[1] * 4, name="dw"),
+        _pw("y", "z", "pw"),
+    ]
+    inits = [_init("f_w", C, c, k, k), _init("f_b", C), _init("dw_w", C, 1, 3, 3), _init("dw_b", C)]
+    inits += [_init("pw_w", 24, C, 1, 1), _init("pw_b", 24)]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, *size])],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = epctx.InferenceSession(model.SerializeToString())
+    x = RNG.standard_normal((1, c, *size)).astype(np.float32)
+    ours = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-4, rtol=1e-4)
+    assert [p.nhwc for p in _conv_plans(sess) if p.group == 1 and p.w_shape[1] == c] == ["im2col"]
+
+
+def test_phase_columns_equal_the_window_view_columns() -> None:
+    """kernels/im2col.py against the plain im2col copy, value for value, over strides and paddings."""
+    from epctx.providers.cpu.kernels.im2col import phase_cols, phase_cols_fit
+    from epctx.providers.cpu.kernels.windows import pad_input, spatial_geometry, window_view
+
+    for stride, k, pads, size in [
+        (2, 3, [1, 1, 1, 1], (9, 8)),
+        (3, 5, [2, 0, 1, 3], (11, 13)),
+        (2, 2, [0] * 4, (6, 7)),
+    ]:
+        x = RNG.standard_normal((1, 2, *size)).astype(np.float32)
+        geo = spatial_geometry(size, (k, k), (stride, stride), (1, 1), pads, "NOTSET")
+        assert phase_cols_fit(x.shape, geo)
+        expected = np.ascontiguousarray(window_view(pad_input(x, geo), geo)).reshape(2 * k * k, -1)
+        cols = np.full_like(expected, np.nan)
+        phase_cols(x, geo, cols)
+        np.testing.assert_array_equal(cols, expected)

@@ -22,6 +22,7 @@ from epctx.providers.cpu import fusion, layout, parallel
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
 from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
+from epctx.providers.cpu.kernels.im2col import phase_cols, phase_cols_fit
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
     Geometry,
@@ -348,14 +349,17 @@ class _ConvPlan:
                 w2 = prep["w2_bias"] = np.concatenate(
                     [prep["w2"], bias.reshape(-1, 1).astype(prep["w2"].dtype)], 1
                 )
-        xp = pad_input(x, self.geo)
-        view = window_view(xp, self.geo)  # (1, C, *K, *out)
-        k = view.size // self.l_out
-        scratch = SCRATCH.take((w2.shape[1], self.l_out), view.dtype)
-        np.copyto(scratch[:k].reshape(view.shape), view)
+        k = x.shape[1] * math.prod(self.geo.kernel)
+        scratch = SCRATCH.take((w2.shape[1], self.l_out), x.dtype)
+        if phase_cols_fit(x.shape, self.geo):  # strided: from a phase split of the input (im2col.py)
+            phase_cols(x, self.geo, scratch[:k])
+        else:
+            xp = pad_input(x, self.geo)
+            view = window_view(xp, self.geo)  # (1, C, *K, *out)
+            np.copyto(scratch[:k].reshape(view.shape), view)
+            release_padded(x, xp)
         if bias is not None:
             scratch[k] = 1
-        release_padded(x, xp)
         y = np.empty((1, *self.geo.out, w2.shape[0]), dtype=np.result_type(w2.dtype, scratch.dtype))
         np.matmul(scratch.T, w2.T, out=y.reshape(self.l_out, w2.shape[0]))
         SCRATCH.give(scratch)
