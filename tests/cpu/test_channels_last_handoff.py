@@ -372,3 +372,22 @@ def test_phase_columns_equal_the_window_view_columns() -> None:
         cols = np.full_like(expected, np.nan)
         phase_cols(x, geo, cols)
         np.testing.assert_array_equal(cols, expected)
+
+
+@pytest.mark.parametrize("source", ["channels-last", "NCHW"])
+def test_layout_copies_of_many_tiles(source: str) -> None:
+    """depthwise._copy_in_tiles: one copy where both sides run along C in memory, row tiles where the source
+    is an NCHW array seen channels-last; the same values either way (sizes of many tiles)."""
+    from epctx.providers.cpu.kernels.depthwise import _TILE_VALUES, _copy_in_tiles
+
+    x = RNG.standard_normal((1, 24, 60, 50)).astype(np.float32)  # (N, C, H, W)
+    assert x.size > 4 * _TILE_VALUES
+    src = (
+        np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        if source == "channels-last"
+        else x.transpose(0, 2, 3, 1)
+    )
+    buf = np.zeros((1, 62, 52, 24), np.float32)
+    _copy_in_tiles(buf[:, 1:61, 1:51], src)
+    np.testing.assert_array_equal(buf[:, 1:61, 1:51], x.transpose(0, 2, 3, 1))
+    assert not buf[:, 0].any() and not buf[:, :, 0].any() and not buf[:, 61].any() and not buf[:, :, 51].any()
