@@ -391,3 +391,20 @@ def test_layout_copies_of_many_tiles(source: str) -> None:
     _copy_in_tiles(buf[:, 1:61, 1:51], src)
     np.testing.assert_array_equal(buf[:, 1:61, 1:51], x.transpose(0, 2, 3, 1))
     assert not buf[:, 0].any() and not buf[:, :, 0].any() and not buf[:, 61].any() and not buf[:, :, 51].any()
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_padded_buffers_are_reused_with_their_padding_zero(stride: int) -> None:
+    """A depthwise conv's padded buffer goes back to depthwise._PADDED with its padding zero and the next call
+    (of this conv, or of another of the same geometry: two sessions here) writes only where its input lands:
+    runs on different inputs, alternating between the sessions, match onnxruntime each time."""
+    from epctx.providers.cpu.kernels import depthwise
+
+    model = _model([*_dw("y", stride=stride, k=5), _pw("y", "z", "pw")], ["z"], k=5)
+    sessions = [epctx.InferenceSession(model) for _ in range(2)]
+    for step in range(4):
+        x = RNG.standard_normal((1, C, 14, 18)).astype(np.float32) + step
+        ours = sessions[step % 2].run(None, {"x": x})[0]
+        np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-4, rtol=1e-4)
+        kept = [b for bufs in depthwise._PADDED._free.values() for b in bufs if b.shape[-1] == C]
+        assert kept  # given back for the next call
