@@ -250,9 +250,9 @@ def test_residual_add_passes_channels_last_on(monkeypatch: pytest.MonkeyPatch) -
 
     ran: list[tuple[int, ...]] = []
 
-    def spy(plan: Any, *args: Any) -> Any:
+    def spy(plan: Any, *args: Any, **kwargs: Any) -> Any:
         ran.append(plan.w_shape)
-        return real(plan, *args)
+        return real(plan, *args, **kwargs)
 
     real = conv._channels_last
     monkeypatch.setattr(conv, "_channels_last", spy)
@@ -272,3 +272,139 @@ def test_residual_add_passes_channels_last_on(monkeypatch: pytest.MonkeyPatch) -
         assert (values["p"] in layout.HANDOFFS) == (outputs == ["z"])
         # the depthwise conv, then the projection when the Add is no graph output
         assert ran == ([(C, 1, 3, 3), (C, C, 1, 1)] if outputs == ["z"] else [(C, 1, 3, 3)])
+
+
+def _weights(sess: Any) -> list[Any]:
+    """The Conv kernels' Weights (kernels/conv_weights.py), from their closures."""
+    from epctx.providers.cpu.kernels.conv_weights import Weights
+
+    return [c for fn, *_ in sess._plan.steps for c in _closure_cells(fn) if isinstance(c, Weights)]
+
+
+@pytest.mark.parametrize("bias", ["constant", "graph input"])
+def test_first_conv_adds_a_constant_bias_in_its_gemm(bias: str) -> None:
+    """The im2col conv handing over channels-last adds a constant bias in its GEMM (a row of ones under the
+    columns, the bias a last weight column; with HardSwish the prescaled bias); a bias fed at run time is
+    added after the GEMM, each run's own."""
+    nodes = [
+        helper.make_node("Conv", ["x", "f_w", "f_b"], ["f_pre"], pads=[1] * 4, strides=[2, 2]),
+        helper.make_node("HardSwish", ["f_pre"], ["f"]),
+        helper.make_node("Conv", ["f", "dw_w", "dw_b"], ["y"], group=C, pads=[1] * 4, name="dw"),
+        _pw("y", "z", "pw"),
+    ]
+    inits = [_init("f_w", C, 3, 3, 3), _init("dw_w", C, 1, 3, 3), _init("dw_b", C)]
+    inits += [_init("pw_w", 24, C, 1, 1), _init("pw_b", 24)]
+    inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 160, 150])]
+    if bias == "constant":
+        inits.append(_init("f_b", C))
+    else:
+        inputs.append(helper.make_tensor_value_info("f_b", onnx.TensorProto.FLOAT, [C]))
+    graph = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)], inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = epctx.InferenceSession(model.SerializeToString())
+    for _ in range(2):  # a bias fed at run time differs from run to run
+        feed = {"x": RNG.standard_normal((1, 3, 160, 150)).astype(np.float32)}
+        if bias != "constant":
+            feed["f_b"] = RNG.standard_normal(C).astype(np.float32)
+        ours = sess.run(None, feed)[0]
+        np.testing.assert_allclose(ours, run_ort(model, feed)[0], atol=1e-4, rtol=1e-4)
+    assert [p.nhwc for p in _conv_plans(sess) if p.w_shape[1] == 3] == ["im2col"]
+    first = [w for w in _weights(sess) if w.w is not None and w.w.shape[1] == 3]
+    assert len(first) == 1
+    assert ("w2_bias" in first[0].settled()[0]) == (bias == "constant")
+
+
+@pytest.mark.parametrize(
+    ("c", "k", "stride", "pads", "size"),
+    [
+        (3, 3, 2, [1, 1, 1, 1], (160, 150)),  # a network's first conv
+        (3, 3, 2, [0, 0, 0, 0], (161, 151)),  # no padding, odd sizes
+        (3, 3, 2, [1, 0, 0, 1], (160, 147)),  # asymmetric padding
+        (1, 5, 2, [2, 2, 2, 2], (140, 133)),
+        (2, 3, 3, [1, 2, 2, 1], (200, 190)),  # stride 3
+        (1, 5, 2, [3, 3, 3, 3], (130, 130)),  # padding past the kernel's reach on one side
+    ],
+)
+def test_strided_first_conv_columns_from_a_phase_split(
+    c: int, k: int, stride: int, pads: list[int], size: tuple[int, int]
+) -> None:
+    """The im2col conv handing over channels-last builds a strided conv's columns from a phase split of its
+    input (kernels/im2col.py): outputs as onnxruntime's for strides 2 and 3, odd sizes, asymmetric and large
+    padding."""
+    nodes = [
+        helper.make_node("Conv", ["x", "f_w", "f_b"], ["f"], pads=pads, strides=[stride, stride]),
+        helper.make_node("Conv", ["f", "dw_w", "dw_b"], ["y"], group=C, pads=[1] * 4, name="dw"),
+        _pw("y", "z", "pw"),
+    ]
+    inits = [_init("f_w", C, c, k, k), _init("f_b", C), _init("dw_w", C, 1, 3, 3), _init("dw_b", C)]
+    inits += [_init("pw_w", 24, C, 1, 1), _init("pw_b", 24)]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, *size])],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = epctx.InferenceSession(model.SerializeToString())
+    x = RNG.standard_normal((1, c, *size)).astype(np.float32)
+    ours = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-4, rtol=1e-4)
+    assert [p.nhwc for p in _conv_plans(sess) if p.group == 1 and p.w_shape[1] == c] == ["im2col"]
+
+
+def test_phase_columns_equal_the_window_view_columns() -> None:
+    """kernels/im2col.py against the plain im2col copy, value for value, over strides and paddings."""
+    from epctx.providers.cpu.kernels.im2col import phase_cols, phase_cols_fit
+    from epctx.providers.cpu.kernels.windows import pad_input, spatial_geometry, window_view
+
+    for stride, k, pads, size in [
+        (2, 3, [1, 1, 1, 1], (9, 8)),
+        (3, 5, [2, 0, 1, 3], (11, 13)),
+        (2, 2, [0] * 4, (6, 7)),
+    ]:
+        x = RNG.standard_normal((1, 2, *size)).astype(np.float32)
+        geo = spatial_geometry(size, (k, k), (stride, stride), (1, 1), pads, "NOTSET")
+        assert phase_cols_fit(x.shape, geo)
+        expected = np.ascontiguousarray(window_view(pad_input(x, geo), geo)).reshape(2 * k * k, -1)
+        cols = np.full_like(expected, np.nan)
+        phase_cols(x, geo, cols)
+        np.testing.assert_array_equal(cols, expected)
+
+
+@pytest.mark.parametrize("source", ["channels-last", "NCHW"])
+def test_layout_copies_of_many_tiles(source: str) -> None:
+    """depthwise._copy_in_tiles: one copy where both sides run along C in memory, row tiles where the source
+    is an NCHW array seen channels-last; the same values either way (sizes of many tiles)."""
+    from epctx.providers.cpu.kernels.depthwise import _TILE_VALUES, _copy_in_tiles
+
+    x = RNG.standard_normal((1, 24, 60, 50)).astype(np.float32)  # (N, C, H, W)
+    assert x.size > 4 * _TILE_VALUES
+    src = (
+        np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        if source == "channels-last"
+        else x.transpose(0, 2, 3, 1)
+    )
+    buf = np.zeros((1, 62, 52, 24), np.float32)
+    _copy_in_tiles(buf[:, 1:61, 1:51], src)
+    np.testing.assert_array_equal(buf[:, 1:61, 1:51], x.transpose(0, 2, 3, 1))
+    assert not buf[:, 0].any() and not buf[:, :, 0].any() and not buf[:, 61].any() and not buf[:, :, 51].any()
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_padded_buffers_are_reused_with_their_padding_zero(stride: int) -> None:
+    """A depthwise conv's padded buffer goes back to depthwise._PADDED with its padding zero and the next call
+    (of this conv, or of another of the same geometry: two sessions here) writes only where its input lands:
+    runs on different inputs, alternating between the sessions, match onnxruntime each time."""
+    from epctx.providers.cpu.kernels import depthwise
+
+    model = _model([*_dw("y", stride=stride, k=5), _pw("y", "z", "pw")], ["z"], k=5)
+    sessions = [epctx.InferenceSession(model) for _ in range(2)]
+    for step in range(4):
+        x = RNG.standard_normal((1, C, 14, 18)).astype(np.float32) + step
+        ours = sessions[step % 2].run(None, {"x": x})[0]
+        np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], atol=1e-4, rtol=1e-4)
+        kept = [b for bufs in depthwise._PADDED._free.values() for b in bufs if b.shape[-1] == C]
+        assert kept  # given back for the next call

@@ -28,7 +28,7 @@ import onnx_ir as ir
 from epctx.ep import Kernel, to_numpy
 from epctx.providers.cpu.registry import constant_node_value
 
-__all__ = ["HARD_SWISH_SCALE", "Epilogue", "epilogue_for", "join", "prescaled"]
+__all__ = ["HARD_SWISH_SCALE", "Epilogue", "activation_of", "epilogue_for", "join", "prescaled"]
 
 Activation = Callable[[np.ndarray], None]  # in place
 
@@ -203,6 +203,12 @@ def _unary(node: ir.Node) -> Activation | None:
             return None
         return _clip(*bounds)
     return None
+
+
+def activation_of(node: ir.Node) -> Activation | None:
+    """The in-place activation ``node`` computes (Relu, HardSwish, HardSigmoid, Clip with constant bounds),
+    else None."""
+    return _unary(node)
 
 
 Found = tuple[Activation, list[ir.Node], list[ir.Value]]  # activation, readers, values passed on

@@ -53,6 +53,7 @@ class CPUExecutionProvider(ExecutionProvider):
         return find_factory(domain, node.op_type, opset) is not None or has_reference(node, opset)
 
     def create_kernel(self, ctx: NodeContext) -> Kernel:
+        from epctx.providers.cpu import squeeze
         from epctx.providers.cpu.fusion import join
         from epctx.providers.cpu.layout import built
         from epctx.providers.cpu.reference import reference_kernel
@@ -62,7 +63,7 @@ class CPUExecutionProvider(ExecutionProvider):
         factory = find_factory(info.domain, info.op_type, info.opset)
         if factory is not None:
             built(ctx.node)
-            return join(ctx.node, factory(info))
+            return squeeze.join(ctx.node, join(ctx.node, factory(info)))
         try:
             return reference_kernel(info)
         except NotImplemented:
