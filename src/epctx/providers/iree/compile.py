@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from epctx.ep import CompileGuard, Partition, ir_nodes, partition_model, plan_weights_file
-from epctx.errors import EPFail
+from epctx.errors import EPFail, InvalidArgument
 from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
 from epctx.providers.iree.options import FAST_1D_CONVS, FAST_CODEGEN, REWRITE_DEPTHWISE
 
@@ -163,12 +163,27 @@ def _compile_job(folder: Path, label: str, start: float) -> CompileResult:
     seconds = time.perf_counter() - start
     if not doc["ok"]:
         logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)
+        _refuse_bad_flags(doc["error"])
         return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds)
     vmfb = (folder / "module.vmfb").read_bytes()
     logger.info("%s: compiled in %.1f s (%d bytes of code)", label, seconds, len(vmfb))
     params = tuple((str(a), str(b)) for a, b in doc["params"])
     transposed = {str(k): tuple(int(i) for i in v) for k, v in doc.get("transposed", {}).items()}
     return CompileResult(True, vmfb=vmfb, params=params, transposed=transposed, seconds=seconds)
+
+
+# iree-compile's words for flags it cannot parse (LLVM's command-line library): every compile would fail alike.
+_BAD_FLAG = re.compile(r"iree-compile: (Unknown command line argument|for the -[\w-]+ option: )")
+
+
+def _refuse_bad_flags(error: str) -> None:
+    """A compile that fails on its flags is the user's to fix (provider option ``compile_flags``), not a node
+    IREE declines: raise, rather than let the capability search probe every piece in vain."""
+    found = _BAD_FLAG.search(error)
+    if found is not None:
+        line = error[found.start() :].splitlines()[0]
+        raise InvalidArgument(f"IREEExecutionProvider: iree-compile refuses its flags ({line}); check the "
+                              "provider option compile_flags")  # fmt: skip
 
 
 def compile_partitions(
