@@ -14,7 +14,7 @@ import pytest
 
 from tests.requires import requires
 
-pytestmark = requires("iree.runtime", "iree.compiler")
+pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler")]
 
 _SOURCE = """
 func.func @f(%a: tensor<1x128xf32>) -> (tensor<1x128xf32>, tensor<1x128xf32>) {
