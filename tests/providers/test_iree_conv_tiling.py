@@ -97,3 +97,19 @@ def test_flags_iree_compile_cannot_parse_are_raised_at_once(monkeypatch: pytest.
         with pytest.raises(InvalidArgument, match="iree-compile refuses its flags .*compile_flags"):
             epctx.InferenceSession(_resnet_style(), providers=[(EP, {"compile_flags": bad})])
         assert len(runs) == 1  # no capability search over a model every compile of which would fail alike
+
+
+def test_the_fallback_is_asked_for_unless_fast_codegen_is_0_and_never_reaches_iree_compile() -> None:
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import CONV_TILING_FALLBACK
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    assert CONV_TILING_FALLBACK in IREEExecutionProvider().flags()
+    assert CONV_TILING_FALLBACK not in IREEExecutionProvider({"fast_codegen": "0"}).flags()
+    assert CONV_TILING_FALLBACK not in IREEExecutionProvider({"channels_last": "0"}).flags()
+    graph = ir.from_proto(__import__("onnx").load_from_string(_resnet_style())).graph
+    partition = make_partition("p", EP, graph, list(graph), {"": 17})
+    job = iree_compile._job_flags(partition, IREEExecutionProvider().flags())
+    assert CONV_TILING_FALLBACK not in job and not any(f.startswith("epctx:") for f in job)

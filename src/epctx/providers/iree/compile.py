@@ -23,7 +23,7 @@ from typing import Any
 from epctx.ep import CompileGuard, Partition, ir_nodes, partition_model, plan_weights_file
 from epctx.errors import EPFail, InvalidArgument
 from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
-from epctx.providers.iree.options import FAST_1D_CONVS, FAST_CODEGEN, REWRITE_DEPTHWISE
+from epctx.providers.iree.options import CONV_TILING_FALLBACK, FAST_1D_CONVS, FAST_CODEGEN, REWRITE_DEPTHWISE
 
 __all__ = ["CompileResult", "compile_partitions"]
 
@@ -33,7 +33,9 @@ MIN_OPSET = 17  # IREE's ONNX importer fails on older Softmax / ReduceX semantic
 _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external data, not in the protobuf
 _TIMEOUT_S = 3600
 CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
-REWRITES = frozenset({REWRITE_DEPTHWISE, FAST_1D_CONVS})  # markers among the flags, never for iree-compile
+REWRITES = frozenset(
+    {REWRITE_DEPTHWISE, FAST_1D_CONVS, CONV_TILING_FALLBACK}
+)  # markers among the flags, never for iree-compile
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
 # second session of the same model, or the compile after a capability check, does not compile again.
 _CACHE: dict[str, CompileResult] = {}

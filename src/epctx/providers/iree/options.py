@@ -41,6 +41,7 @@ from epctx.providers.iree.targets import PRESETS, Target, resolve_target
 
 __all__ = [
     "CONV_DATA_TILING",
+    "CONV_TILING_FALLBACK",
     "FAST_1D_CONVS",
     "FAST_CODEGEN",
     "OPTIONS",
@@ -53,6 +54,7 @@ __all__ = [
 # the compile and its cache key see them as they see the flags); ``compile`` takes them out before iree-compile.
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
 FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
+CONV_TILING_FALLBACK = "epctx:conv-tiling-fallback"  # CONV_DATA_TILING where channels-last fails
 # IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul.
 FAST_CODEGEN = (
     "--iree-opt-data-tiling",
