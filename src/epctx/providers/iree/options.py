@@ -21,7 +21,8 @@ them (``depthwise``): IREE's depthwise code is slow in every layout and flag set
 input and kernel are 1 wide along one axis), where IREE's direct convolution code is slowest (magika's 5x1 \
 convolution over a 1-wide image: 538 ms alone, 7.9 ms so; magika 243 -> 34 ms a run); ``1``: every partition \
 (ResNet-18 and a YOLO slower, the YOLO's compile 19 -> 128 s, PP-OCRv4 det does not compile: \
-benchmarks/bench_iree_flags.py); ``0``: never |
+benchmarks/bench_iree_flags.py); ``0``: never (nor the convolution data tiling that replaces channels-last where \
+it fails: ``CONV_DATA_TILING``) |
 | ``compile_flags`` | none | more ``iree-compile`` flags, space-separated (tuning; they change code, not results) |
 | ``capability_budget_s`` | ``30`` | seconds the capability check may spend finding which nodes IREE takes \
 when the model does not compile whole (the nodes not decided then run on the next EP) |
