@@ -104,16 +104,17 @@ def _error_text(exc: BaseException) -> str:
 
 
 def stated_dims(model: Path, feed: dict[str, np.ndarray]) -> dict[str, int]:
-    """Each named dynamic dimension of the model's inputs -> its size in ``feed`` (``--state-dims``)."""
+    """Each named dynamic dimension of the model's inputs -> its size in ``feed`` (``--state-dims``); a name the
+    feed gives two sizes (PP-OCR cls: height and width both ``?``) is left dynamic."""
     import onnx
 
-    sizes: dict[str, int] = {}
+    sizes: dict[str, set[int]] = {}
     for value in onnx.load(str(model), load_external_data=False).graph.input:
         if value.name in feed:
             for axis, dim in enumerate(value.type.tensor_type.shape.dim):
                 if dim.dim_param and axis < feed[value.name].ndim:
-                    sizes[dim.dim_param] = int(feed[value.name].shape[axis])
-    return sizes
+                    sizes.setdefault(dim.dim_param, set()).add(int(feed[value.name].shape[axis]))
+    return {name: next(iter(found)) for name, found in sizes.items() if len(found) == 1}
 
 
 def _options(threads: int, dims: dict[str, int] | None = None) -> Any:
