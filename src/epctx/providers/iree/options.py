@@ -17,7 +17,8 @@ them (``depthwise``): IREE's depthwise code is slow in every layout and flag set
 1x64x64x64: 33-46 ms, rewritten 0.83 ms); their filters are stored in that layout at compile |
 | ``fast_codegen`` | ``auto`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
 --iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``). \
-``auto``: for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
+``auto``: data tiling and microkernels (``MATMUL_DATA_TILING``) for the partitions with matrix products or \
+convolutions whose shapes are all known, and all three for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
 input and kernel are 1 wide along one axis), where IREE's direct convolution code is slowest (magika's 5x1 \
 convolution over a 1-wide image: 538 ms alone, 7.9 ms so; magika 243 -> 34 ms a run); ``1``: every partition \
 (ResNet-18 and a YOLO slower, the YOLO's compile 19 -> 128 s, PP-OCRv4 det does not compile: \
