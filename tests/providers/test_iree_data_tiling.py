@@ -188,3 +188,20 @@ def test_a_compile_that_fails_with_data_tiling_is_tried_again_without(
     assert "again without it" in caplog.text
     x = np.ones((4, 32), np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], run_ort(data, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_the_users_own_flags_win_over_epctx_data_tiling() -> None:
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import with_flags
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    graph = ir.from_proto(onnx.load_from_string(_matmuls([4, 32]))).graph
+    partition = make_partition("p", EP, graph, list(graph), {"": 17})
+    ep = IREEExecutionProvider({"compile_flags": "--iree-llvmcpu-enable-ukernels=none"})
+    job = iree_compile._job_flags(partition, ep.flags())
+    assert "--iree-llvmcpu-enable-ukernels=none" in job and "--iree-llvmcpu-enable-ukernels=all" not in job
+    assert "--iree-dispatch-creation-data-tiling" in job  # the rest of it
+    assert with_flags(["--a=1", "--b"], ["--a=2", "--c", "--c=x"]) == ["--a=1", "--b", "--c", "--c=x"]

@@ -30,6 +30,7 @@ from epctx.providers.iree.options import (
     MATMUL_DATA_TILING,
     REWRITE_DEPTHWISE,
     STATIC_DATA_TILING,
+    with_flags,
 )
 
 __all__ = ["CompileResult", "compile_partitions"]
@@ -93,9 +94,9 @@ def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
     shapes are known when ``STATIC_DATA_TILING`` does."""
     kept = [f for f in flags if f not in REWRITES]
     if FAST_1D_CONVS in flags and any(_one_dimensional(n) for n in ir_nodes(partition.nodes)):
-        kept += [f for f in FAST_CODEGEN if f not in kept]
+        kept = with_flags(kept, FAST_CODEGEN)
     if STATIC_DATA_TILING in flags and _static_products(partition) and FAST_CODEGEN[0] not in kept:
-        kept += [f for f in MATMUL_DATA_TILING if f not in kept]
+        kept = with_flags(kept, MATMUL_DATA_TILING)
     return kept
 
 

@@ -36,7 +36,7 @@ it when given |
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from epctx.ep import Option, parse_options
 from epctx.providers.iree.targets import PRESETS, Target, resolve_target
@@ -52,6 +52,7 @@ __all__ = [
     "REWRITE_DEPTHWISE",
     "IREEOptions",
     "parse",
+    "with_flags",
 ]
 
 # Graph rewrites the compile worker makes before IREE imports the model are asked for among the flags (the probes,
@@ -86,6 +87,14 @@ CONV_DATA_TILING = (
     ),
     "--iree-llvmcpu-enable-ukernels=all",
 )
+
+
+def with_flags(flags: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``flags`` and those of ``extra`` whose option ``flags`` does not set already: a flag given twice is an
+    error of iree-compile's, and the user's own (provider option ``compile_flags``) wins over epctx's."""
+    given = {flag.split("=", 1)[0] for flag in flags}
+    return [*flags, *(flag for flag in extra if flag.split("=", 1)[0] not in given)]
+
 
 _NAME = "IREEExecutionProvider"
 OPTIONS = (

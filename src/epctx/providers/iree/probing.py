@@ -40,7 +40,7 @@ import onnx_ir as ir
 from epctx.ep import CompileGuard, Partition, fused_groups, make_partition
 from epctx.providers.iree.capability import is_unfit_boundary, runtime_shape, short_error, unfit_boundary
 from epctx.providers.iree.compile import CompileResult, compile_partitions
-from epctx.providers.iree.options import CONV_DATA_TILING, CONV_TILING_FALLBACK
+from epctx.providers.iree.options import CONV_DATA_TILING, CONV_TILING_FALLBACK, with_flags
 
 __all__ = ["Probes", "Verdict", "check_nodes"]
 
@@ -194,7 +194,7 @@ def _first_compile(
         # ONNX's layout, with IREE's convolution data tiling unless fast_codegen=0 (options.CONV_DATA_TILING):
         # 3.5x faster than without
         tiling = CONV_DATA_TILING if CONV_TILING_FALLBACK in flags else ()
-        plain = (*(f for f in flags if f != layout_flag), *(f for f in tiling if f not in flags))
+        plain = tuple(with_flags([f for f in flags if f != layout_flag], tiling))
         again = search.compile([groups[k] for k in failed], plain)
         if any(r.ok for _, r in again):
             logger.info(
