@@ -160,22 +160,13 @@ def check_nodes(
         if hint:
             for node, why in verdict.declined.items():
                 verdict.declined[node] = f"{why}. {hint}"
-    elif _slow_dynamic(graph, verdict):
+    elif any(n.op_type in _SIZE_SENSITIVE for n in verdict.claimed) and _has_dynamic_dims(graph):
         logger.warning(
             "%s compiles this model with dynamic dimensions: IREE's code for its convolutions / matrix products is "
             "much slower without the sizes (magika's shipped model, dynamic batch: 201 ms a run; batch stated: "
             "7.7 ms). %s", ep_name, _dims_hint(graph, "for faster code"),
         )  # fmt: skip
     return verdict
-
-
-def _slow_dynamic(graph: ir.Graph, verdict: Verdict) -> bool:
-    """IREE's code for the claimed nodes is much slower than it would be with the sizes stated: convolutions or
-    matrix products with dynamic dimensions, unless compiled with convolution data tiling (the fallback of a
-    failed channels-last: ResNet-18 so, dynamic batch, 41 ms a run; the batch stated, channels-last, 61 ms)."""
-    if set(CONV_DATA_TILING) <= set(verdict.probes.flags):
-        return False
-    return any(n.op_type in _SIZE_SENSITIVE for n in verdict.claimed) and _has_dynamic_dims(graph)
 
 
 # Ops whose IREE code is much faster with the sizes known (data tiling, microkernels, im2col need static shapes).
