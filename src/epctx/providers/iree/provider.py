@@ -40,7 +40,14 @@ from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree import compatibility
 from epctx.providers.iree.compatibility import iree_version
 from epctx.providers.iree.context import read_meta, write_entries
-from epctx.providers.iree.options import FAST_1D_CONVS, FAST_CODEGEN, REWRITE_DEPTHWISE, parse
+from epctx.providers.iree.options import (
+    CONV_TILING_FALLBACK,
+    FAST_1D_CONVS,
+    FAST_CODEGEN,
+    REWRITE_DEPTHWISE,
+    STATIC_DATA_TILING,
+    parse,
+)
 from epctx.providers.iree.params import Parameters
 from epctx.providers.iree.runtime import CompiledIREE, Runner, load_module
 from epctx.providers.iree.targets import missing_features
@@ -133,7 +140,9 @@ class IREEExecutionProvider(ExecutionProvider):
         if self.config.fast_codegen == "1":
             flags += FAST_CODEGEN
         elif self.config.fast_codegen == "auto":
-            flags.append(FAST_1D_CONVS)
+            flags += [FAST_1D_CONVS, STATIC_DATA_TILING]
+        if self.config.channels_last and self.config.fast_codegen != "0":
+            flags.append(CONV_TILING_FALLBACK)
         return flags + shlex.split(self.config.compile_flags)
 
     # -- capability -----------------------------------------------------------------------------------

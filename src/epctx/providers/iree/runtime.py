@@ -145,7 +145,30 @@ class Runner:
                 raise EPFail(f"{self.where}: IREE failed to run it: {exc}") from exc
             if not isinstance(results, (tuple, list)):
                 results = (results,)
-            return [np.asarray(r.to_host()) if hasattr(r, "to_host") else np.asarray(r) for r in results]
+            return [_host_array(r) for r in results]
+
+
+class _Holder:
+    """The numpy array interface of an IREE result mapped to the host, holding the result and its mapping: an
+    array made from it keeps both alive (``np.asarray(holder).base is holder``)."""
+
+    __slots__ = ("__array_interface__", "_keep")
+
+    def __init__(self, mapped: np.ndarray, result: Any) -> None:
+        self.__array_interface__ = mapped.__array_interface__
+        self._keep = (mapped, result)
+
+
+def _host_array(result: Any) -> np.ndarray:
+    """A result of an IREE call as a numpy array, not copied. IREE maps a host-visible result's buffer
+    (``DeviceArray.to_host``), and the mapped array alone does not keep that buffer's memory: once the result
+    is dropped, the memory is reused while the array still reads it (MiniLM with its pooling on the CPU EP
+    after an IREE partition: sentence embeddings 0.17-0.28 off, different each run). The array holds the
+    result."""
+    if not hasattr(result, "to_host"):
+        return np.asarray(result)
+    mapped = result.to_host()
+    return np.asarray(_Holder(mapped, result)) if isinstance(mapped, np.ndarray) else np.asarray(mapped)
 
 
 class CompiledIREE:

@@ -28,7 +28,7 @@ from typing import Any
 
 from epctx.providers.iree.lifeline import die_with_parent, with_parent
 
-__all__ = ["PARAMS_SCOPE", "RUNTIME_SHAPE", "SHAPELESS", "main"]
+__all__ = ["PARAMS_SCOPE", "RUNTIME_EXPONENT", "RUNTIME_SHAPE", "SHAPELESS", "main"]
 
 PARAMS_SCOPE = "model"
 _MIN_ELEMENTS = (
@@ -45,6 +45,13 @@ SHAPELESS = (
 RUNTIME_SHAPE = (
     "value {name!r}, the shape operand of Reshape {node!r}, would enter the partition at run time: IREE's "
     "Reshape mishandles -1 and 0 in a shape it does not know when compiling"
+)
+# ... and one whose input is the exponent of a Pow in it: IREE computes a power whose exponent it does not know
+# when compiling as exp(y * log(x)), NaN for every negative base (the tiny LLM's RMS norm, x ** 2, in pieces: NaN
+# logits), where ONNX's Pow squares it
+RUNTIME_EXPONENT = (
+    "value {name!r}, the exponent of Pow {node!r}, would enter the partition at run time: IREE's power with an "
+    "exponent it does not know when compiling is NaN for a negative base"
 )
 
 
@@ -84,8 +91,9 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
 
 
 def _check_boundaries(model: Any) -> None:
-    """Refuse what IREE would misread: a boundary tensor without a shape (imported as a scalar) and a Reshape
-    whose shape comes from outside the partition (IREE 3.x mishandles -1 / 0 in a shape known only at run)."""
+    """Refuse what IREE would misread: a boundary tensor without a shape (imported as a scalar), a Reshape
+    whose shape comes from outside the partition (IREE 3.x mishandles -1 / 0 in a shape known only at run) and a
+    Pow whose exponent does (NaN for a negative base)."""
     for value in [*model.graph.input, *model.graph.output]:  # IREE reads a tensor without a shape as a scalar
         if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
             raise ValueError(SHAPELESS.format(name=value.name))
@@ -93,6 +101,8 @@ def _check_boundaries(model: Any) -> None:
     for node in model.graph.node:
         if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and node.input[1] in inputs:
             raise ValueError(RUNTIME_SHAPE.format(name=node.input[1], node=node.name))
+        if node.op_type == "Pow" and node.domain in ("", "ai.onnx") and node.input[1] in inputs:
+            raise ValueError(RUNTIME_EXPONENT.format(name=node.input[1], node=node.name))
 
 
 # ONNX's OIHW filter -> HWIO ("HWCF"), the layout IREE's channels-last conversion gives a 2-D convolution's filter.
