@@ -62,6 +62,6 @@ def test_bench_row_measures_a_real_model(tmp_path: Path) -> None:
 
 def test_bench_cell_reports_a_timeout_as_such(tmp_path: Path) -> None:
     path = materialise("ppocr_cls", tmp_path)
-    args = argparse.Namespace(budget=0.01, steady=0.1, openblas_coretype=None, threads=0)
+    args = argparse.Namespace(budget=0.01, steady=0.1, openblas_coretype=None, threads=0, state_dims=False)
     row = bench_corpus.bench_cell("ppocr_cls", path, "CPUExecutionProvider", args)
     assert row["compiles"].startswith("timeout")
