@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from epctx.ep import CompileGuard, Partition
-from epctx.providers.iree import probing
+from epctx.providers.iree import probing, search
 from epctx.providers.iree.compile import CompileResult
 
 EP = "IREEExecutionProvider"
@@ -66,7 +66,7 @@ def _check(
             results.append(CompileResult(ok, stage="" if ok else "compile", error="" if ok else "error: no"))
         return results
 
-    monkeypatch.setattr(probing, "compile_partitions", fake)
+    monkeypatch.setattr(search, "compile_partitions", fake)
     verdict = probing.check_nodes(
         EP,
         graph,

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from epctx.ep import CompileGuard, Partition
-from epctx.providers.iree import probing
+from epctx.providers.iree import probing, search
 from epctx.providers.iree.blame import named_nodes
 from epctx.providers.iree.compile import CompileResult
 from epctx.providers.iree.probe_cache import probe_key
@@ -75,8 +75,8 @@ def _search(
     monkeypatch: pytest.MonkeyPatch, graph: ir.Graph, fake: FakeIREE, *, budget_s: float = 30,
     flags: Sequence[str] = (),
 ) -> probing.Verdict:  # fmt: skip
-    monkeypatch.setattr(probing, "compile_partitions", fake)
-    monkeypatch.setattr(probing, "_clock", lambda: fake.now)
+    monkeypatch.setattr(search, "compile_partitions", fake)
+    monkeypatch.setattr(search, "_clock", lambda: fake.now)
     fake.compiled.clear()
     fake.calls.clear()
     return probing.check_nodes(EP, graph, {"": 17}, list(graph), flags, CompileGuard(), layout_flag=LAYOUT,
@@ -231,3 +231,41 @@ def test_probe_keys_follow_what_decides_the_outcome() -> None:
     changed = _chain(3)
     changed.node(1).op_type = "Sigmoid"
     assert key(changed) != key(graph)
+
+
+def _side_branch() -> ir.Graph:
+    """a -> b -> c -> d, and s (a graph output) reading b: in graph order a, b, s, c, d."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["v1"], name="a"),
+        helper.make_node("Relu", ["v1"], ["v2"], name="b"),
+        helper.make_node("Sigmoid", ["v2"], ["z"], name="s"),
+        helper.make_node("Relu", ["v2"], ["v3"], name="c"),
+        helper.make_node("Relu", ["v3"], ["y"], name="d"),
+    ]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("y", "z")]
+    graph = helper.make_graph(
+        nodes, "side", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], outputs
+    )
+    return ir.serde.deserialize_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ).graph
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_neighbouring_pieces_are_tried_as_one_partition(
+    monkeypatch: pytest.MonkeyPatch, together: bool
+) -> None:
+    """s fails in code generation: halving leaves {a, b} and {c, d} apart, though one partition holds them (s is a
+    side branch). They are compiled as one (one compile): kept so when it passes, apart when it fails."""
+
+    def fails(names: set[str], probe: bool, flags: Sequence[str]) -> str | None:
+        if not probe and ("s" in names or (not together and {"b", "c"} <= names)):
+            return f"error: no\n{CODEGEN} llvm-cpu"
+        return None
+
+    fake = FakeIREE(fails)
+    groups, declined = _outcome(_search(monkeypatch, _side_branch(), fake))
+    assert list(declined) == ["s"]
+    assert groups == ([["a", "b", "c", "d"]] if together else [["a", "b"], ["c", "d"]])
+    assert fake.compiled[-1] == (frozenset("abcd"), False)  # the merge, tried once, last
+    assert len(fake.compiled) == len(set(fake.compiled)) == 6  # abscd, ab, scd, s, cd, abcd

@@ -18,7 +18,7 @@ import pytest
 
 import epctx
 from epctx.providers.iree import compile as iree_compile
-from epctx.providers.iree import probing
+from epctx.providers.iree import probing, search
 from tests.oracle import run_ort
 from tests.requires import requires
 
@@ -53,13 +53,13 @@ def compiles(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[frozenset[s
     per-process cache of ``compile.py``) forgotten first, as in a new process."""
     monkeypatch.setattr(iree_compile, "_CACHE", {})
     seen: list[tuple[frozenset[str], bool]] = []
-    real = probing.compile_partitions
+    real = search.compile_partitions
 
     def spy(partitions: Sequence[Any], flags: Sequence[str], *args: Any, **kwargs: Any) -> Any:
         seen.extend([(frozenset(n.name for n in p.nodes), probing.PROBE_FLAG in flags) for p in partitions])
         return real(partitions, flags, *args, **kwargs)
 
-    monkeypatch.setattr(probing, "compile_partitions", spy)
+    monkeypatch.setattr(search, "compile_partitions", spy)
     yield seen
 
 
@@ -114,7 +114,9 @@ def test_a_budget_of_one_second_holds_and_the_next_session_goes_on(
     assert "raise the provider option capability_budget_s" in caplog.text and "--dim" in caplog.text
     _check_outputs(first, head)
     compiles.clear()
-    second = _session(head, budget=1)  # reads the whole set's failure, goes on with one step: the named nodes out
+    second = _session(
+        head, budget=1
+    )  # reads the whole set's failure, goes on with one step: the named nodes out
     assert len(compiles) >= 1 and all(NAMED.isdisjoint(names) for names, _ in compiles)
     assert any(ep == EP for ep, _ in second.get_partitions())
     compiles.clear()

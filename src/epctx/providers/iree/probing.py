@@ -21,13 +21,13 @@
    framework asks IREE to compile.
 
 The budget: the first compile runs whatever it costs (it is the model's compile when it passes); no step starts
-after it that is expected to end past the budget (``_Search.affords``: the slowest seconds per node seen so far,
+after it that is expected to end past the budget (``Search.affords``: the slowest seconds per node seen so far,
 the probe records' included), and the nodes not decided then are declined, saying so, with a warning naming the
 provider option and the ``--dim`` sizes. What each compile showed is kept (``probe_cache``: failures and probe
 outcomes, by the content of the node set, the flags, IREE's and epctx's versions, in the user's cache): a later
 check of the same model reads it instead of compiling, so each session goes on where the last one stopped, and
 once a search ends every later one reaches the same verdict with no compile but the final ones. No node set is
-compiled twice with the same flags in one check, failures included (``_Search.compile``). Two boundaries IREE
+compiled twice with the same flags in one check, failures included (``Search.compile``). Two boundaries IREE
 cannot take: a value with a type but no shape (IREE would read it as a scalar) and a Reshape's shape operand
 (IREE mishandles -1 and 0 in a shape known only at run: RESOURCE_EXHAUSTED at run, or a wrong result). A
 partition with one fails, with that reason, without a compile (``capability.unfit_boundary``; the worker refuses
@@ -41,12 +41,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
-from epctx.ep import CompileGuard, Partition, fused_groups, make_partition
+from epctx.ep import CompileGuard, Partition, fused_groups
 from epctx.providers.iree.blame import is_codegen_failure, named_nodes
 from epctx.providers.iree.capability import (
     dims_hint,
@@ -54,18 +53,14 @@ from epctx.providers.iree.capability import (
     has_dynamic_dims,
     runtime_shape,
     short_error,
-    unfit_boundary,
 )
-from epctx.providers.iree.compile import CompileResult, compile_partitions
-from epctx.providers.iree.probe_cache import PROBE_FLAG, ProbeCache, probe_key
+from epctx.providers.iree.compile import CompileResult
+from epctx.providers.iree.probe_cache import PROBE_FLAG
+from epctx.providers.iree.search import Group, Search
 
 __all__ = ["PROBE_FLAG", "Probes", "Verdict", "check_nodes"]
 
 logger = logging.getLogger("epctx")
-
-Group = list[ir.Node]
-_clock = time.perf_counter  # the budget's clock
-_Key = tuple[frozenset[ir.Node], tuple[str, ...]]
 
 
 @dataclasses.dataclass
@@ -88,95 +83,6 @@ class Verdict:
     groups: list[Group] = dataclasses.field(default_factory=list)
 
 
-@dataclasses.dataclass
-class _Search:
-    ep_name: str
-    graph: ir.Graph
-    opsets: Mapping[str, int]
-    guard: CompileGuard
-    budget_s: float
-    partitions: Sequence[Sequence[ir.Node]] = ()  # of the EPs ahead: one unit each when grouping
-    cache: ProbeCache = dataclasses.field(default_factory=ProbeCache)
-    started: float = dataclasses.field(default_factory=lambda: _clock())
-    seen: dict[_Key, tuple[Partition, CompileResult]] = dataclasses.field(default_factory=dict)
-    _parts: dict[_Key, tuple[Partition, str]] = dataclasses.field(default_factory=dict)  # and record keys
-    rates: dict[bool, float] = dataclasses.field(
-        default_factory=dict
-    )  # seconds per node: probe / full compile
-    fresh: int = 0  # compiles run (not read from the probe records)
-    ran_out: bool = False
-
-    @property
-    def spent(self) -> float:
-        return _clock() - self.started
-
-    def affords(self, groups: Sequence[Group], flags: Sequence[str]) -> bool:
-        """Whether compiling ``groups`` with ``flags`` (in one parallel call) is expected to end within the
-        budget: the node sets not known (``lookup``) at the slowest rate (seconds per node) seen in this check
-        for that kind of compile (a probe, or a full compile; a probe's rate, none seen yet, is taken to be a full
-        compile's), none seen: while any budget is left. The first compile a check runs is afforded whatever
-        its expected time (the first compile of the candidates, or the step a later check goes on with: each
-        check moves on). Sets ``ran_out`` when not."""
-        unknown = [g for g in groups if self.lookup(g, flags) is None]
-        if not unknown:
-            return True
-        probe = PROBE_FLAG in flags
-        rate = self.rates.get(probe, self.rates.get(False, 0.0) if probe else 0.0)
-        fits = not self.fresh or self.spent + rate * _batch_nodes(unknown) <= self.budget_s
-        self.ran_out = self.ran_out or not fits
-        return fits
-
-    def lookup(self, group: Group, flags: Sequence[str]) -> tuple[Partition, CompileResult] | None:
-        """The outcome of compiling ``group`` with ``flags`` when known without a compile: compiled before in
-        this check, kept in the probe records (``probe_cache``), or a boundary IREE would misread."""
-        key = (frozenset(group), tuple(flags))
-        if key in self.seen:
-            return self.seen[key]
-        if key not in self._parts:
-            part = make_partition(f"{self.ep_name}_check{len(self._parts)}", self.ep_name, self.graph, group,
-                                  self.opsets)  # fmt: skip
-            why = unfit_boundary(part)
-            if why is not None:
-                self.seen[key] = (part, CompileResult(False, stage="import", error=why))
-                return self.seen[key]
-            self._parts[key] = (part, probe_key(part, flags))
-        part, record = self._parts[key]
-        known = self.cache.get(record)
-        if known is None:
-            return None
-        self.seen[key] = (part, known)
-        self._observe(len(group), flags, known)
-        return self.seen[key]
-
-    def compile(self, groups: Sequence[Group], flags: Sequence[str]) -> list[tuple[Partition, CompileResult]]:
-        """Each group compiled with ``flags``, in parallel, unless its outcome is known (``lookup``); the
-        outcomes of the compiles run are kept in the probe records."""
-        fresh: dict[_Key, tuple[Partition, str]] = {}
-        for group in groups:
-            key = (frozenset(group), tuple(flags))
-            if key not in fresh and self.lookup(group, flags) is None:
-                fresh[key] = self._parts[key]
-        parts = [part for part, _ in fresh.values()]
-        results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name, what="capability check")
-        self.fresh += len(parts)
-        for (key, (part, record)), result in zip(fresh.items(), results):
-            self.cache.put(record, result, flags)
-            self.seen[key] = (part, result)
-            self._observe(len(key[0]), flags, result)
-        return [self.seen[(frozenset(group), tuple(flags))] for group in groups]
-
-    def _observe(self, nodes: int, flags: Sequence[str], result: CompileResult) -> None:
-        if result.seconds > 0:
-            kind = PROBE_FLAG in flags
-            self.rates[kind] = max(self.rates.get(kind, 0.0), result.seconds / max(1, nodes))
-
-    def budget_reason(self) -> str:
-        return (
-            f"not checked: IREE's capability budget of {self.budget_s:g} s was spent (provider option "
-            "capability_budget_s; a later session goes on from the probes kept)"
-        )
-
-
 def check_nodes(
     ep_name: str,
     graph: ir.Graph,
@@ -191,7 +97,7 @@ def check_nodes(
 ) -> Verdict:
     """The nodes of ``nodes`` (graph order) IREE takes, and why it declines the others (see the module).
     ``partitions``: those the EPs ahead formed (``CapabilityContext.assigned_partitions``)."""
-    search = _Search(ep_name, graph, opsets, guard, budget_s, partitions)
+    search = Search(ep_name, graph, opsets, guard, budget_s, partitions)
     probes = Probes({}, tuple(flags))
     verdict = Verdict([], {}, probes)
     if not nodes:
@@ -207,7 +113,7 @@ def check_nodes(
             # where IREE rejects ops: cheap probes (which pass what fails in code generation), then full compiles
             rest = [n for group in _bisect(search, rest, probes.flags, verdict.declined) for n in group]
         failed = fused_groups(graph, rest, partitions) if rest else []
-    verdict.groups = _verify(search, verdict, failed)
+    verdict.groups = _merge_neighbours(search, verdict, _verify(search, verdict, failed))
     verdict.claimed = [n for group in verdict.groups for n in group]
     order = {node: i for i, node in enumerate(graph)}
     verdict.claimed.sort(key=order.__getitem__)
@@ -231,7 +137,7 @@ def check_nodes(
     return verdict
 
 
-def _warn_budget(search: _Search, verdict: Verdict) -> None:
+def _warn_budget(search: Search, verdict: Verdict) -> None:
     undecided = sum(why == search.budget_reason() for why in verdict.declined.values())
     hint = dims_hint(search.graph, "for IREE to try the model whole")
     logger.warning(
@@ -248,7 +154,7 @@ _SIZE_SENSITIVE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInt
 
 
 def _first_compile(
-    search: _Search, verdict: Verdict, groups: list[Group], flags: Sequence[str], layout_flag: str | None
+    search: Search, verdict: Verdict, groups: list[Group], flags: Sequence[str], layout_flag: str | None
 ) -> list[Group]:
     """Compile the candidates' groups (usually one: the model whole), whatever the budget; when some fail with
     channels-last before code generation, again in ONNX's layout; a group that still fails with a message naming
@@ -284,7 +190,7 @@ Compiled = tuple[Partition, CompileResult]
 
 
 def _without_named(
-    search: _Search, declined: dict[ir.Node, str], groups: list[Group], results: list[Compiled],
+    search: Search, declined: dict[ir.Node, str], groups: list[Group], results: list[Compiled],
     flags: Sequence[str],
 ) -> tuple[list[Group], list[Compiled]]:  # fmt: skip
     """Each failed group whose message names some of its nodes (``blame.named_nodes``) replaced by the groups of
@@ -323,7 +229,7 @@ def _drop_runtime_shapes(graph: ir.Graph, nodes: Group, declined: dict[ir.Node, 
     return [node for node in nodes if node not in unsafe]
 
 
-def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[ir.Node, str]) -> list[Group]:
+def _bisect(search: Search, whole: Group, flags: Sequence[str], declined: dict[ir.Node, str]) -> list[Group]:
     """Halve the failing groups (``capability.halves``) with cheap probes down to single nodes; the groups that pass, in
     order."""
     probe_flags = [*flags, PROBE_FLAG]
@@ -356,7 +262,7 @@ def _bisect(search: _Search, whole: Group, flags: Sequence[str], declined: dict[
     return sorted(passed, key=lambda g: order[g[0]])
 
 
-def _verify(search: _Search, verdict: Verdict, pending: list[Group]) -> list[Group]:
+def _verify(search: Search, verdict: Verdict, pending: list[Group]) -> list[Group]:
     """Compile each of ``pending`` fully; one that fails is halved (graph order) and its halves compiled, largest
     first, in parallel, down to single nodes, while the budget lasts. The verdict's groups with those that
     passed, in graph order."""
@@ -385,7 +291,30 @@ def _verify(search: _Search, verdict: Verdict, pending: list[Group]) -> list[Gro
     return sorted(kept, key=lambda g: order[g[0]])
 
 
-def _batch_nodes(groups: Sequence[Group]) -> float:
-    """The size, in nodes, that one call compiling ``groups`` (in parallel, up to the CPU count) costs like."""
-    width = max(1, os.cpu_count() or 1)
-    return max(max(map(len, groups)), sum(map(len, groups)) / width)
+def _merge_neighbours(search: Search, verdict: Verdict, groups: list[Group]) -> list[Group]:
+    """``groups`` (each compiled and passed), with the pieces that one partition could hold together (the
+    cycle-free groups of their nodes, ``fused_groups``) compiled as one, one compile each, budget allowing:
+    halving leaves neighbouring pieces apart that IREE takes together (nudenet's pieces around the nodes it
+    declines). A merge that passes replaces its pieces; one that fails leaves them as they are."""
+    if len(groups) < 2:
+        return groups
+    piece = {node: k for k, group in enumerate(groups) for node in group}
+    merged = [
+        m for m in fused_groups(search.graph, list(piece), search.partitions)
+        if len({piece[n] for n in m}) > 1 and sum(len(groups[k]) for k in {piece[n] for n in m}) == len(m)
+    ]  # fmt: skip
+    if not merged or not search.affords(merged, verdict.probes.flags):
+        return groups
+    logger.info("%s capability: %d set(s) of neighbouring pieces compiled as one (%s node(s)), %.1f of %g s spent",
+                search.ep_name, len(merged), "/".join(str(len(m)) for m in merged), search.spent,
+                search.budget_s)  # fmt: skip
+    gone: set[int] = set()
+    kept: list[Group] = []
+    for group, (part, result) in zip(merged, search.compile(merged, verdict.probes.flags)):
+        if result.ok:
+            verdict.probes.compiled[frozenset(group)] = (part, result)
+            gone |= {piece[n] for n in group}
+            kept.append(group)
+    order = {node: i for i, node in enumerate(search.graph)}
+    kept += [g for k, g in enumerate(groups) if k not in gone]
+    return sorted(kept, key=lambda g: order[g[0]])
