@@ -206,16 +206,39 @@ def test_named_nodes_reads_iree_messages() -> None:
     graph = _chain(3)
     graph.node(1).inputs[0].shape = ir.Shape([2])
     message = "\n".join([f"module.mlir:3:1: error: no\n{_relu_op(3)}", "not an operation line"])
-    assert [n.name for n in named_nodes(message, list(graph))] == [
-        "r0",
-        "r1",
-        "r2",
-    ]  # shapes unknown but r1's
+    # %2: an operand a node of the group gives (r0 reads the graph's input: %arg0); r1's operand is [2]
+    assert [n.name for n in named_nodes(message, list(graph))] == ["r1", "r2"]
     graph.node(1).inputs[0].shape = ir.Shape([5])
-    assert [n.name for n in named_nodes(message, list(graph))] == ["r2"]  # r0's result, r1's operand: [5]
+    assert [n.name for n in named_nodes(message, list(graph))] == ["r2"]  # r1's operand: [5]
+    graph.node(1).inputs[0].shape = None
+    from_outside = message.replace("(%2)", "(%arg0)")
+    assert [n.name for n in named_nodes(from_outside, list(graph))] == ["r0"]
+    assert [n.name for n in named_nodes(from_outside, list(graph)[1:])] == ["r1"]  # r0 is not in this group
     assert named_nodes("error: something without an operation", list(graph)) == []
     conv = 'torch.operator "onnx.Conv"(%1, %2) : (!torch.vtensor<[?,4],f32>, !torch.vtensor<[4,4],f32>) -> !x'
     assert named_nodes(conv, list(graph)) == []
+
+
+def test_named_nodes_tells_a_split_result_and_attributes_apart() -> None:
+    """nudenet: IREE quoted one Conv (``%24 = torch.operator "onnx.Conv"(%23#1, %6, %7)``: it reads the second
+    result of a Split); by types alone all 17 of its 64x64x3x3 Convs agreed."""
+    nodes = [
+        helper.make_node("Split", ["x"], ["s0", "s1"], name="split", axis=0),
+        helper.make_node("MaxPool", ["s0"], ["p0"], name="pool0", kernel_shape=[3]),
+        helper.make_node("MaxPool", ["s1"], ["p1"], name="pool1", kernel_shape=[3]),
+        helper.make_node("MaxPool", ["s1"], ["p2"], name="pool2", kernel_shape=[5]),
+    ]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("p0", "p1", "p2")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 8])], outputs
+    )
+    group = list(ir.serde.deserialize_model(helper.make_model(graph)).graph)
+    line = (
+        '%9 = torch.operator "onnx.MaxPool"(%8#1) {torch.onnx.kernel_shape = [3 : si64]} : '
+        "(!torch.vtensor<[?,1,8],f32>) -> !torch.vtensor<[?,1,6],f32>"
+    )
+    assert [n.name for n in named_nodes(line, group)] == ["pool1"]  # not pool0 (result #0), not pool2 (5)
+    assert [n.name for n in named_nodes(line.replace("%8#1", "%8#0"), group)] == ["pool0"]
 
 
 def test_probe_keys_follow_what_decides_the_outcome() -> None:
