@@ -67,6 +67,8 @@ def _check(
         return results
 
     monkeypatch.setattr(search, "compile_partitions", fake)
+    # each check here stands IREE in by its own rule: none reads what another kept (test_iree_probe_cache.py)
+    monkeypatch.setenv("EPCTX_IREE_PROBE_CACHE", "0")
     verdict = probing.check_nodes(
         EP,
         graph,

@@ -1,8 +1,8 @@
 """IREE's capability search with its probe records (``providers/iree/probe_cache.py``), its time budget and
 IREE's message naming nodes (``blame.py``), IREE's compiles stood in for by a rule and a clock that the
 stand-in advances by the seconds each compile "takes" (the real compiles: ``test_iree_probe_cache_real.py``).
-What is kept in one search is what the next one reads: it compiles no node set whose outcome it knows (only
-the groups that passed, whose code the session needs), and reaches the same verdict."""
+What is kept in one search is what the next one reads: it compiles no node set whose outcome it knows, and
+reaches the same verdict; the groups that passed are compiled by the EP's compile stage (no code is kept)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def _r5_fails(names: set[str], probe: bool, flags: Sequence[str]) -> str | None:
     return "error: 'onnx.Relu' op r5 is not supported" if "r5" in names else None
 
 
-def test_a_second_search_compiles_only_what_it_keeps_and_decides_the_same(
+def test_a_second_search_compiles_nothing_and_decides_the_same(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     graph = _chain(8)
@@ -104,9 +104,9 @@ def test_a_second_search_compiles_only_what_it_keeps_and_decides_the_same(
     assert len(failed_or_probed) > 3  # the whole set, then the probes of the bisection
     second = _outcome(_search(monkeypatch, _chain(8), fake))  # the same model, loaded again
     assert second == first
-    # only the final compiles of the two groups, whose code the session needs: no probe, no failed set
-    assert sorted(fake.compiled, key=lambda c: len(c[0])) == [(frozenset({"r6", "r7"}), False),
-                                              (frozenset({"r0", "r1", "r2", "r3", "r4"}), False)]  # fmt: skip
+    assert fake.compiled == []  # no probe, no failed set, no passed one
+    verdict = _search(monkeypatch, _chain(8), fake)
+    assert not verdict.probes.compiled  # no code: the compile stage compiles the two groups
 
 
 def test_corrupt_records_are_ignored_and_written_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,7 +120,7 @@ def test_corrupt_records_are_ignored_and_written_again(monkeypatch: pytest.Monke
     assert _outcome(_search(monkeypatch, _chain(8), fake)) == first
     assert len(fake.compiled) == count  # everything compiled again
     assert _outcome(_search(monkeypatch, _chain(8), fake)) == first
-    assert len(fake.compiled) == 2  # and kept again: only the final compiles
+    assert fake.compiled == []  # and kept again
 
 
 def _cache_dir() -> str:
@@ -145,7 +145,7 @@ def test_the_budget_bounds_each_search_and_the_next_goes_on(
     the budget, and nothing after it: every node goes to the next EP, a warning says why and what to do. Each
     later search reads what the earlier ones kept and goes on (its first compile whatever its expected time, the
     others only when expected to end within the budget), until the verdict is the one an unbounded search
-    reaches; from then on the same, with no compile but the final ones."""
+    reaches; from then on the same, with no compile."""
     unbounded = _outcome(_search(monkeypatch, _chain(16), FakeIREE(_r13_fails), budget_s=1e9))
     monkeypatch.setenv("EPCTX_CACHE_DIR", _cache_dir() + "-bounded")
     fake = FakeIREE(_r13_fails, seconds_per_node=1.0)
@@ -165,6 +165,7 @@ def test_the_budget_bounds_each_search_and_the_next_goes_on(
     assert outcomes[-1] == unbounded and len(outcomes) > 1
     fake.now = 0.0
     assert _outcome(_search(monkeypatch, _chain(16), fake, budget_s=12)) == unbounded  # and stays so
+    assert fake.compiled == []
 
 
 def _r13_fails(names: set[str], probe: bool, flags: Sequence[str]) -> str | None:

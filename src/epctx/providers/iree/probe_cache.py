@@ -13,9 +13,11 @@ The key is what decides the outcome:
 - epctx's rewrite version (``rewrite_version``): the sources of the modules that turn a partition into IREE's
   input (``compile``, ``worker``, ``depthwise``) and epctx's version.
 
-Kept: every failed compile, and flow probes (``--compile-to=flow``) passed or failed. A full compile that passed
-is not kept: its code is what the session needs, and is compiled. Set ``EPCTX_IREE_PROBE_CACHE=0`` to neither
-read nor write the records (a search from scratch).
+Kept: the outcome of every compile, passed or failed, flow probe (``--compile-to=flow``) or full, with IREE's
+message and its seconds; never code. A full compile that passed read from the records (stage ``RECORDED``)
+tells the search that the group compiles: the search keeps the group and the EP's compile stage compiles it,
+with the session's other partitions, outside the capability budget (its code is what the session needs). Set
+``EPCTX_IREE_PROBE_CACHE=0`` to neither read nor write the records (a search from scratch).
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ if TYPE_CHECKING:
     from epctx.ep import Partition
     from epctx.providers.iree.compile import CompileResult
 
-__all__ = ["PROBE_FLAG", "ProbeCache", "probe_key", "rewrite_version"]
+__all__ = ["PROBE_FLAG", "RECORDED", "ProbeCache", "probe_key", "rewrite_version"]
 
 PROBE_FLAG = "--compile-to=flow"
+# The stage of a passed compile read from the records: it holds no code (the compile stage compiles the group)
+RECORDED = "recorded"
 ENABLE_ENV = "EPCTX_IREE_PROBE_CACHE"
 _FORMAT = 1
 _BYTES_BY_SHAPE = 1024
@@ -85,13 +89,13 @@ class ProbeCache:
         if found is None or not _valid(found):
             return None
         self.hits += 1
-        return CompileResult(
-            bool(found["ok"]), stage=found["stage"], error=found["error"], seconds=float(found["seconds"])
-        )
+        ok = bool(found["ok"])
+        stage = RECORDED if ok else found["stage"]
+        return CompileResult(ok, stage=stage, error=found["error"], seconds=float(found["seconds"]))
 
     def put(self, key: str, result: CompileResult, flags: Sequence[str]) -> None:
-        """Keep ``result`` when it is a failure or a flow probe's (a full compile that passed is not kept)."""
-        if not self.enabled or (result.ok and PROBE_FLAG not in flags):
+        """Keep ``result``'s outcome (never its code)."""
+        if not self.enabled:
             return
         record = {"ok": result.ok, "stage": result.stage, "error": result.error, "seconds": result.seconds}
         self.records.put(key, record)

@@ -55,7 +55,7 @@ from epctx.providers.iree.capability import (
     short_error,
 )
 from epctx.providers.iree.compile import CompileResult
-from epctx.providers.iree.probe_cache import PROBE_FLAG
+from epctx.providers.iree.probe_cache import PROBE_FLAG, RECORDED
 from epctx.providers.iree.search import Group, Search
 
 __all__ = ["PROBE_FLAG", "Probes", "Verdict", "check_nodes"]
@@ -181,12 +181,19 @@ def _first_compile(
     groups, results = _without_named(search, verdict.declined, groups, results, probes.flags)
     for group, (part, result) in zip(groups, results):
         if result.ok:
-            probes.compiled[frozenset(group)] = (part, result)
+            _keep_code(probes, group, part, result)
             verdict.groups.append(group)
     return [g for g, (_, r) in zip(groups, results) if not r.ok]
 
 
 Compiled = tuple[Partition, CompileResult]
+
+
+def _keep_code(probes: Probes, group: Group, part: Partition, result: CompileResult) -> None:
+    """A passed compile's code for the EP's compile stage to reuse; one read from the probe records has none (the
+    compile stage compiles its group)."""
+    if result.stage != RECORDED:
+        probes.compiled[frozenset(group)] = (part, result)
 
 
 def _without_named(
@@ -282,7 +289,7 @@ def _verify(search: Search, verdict: Verdict, pending: list[Group]) -> list[Grou
                     search.spent, search.budget_s)  # fmt: skip
         for group, (part, result) in zip(batch, search.compile(batch, verdict.probes.flags)):
             if result.ok:
-                verdict.probes.compiled[frozenset(group)] = (part, result)
+                _keep_code(verdict.probes, group, part, result)
                 kept.append(group)
             elif cut := halves(group):
                 pending += cut
@@ -312,7 +319,7 @@ def _merge_neighbours(search: Search, verdict: Verdict, groups: list[Group]) -> 
     kept: list[Group] = []
     for group, (part, result) in zip(merged, search.compile(merged, verdict.probes.flags)):
         if result.ok:
-            verdict.probes.compiled[frozenset(group)] = (part, result)
+            _keep_code(verdict.probes, group, part, result)
             gone |= {piece[n] for n in group}
             kept.append(group)
     order = {node: i for i, node in enumerate(search.graph)}
