@@ -2,7 +2,7 @@
 IREE's message naming nodes (``blame.py``), IREE's compiles stood in for by a rule and a clock that the
 stand-in advances by the seconds each compile "takes" (the real compiles: ``test_iree_probe_cache_real.py``).
 What is kept in one search is what the next one reads: it compiles no node set whose outcome it knows, and
-reaches the same verdict; the groups that passed are compiled by the EP's compile stage (no code is kept)."""
+reaches the same verdict; then it compiles the code of the groups that passed (no code is kept)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def _r5_fails(names: set[str], probe: bool, flags: Sequence[str]) -> str | None:
     return "error: 'onnx.Relu' op r5 is not supported" if "r5" in names else None
 
 
-def test_a_second_search_compiles_nothing_and_decides_the_same(
+def test_a_second_search_compiles_only_the_groups_code_and_decides_the_same(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     graph = _chain(8)
@@ -104,9 +104,12 @@ def test_a_second_search_compiles_nothing_and_decides_the_same(
     assert len(failed_or_probed) > 3  # the whole set, then the probes of the bisection
     second = _outcome(_search(monkeypatch, _chain(8), fake))  # the same model, loaded again
     assert second == first
-    assert fake.compiled == []  # no probe, no failed set, no passed one
-    verdict = _search(monkeypatch, _chain(8), fake)
-    assert not verdict.probes.compiled  # no code: the compile stage compiles the two groups
+    # no probe, no failed set: the code of the two groups, whose code the session needs, in one call
+    assert sorted(fake.compiled, key=lambda c: len(c[0])) == [
+        (frozenset({"r6", "r7"}), False),
+        (frozenset({"r0", "r1", "r2", "r3", "r4"}), False),
+    ]
+    assert len(fake.calls) == 1
 
 
 def test_corrupt_records_are_ignored_and_written_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,7 +123,7 @@ def test_corrupt_records_are_ignored_and_written_again(monkeypatch: pytest.Monke
     assert _outcome(_search(monkeypatch, _chain(8), fake)) == first
     assert len(fake.compiled) == count  # everything compiled again
     assert _outcome(_search(monkeypatch, _chain(8), fake)) == first
-    assert fake.compiled == []  # and kept again
+    assert len(fake.compiled) == 2  # and kept again: only the groups' code
 
 
 def _cache_dir() -> str:
@@ -145,7 +148,7 @@ def test_the_budget_bounds_each_search_and_the_next_goes_on(
     the budget, and nothing after it: every node goes to the next EP, a warning says why and what to do. Each
     later search reads what the earlier ones kept and goes on (its first compile whatever its expected time, the
     others only when expected to end within the budget), until the verdict is the one an unbounded search
-    reaches; from then on the same, with no compile."""
+    reaches; from then on the same, compiling only the groups' code (outside the budget)."""
     unbounded = _outcome(_search(monkeypatch, _chain(16), FakeIREE(_r13_fails), budget_s=1e9))
     monkeypatch.setenv("EPCTX_CACHE_DIR", _cache_dir() + "-bounded")
     fake = FakeIREE(_r13_fails, seconds_per_node=1.0)
@@ -165,7 +168,7 @@ def test_the_budget_bounds_each_search_and_the_next_goes_on(
     assert outcomes[-1] == unbounded and len(outcomes) > 1
     fake.now = 0.0
     assert _outcome(_search(monkeypatch, _chain(16), fake, budget_s=12)) == unbounded  # and stays so
-    assert fake.compiled == []
+    assert {names for names, _ in fake.compiled} == {frozenset(g) for g in unbounded[0]}
 
 
 def _r13_fails(names: set[str], probe: bool, flags: Sequence[str]) -> str | None:

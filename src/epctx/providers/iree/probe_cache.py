@@ -15,8 +15,8 @@ The key is what decides the outcome:
 
 Kept: the outcome of every compile, passed or failed, flow probe (``--compile-to=flow``) or full, with IREE's
 message and its seconds; never code. A full compile that passed read from the records (stage ``RECORDED``)
-tells the search that the group compiles: the search keeps the group and the EP's compile stage compiles it,
-with the session's other partitions, outside the capability budget (its code is what the session needs). Set
+tells the search that the group compiles, at no cost to its budget; once the search is done, the groups kept so
+are compiled for their code, outside the budget (``probing._compile_recorded``: the session's compile). Set
 ``EPCTX_IREE_PROBE_CACHE=0`` to neither read nor write the records (a search from scratch).
 """
 

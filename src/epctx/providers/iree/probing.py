@@ -114,6 +114,7 @@ def check_nodes(
             rest = [n for group in _bisect(search, rest, probes.flags, verdict.declined) for n in group]
         failed = fused_groups(graph, rest, partitions) if rest else []
     verdict.groups = _merge_neighbours(search, verdict, _verify(search, verdict, failed))
+    _compile_recorded(search, verdict)
     verdict.claimed = [n for group in verdict.groups for n in group]
     order = {node: i for i, node in enumerate(graph)}
     verdict.claimed.sort(key=order.__getitem__)
@@ -189,9 +190,22 @@ def _first_compile(
 Compiled = tuple[Partition, CompileResult]
 
 
+def _compile_recorded(search: Search, verdict: Verdict) -> None:
+    """The code of the verdict's groups whose passed compiles came from the probe records (one that fails now is
+    left to the compile stage, which fails with IREE's message)."""
+    todo = [g for g in verdict.groups if frozenset(g) not in verdict.probes.compiled]
+    if not todo:
+        return
+    logger.info("%s capability: the probe records say %d group(s) compile (%s node(s)): compiling their code",
+                search.ep_name, len(todo), "/".join(str(len(g)) for g in todo))  # fmt: skip
+    for group, (part, result) in zip(todo, search.compile_code(todo, verdict.probes.flags)):
+        if result.ok:
+            verdict.probes.compiled[frozenset(group)] = (part, result)
+
+
 def _keep_code(probes: Probes, group: Group, part: Partition, result: CompileResult) -> None:
-    """A passed compile's code for the EP's compile stage to reuse; one read from the probe records has none (the
-    compile stage compiles its group)."""
+    """A passed compile's code for the EP's compile stage to reuse; one read from the probe records has none
+    (``_compile_recorded`` compiles it once the search is done)."""
     if result.stage != RECORDED:
         probes.compiled[frozenset(group)] = (part, result)
 

@@ -102,6 +102,18 @@ class Search:
             self._observe(len(key[0]), flags, result)
         return [self.seen[(frozenset(group), tuple(flags))] for group in groups]
 
+    def compile_code(
+        self, groups: Sequence[Group], flags: Sequence[str]
+    ) -> list[tuple[Partition, CompileResult]]:
+        """The code of ``groups``, whose passed compiles were read from the records (looked up before): compiled
+        now, in parallel, as partitions of the same names (this process's compile cache serves a repeated
+        session), outside the budget: it is the session's compile."""
+        parts = [self._parts[(frozenset(g), tuple(flags))][0] for g in groups]
+        results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name)
+        for group, part, result in zip(groups, parts, results):
+            self.seen[(frozenset(group), tuple(flags))] = (part, result)
+        return list(zip(parts, results))
+
     def _observe(self, nodes: int, flags: Sequence[str], result: CompileResult) -> None:
         if result.seconds > 0:
             kind = PROBE_FLAG in flags
