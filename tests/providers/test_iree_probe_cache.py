@@ -296,3 +296,34 @@ def test_neighbouring_pieces_are_tried_as_one_partition(
     assert groups == ([["a", "b", "c", "d"]] if together else [["a", "b"], ["c", "d"]])
     assert fake.compiled[-1] == (frozenset("abcd"), False)  # the merge, tried once, last
     assert len(fake.compiled) == len(set(fake.compiled)) == 6  # abscd, ab, scd, s, cd, abcd
+
+
+def test_recorded_groups_get_their_code_with_the_flags_they_passed_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """r2 runs on another EP: {r0, r1} and {r3, r4} are checked apart. {r0, r1} passes channels-last; {r3, r4}
+    fails with and without it, and the dims are dynamic: the search goes on in ONNX's layout. The next search
+    reads both outcomes, and compiles {r0, r1}'s code with the flags it passed with."""
+    graph = _chain(5)
+    graph.inputs[0].shape = ir.Shape(["n"])
+
+    flags_of: dict[frozenset[str], tuple[str, ...]] = {}
+
+    def fails(names: set[str], probe: bool, flags: Sequence[str]) -> str | None:
+        flags_of[frozenset(names)] = tuple(flags)
+        return "error: no" if "r4" in names else None
+
+    fake = FakeIREE(fails)
+    for _ in range(2):
+        monkeypatch.setattr(search, "compile_partitions", fake)
+        fake.compiled.clear()
+        verdict = probing.check_nodes(EP, graph, {"": 17}, [n for n in graph if n.name != "r2"], [LAYOUT],
+                                      CompileGuard(), layout_flag=LAYOUT)  # fmt: skip
+        assert _outcome(verdict)[0] == [["r0", "r1"], ["r3"]] and verdict.probes.flags == ()
+        assert {frozenset(n.name for n in g) for g in verdict.probes.compiled} == {
+            frozenset({"r0", "r1"}),
+            frozenset({"r3"}),
+        }
+    assert sorted(fake.compiled, key=lambda c: len(c[0])) == [(frozenset({"r3"}), False),
+                                                              (frozenset({"r0", "r1"}), False)]  # fmt: skip
+    assert flags_of[frozenset({"r0", "r1"})] == (LAYOUT,) and flags_of[frozenset({"r3"})] == ()

@@ -198,7 +198,7 @@ def _compile_recorded(search: Search, verdict: Verdict) -> None:
         return
     logger.info("%s capability: the probe records say %d group(s) compile (%s node(s)): compiling their code",
                 search.ep_name, len(todo), "/".join(str(len(g)) for g in todo))  # fmt: skip
-    for group, (part, result) in zip(todo, search.compile_code(todo, verdict.probes.flags)):
+    for group, part, result in search.compile_code(todo):
         if result.ok:
             verdict.probes.compiled[frozenset(group)] = (part, result)
 

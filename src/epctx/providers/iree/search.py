@@ -13,7 +13,7 @@ import onnx_ir as ir
 from epctx.ep import CompileGuard, Partition, make_partition
 from epctx.providers.iree.capability import unfit_boundary
 from epctx.providers.iree.compile import CompileResult, compile_partitions
-from epctx.providers.iree.probe_cache import PROBE_FLAG, ProbeCache, probe_key
+from epctx.providers.iree.probe_cache import PROBE_FLAG, RECORDED, ProbeCache, probe_key
 
 __all__ = ["Group", "Search", "batch_nodes"]
 
@@ -102,17 +102,25 @@ class Search:
             self._observe(len(key[0]), flags, result)
         return [self.seen[(frozenset(group), tuple(flags))] for group in groups]
 
-    def compile_code(
-        self, groups: Sequence[Group], flags: Sequence[str]
-    ) -> list[tuple[Partition, CompileResult]]:
-        """The code of ``groups``, whose passed compiles were read from the records (looked up before): compiled
-        now, in parallel, as partitions of the same names (this process's compile cache serves a repeated
-        session), outside the budget: it is the session's compile."""
-        parts = [self._parts[(frozenset(g), tuple(flags))][0] for g in groups]
-        results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name)
-        for group, part, result in zip(groups, parts, results):
-            self.seen[(frozenset(group), tuple(flags))] = (part, result)
-        return list(zip(parts, results))
+    def compile_code(self, groups: Sequence[Group]) -> list[tuple[Group, Partition, CompileResult]]:
+        """The code of ``groups``, whose passed compiles were read from the records: compiled now with the flags
+        they passed with, in parallel, as the partitions looked up (of the same names: this process's compile
+        cache serves a repeated session), outside the budget: it is the session's compile. A group with no
+        such record is left out (the compile stage compiles what has no code)."""
+        known = {
+            key[0]: key
+            for key, (_, result) in self.seen.items()
+            if result.ok and result.stage == RECORDED and PROBE_FLAG not in key[1]
+        }
+        by_flags: dict[tuple[str, ...], list[_Key]] = {}
+        for group in groups:
+            if (key := known.get(frozenset(group))) is not None:
+                by_flags.setdefault(key[1], []).append(key)
+        for flags, keys in by_flags.items():
+            parts = [self._parts[key][0] for key in keys]
+            for key, result in zip(keys, compile_partitions(parts, flags, self.guard, ep_name=self.ep_name)):
+                self.seen[key] = (self.seen[key][0], result)
+        return [(g, *self.seen[known[frozenset(g)]]) for g in groups if frozenset(g) in known]
 
     def _observe(self, nodes: int, flags: Sequence[str], result: CompileResult) -> None:
         if result.seconds > 0:
