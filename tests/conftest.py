@@ -1,6 +1,7 @@
 """Shared pytest configuration: the ONNX backend node-suite count at the end of a run, the fast tier's guard (no
 torch or IREE compiler imported by a test outside the `slow` marker), and module-level generators reseeded per
-test (a test's data does not depend on the order tests run in)."""
+test (a test's data does not depend on the order tests run in), and epctx's user cache folder (``EPCTX_CACHE_DIR``:
+IREE's probe records, trust records) a fresh one per test, so that no test reads what another, or a user, kept."""
 
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"ONNX backend node suite on epctx: {counts['passed']} of {known} cases passed "
             f"({counts['failed'] + counts['error']} failed, {known - counts['passed'] - counts['failed']} skipped)",
         )
+
+
+@pytest.fixture(autouse=True)
+def _user_cache_per_test(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path_factory.getbasetemp() / "user-cache" / f"{zlib.crc32(request.node.nodeid.encode()):08x}"
+    monkeypatch.setenv("EPCTX_CACHE_DIR", str(folder))  # created when something is kept there
 
 
 # `make test-fast` (-m "not slow") runs the tests that need no IREE compile and no torch: a test that imports either

@@ -119,7 +119,7 @@ def test_the_dims_hint_suggests_sizes() -> None:
     metadata's size for that name when it has one, else N said to be the size the model is fed."""
     import onnx_ir as ir
 
-    from epctx.providers.iree.probing import _dims_hint
+    from epctx.providers.iree.capability import dims_hint as _dims_hint
 
     x = ir.Value(
         name="x", shape=ir.Shape(["batch", 3, "height", None]), type=ir.TensorType(ir.DataType.FLOAT)

@@ -56,6 +56,7 @@ from epctx.ep._devices import (
     device_options,
 )
 from epctx.ep._documents import dump_document, load_document
+from epctx.ep._files import RecordCache, user_cache_dir, write_file_atomic
 from epctx.ep._hardware import cpu_device
 from epctx.ep._memory import byte_view, mapped_file, release_pages
 from epctx.ep._options import RESERVED_OPTION_PREFIX, Option, parse_options
@@ -191,6 +192,10 @@ __all__ = [
     "settle_backends",
     "blas_thread_limit",
     "EPCTX_VERSION",
+    # files: written atomically; what an EP keeps between processes in the user's cache
+    "write_file_atomic",
+    "user_cache_dir",
+    "RecordCache",
     # recognising an EP's own context payloads (epctx inspect)
     "PayloadInfo",
     "PayloadEntry",

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
 import secrets
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from epctx.errors import EPCtxError, Fail, InvalidArgument, NoSuchFile
+from epctx.ep._files import fsync_folder, write_file_atomic
+from epctx.errors import EPCtxError, Fail, InvalidArgument
 
 __all__ = [
     "TEMP_PATTERN",
@@ -26,36 +24,6 @@ __all__ = [
 TEMP_PATTERN = re.compile(
     r"\.(?P<name>.+)\.(?P<pid>[1-9][0-9]{0,9})\.(?P<token>[0-9a-f]{12})\.tmp", re.DOTALL
 )
-
-
-def write_file_atomic(
-    path: str | os.PathLike[str], fill: Callable[[Callable[[Any], object]], object], *, what: str = "file"
-) -> None:
-    """Write ``path`` through a temporary file in its folder (``.<name>.<pid>.<hex>.tmp``, see ``TEMP_PATTERN``
-    and ``is_stale_temp``; mode 0o666 less the umask) that ``fill(write)`` fills, fsync'ed, then renamed over
-    ``path``: never a half file under ``path``, and a killed writer's temporary file can be told apart."""
-    target = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(target))
-    tmp = os.path.join(folder, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    except FileNotFoundError:
-        raise NoSuchFile(f"cannot write {what} {target!r}: folder {folder!r} does not exist") from None
-    except OSError as exc:
-        raise Fail(f"cannot write {what} {target!r}: {exc}") from exc
-    try:
-        with open(fd, "wb") as fh:
-            fill(fh.write)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise Fail(f"writing {what} {target!r} failed: {exc}") from exc
-        raise
-    fsync_folder(folder)
 
 
 def check_writable(path: str | os.PathLike[str], *, what: str) -> bool:
@@ -84,16 +52,6 @@ def check_writable(path: str | os.PathLike[str], *, what: str) -> bool:
         reason = exc.strerror or str(exc)
         raise Fail(f"cannot write {what} {shown!r}: {reason} ({exc.filename or shown!r})") from exc
     return exists
-
-
-def fsync_folder(folder: str) -> None:
-    """Make the rename durable where the platform allows it (best effort)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def temp_writer_pid(path: str | os.PathLike[str]) -> int | None:

@@ -1,7 +1,8 @@
 """The verification record: what was verified, so that a warm session does not hash again.
 
 One small file per (model, signature, trusted keys, policy) in the user's cache (``EPCTX_TRUST_RECORDS``, else
-``$XDG_CACHE_HOME/epctx/trust`` or ``~/.cache/epctx/trust``), mode 0600. It lists, for every file involved
+``trust`` in epctx's cache folder, ``epctx.ep.user_cache_dir``: ``$EPCTX_CACHE_DIR``, ``$XDG_CACHE_HOME/epctx`` or
+``~/.cache/epctx``), mode 0600. It lists, for every file involved
 (the covered files, the signature, the trusted keys), device, inode, size and ctime in nanoseconds. A write
 to a file changes its ctime (and a replacement its inode), and no user can set a ctime back, so a record that
 still matches means nothing changed since the files were verified; anything else is a full verification.
@@ -17,6 +18,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from epctx.ep._files import user_cache_dir
+
 __all__ = ["Record", "matches", "record_dir", "stamp"]
 
 logger = logging.getLogger("epctx")
@@ -27,8 +30,7 @@ def record_dir() -> Path:
     given = os.environ.get("EPCTX_TRUST_RECORDS")
     if given:
         return Path(given)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "epctx" / "trust"
+    return user_cache_dir("trust")
 
 
 def stamp(path: Path | str) -> list[int] | None:

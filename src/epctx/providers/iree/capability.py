@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "candidate_nodes",
+    "dims_hint",
     "dynamic_dims",
+    "halves",
+    "has_dynamic_dims",
     "is_unfit_boundary",
     "runtime_shape",
     "unfit_boundary",
@@ -154,3 +157,66 @@ def _is_reshape(node: ir.Node | NodeView) -> bool:
 def _is_shapeless(value: ir.Value | ValueView) -> bool:
     """A tensor value with a type and no shape (not even a rank): IREE cannot take it at a boundary."""
     return isinstance(value.type, ir.TensorType) and value.shape is None and value.const_value is None
+
+
+def has_dynamic_dims(graph: ir.Graph) -> bool:
+    return bool(dynamic_dims(graph))
+
+
+def dims_hint(graph: ir.Graph, why: str) -> str:
+    """Which ``--dim`` would state the graph inputs' dynamic sizes, each with a size to start from: 1 for an
+    input's first axis (a batch, as a session runs it most often), else a size the model's metadata gives for
+    that name (``metadata_props``), else none: the size the model is fed, said so."""
+    found: dict[str, str] = {}
+    for value in graph.inputs:
+        if value.const_value is not None or value.shape is None:
+            continue
+        for axis, dim in enumerate(value.shape):
+            if isinstance(dim, int):
+                continue
+            key = dim.value if dim.value else f"{value.name}:{axis}"
+            if key not in found:
+                found[key] = _suggested_size(graph, key, axis)
+    if not found:
+        return ""
+    dims = " ".join(f"--dim {k}={size}" for k, size in found.items())
+    legend = []
+    if any(size == "1" for size in found.values()):
+        legend.append("1 for a first axis: a batch of one, or the batch the model runs")
+    if any(size == "N" for size in found.values()):
+        legend.append("N: no size known here, the one the model is fed")
+    return (
+        f"State the sizes {why}: epctx compile {dims} ({'; '.join(legend) or 'from the model'}) "
+        "(SessionOptions.add_free_dimension_override_by_name)."
+    )
+
+
+def _suggested_size(graph: ir.Graph, key: str, axis: int) -> str:
+    """A size for dimension ``key``: the graph's metadata's (``metadata_props[key]``, a positive integer), 1 for
+    a first axis, else ``N`` (unknown)."""
+    text = str(dict(getattr(graph, "metadata_props", None) or {}).get(key, ""))
+    if text.isdigit() and int(text) > 0:
+        return text
+    return "1" if axis == 0 else "N"
+
+
+def halves(group: list[ir.Node]) -> list[list[ir.Node]]:
+    """``group`` (graph order) cut in two at the index nearest its middle where no value crosses the cut that
+    IREE cannot take at a boundary (``is_unfit_boundary``); none for one node or no such cut."""
+    index = {node: k for k, node in enumerate(group)}
+    blocked = [0] * (len(group) + 1)  # cut k (group[:k] | group[k:]) is blocked where the running sum is > 0
+    for k, node in enumerate(group):
+        for value in filter(None, node.inputs):
+            producer = value.producer()
+            if producer in index and index[producer] < k and is_unfit_boundary(value, node):
+                blocked[index[producer] + 1] += 1
+                blocked[k + 1] -= 1
+    free, running = [], 0
+    for k in range(1, len(group)):
+        running += blocked[k]
+        if running == 0:
+            free.append(k)
+    if not free:
+        return []
+    cut = min(free, key=lambda k: abs(2 * k - len(group)))
+    return [group[:cut], group[cut:]]
