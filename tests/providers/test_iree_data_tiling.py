@@ -203,3 +203,25 @@ def test_the_users_own_flags_win_over_epctx_data_tiling() -> None:
     assert "--iree-llvmcpu-enable-ukernels=none" in job and "--iree-llvmcpu-enable-ukernels=all" not in job
     assert "--iree-dispatch-creation-data-tiling" in job  # the rest of it
     assert with_flags(["--a=1", "--b"], ["--a=2", "--c", "--c=x"]) == ["--a=1", "--b", "--c", "--c=x"]
+
+
+@pytest.mark.parametrize("group", [1, 8])
+def test_static_partitions_with_grouped_convolutions_tile_only_their_matrix_products(group: int) -> None:
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import MATMUL_DATA_TILING
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    w = numpy_helper.from_array(np.ones((8, 8 // group, 3, 3), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=group, pads=[1, 1, 1, 1], name="conv")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], [w]))
+    graph = ir.from_proto(onnx.load_from_string(model.SerializeToString())).graph
+    partition = make_partition("p", EP, graph, list(graph), {"": 17})
+    job = iree_compile._job_flags(partition, IREEExecutionProvider().flags())
+    conv_tiling = [f for f in CONV_DATA_TILING if f not in MATMUL_DATA_TILING]
+    assert all(f in job for f in MATMUL_DATA_TILING)
+    assert all(f in job for f in conv_tiling) == (group == 1)

@@ -28,6 +28,7 @@ from epctx.providers.iree.options import (
     CONV_TILING_FALLBACK,
     FAST_1D_CONVS,
     FAST_CODEGEN,
+    MATMUL_DATA_TILING,
     REWRITE_DEPTHWISE,
     STATIC_DATA_TILING,
     with_flags,
@@ -91,16 +92,25 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
 def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
     """The iree-compile flags of a job: the markers out, the fast code generation's in for a partition holding a
     one-dimensional convolution when ``FAST_1D_CONVS`` asks, the data tiling of matrix products and convolutions for
-    one whose shapes are known when ``STATIC_DATA_TILING`` does."""
+    one whose shapes are known when ``STATIC_DATA_TILING`` does (of its matrix products only where it holds grouped
+    convolutions)."""
     kept = [f for f in flags if f not in REWRITES]
     if FAST_1D_CONVS in flags and any(_one_dimensional(n) for n in ir_nodes(partition.nodes)):
         kept = with_flags(kept, FAST_CODEGEN)
     if STATIC_DATA_TILING in flags and _static_products(partition) and FAST_CODEGEN[0] not in kept:
-        kept = with_flags(kept, CONV_DATA_TILING)
+        grouped = any(
+            _grouped(n) for n in ir_nodes(partition.nodes)
+        )  # depthwise nets: slower with conv tiling
+        kept = with_flags(kept, MATMUL_DATA_TILING if grouped else CONV_DATA_TILING)
     return kept
 
 
 _PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger"})
+
+
+def _grouped(node: Any) -> bool:
+    group = node.attributes.get("group")
+    return node.op_type == "Conv" and group is not None and group.value != 1
 
 
 def _static_products(partition: Partition) -> bool:

