@@ -55,15 +55,17 @@ def _model(batch: int | str = 2, seq: int | str | None = None) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def _slow_ep(from_size: int = 0) -> type[FusingEP]:
+def _slow_ep(from_size: int = 0, fail_from: int = 0) -> type[FusingEP]:
     """An EP whose compiled partitions wait 20 ms per call when their first input has ``from_size`` elements
-    or more (0: always)."""
+    or more (0: always), and raise when it has ``fail_from`` or more (0: never)."""
     base = make_fusing_ep(lambda node: True, "MeasuredRuleTestExecutionProvider")
 
     class Slow(base):  # type: ignore[misc, valid-type]
         def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
             def slow(run: CompiledPartition) -> CompiledPartition:
                 def call(*inputs: np.ndarray) -> list[np.ndarray]:
+                    if fail_from and inputs[0].size >= fail_from:
+                        raise ValueError("too large for this test EP")
                     if inputs[0].size >= from_size:
                         time.sleep(0.02)
                     return list(run(*inputs))
@@ -75,8 +77,8 @@ def _slow_ep(from_size: int = 0) -> type[FusingEP]:
     return Slow
 
 
-def _session(model: bytes, from_size: int = 0, **config: str) -> epctx.InferenceSession:
-    ep = _slow_ep(from_size)
+def _session(model: bytes, from_size: int = 0, fail_from: int = 0, **config: str) -> epctx.InferenceSession:
+    ep = _slow_ep(from_size, fail_from)
     so = epctx.SessionOptions()
     for key, value in config.items():
         so.add_session_config_entry(key, value)
@@ -156,6 +158,15 @@ def test_a_dynamic_dimension_is_measured_at_two_sizes(monkeypatch: pytest.Monkey
     assert kept.get_fallback_reasons() == {}
     x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
     np.testing.assert_allclose(kept.run(None, {"x": x})[0], run_ort(model, {"x": x})[0], rtol=1e-6)
+
+
+def test_a_size_a_side_cannot_run_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The EP raises at 128 (as ppocr_cls's MaxPool does on IREE at 32 pixels): judged at 32 alone."""
+    shapes = _spy_shapes(monkeypatch)
+    sess = _session(_model("batch", "seq"), fail_from=OTHER_DIM * 4, **{RULE: "1"})
+    assert shapes == [[(1, OTHER_DIM, 4)], [(1, SMALL_DIM, 4)]]
+    why = sess.get_fallback_reasons()["matmul"]["MeasuredRuleTestExecutionProvider"]
+    assert "batch=1, seq=32;" in why and "seq=128" not in why, why
 
 
 def test_free_dimension_overrides_are_the_sizes_measured(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -171,7 +171,10 @@ def measure(
         ours, theirs, ours_cpu, theirs_cpu = _timed((compiled, fallback_run), inputs)
     except Exception as exc:  # any failure on made-up inputs: not measurable, the EP keeps the partition
         logger.info(
-            "measured rule: %s's partition not measured, a side fails on synthetic inputs: %s", ep, exc
+            "measured rule: %s's partition not measured at %s, a side fails on synthetic inputs: %s",
+            ep,
+            sizes,
+            exc,
         )
         return None
     ms, fallback_ms, cpu_ms, fallback_cpu_ms = (
@@ -184,8 +187,9 @@ def measure(
 def _measure_unit(
     unit: Any, run: Run, fallback: str, fallback_runner: Callable[[Partition], Run]
 ) -> list[Measurement]:
-    """The partition measured at each of its ``size_choices`` (the sizes where a side fails to run are left
-    out): [] when it is not measured."""
+    """The partition measured at each of its ``size_choices``, the next size only while it is slower (a size
+    where a side fails to run is left out: ppocr_cls's MaxPool refuses a 32-pixel image): [] when it is not
+    measured at any."""
     partition = unit.partition
     choices = size_choices(partition.inputs) if partition is not None else None
     if partition is None or choices is None:
@@ -209,7 +213,7 @@ def _measure_unit(
                 fallback, one.fallback_ms, one.fallback_best_ms, one.fallback_cpu_ms, one.verdict(),
             )  # fmt: skip
             found.append(one)
-        if one is None or not one.slower:  # kept at one size: kept (the next size cannot change that)
+        if one is not None and not one.slower:  # kept at one size: kept (the next size cannot change that)
             break
     return found
 

@@ -8,7 +8,8 @@ dynamic here is one the user did not state):
   one request holds (a leading axis is a batch in every dynamic model of the corpus: resnet18, mobilenetv3,
   yolo, magika, the PP-OCR models, MiniLM);
 - any other: two sizes, ``OTHER_DIM`` (128) and ``SMALL_DIM`` (32), and the partition is handed back only when
-  it is slower at both (``size_choices``): a sequence of 128 tokens (MiniLM's feed) or of 32 (the LLM pair's
+  it is slower at both (``size_choices``; a size that a side cannot run, such as a 32-pixel image through
+  five poolings, is left out): a sequence of 128 tokens (MiniLM's feed) or of 32 (the LLM pair's
   prefill feeds 16), a 128- or 32-pixel side for an image whose height and width are dynamic (the PP-OCR
   models). The model states no size for these anywhere (its value_info carries the same names), and which
   EP is faster depends on the size (the LLM prefill on IREE: 5x faster than the CPU EP at 16 tokens, slower
