@@ -169,6 +169,42 @@ def test_a_size_a_side_cannot_run_is_left_out(monkeypatch: pytest.MonkeyPatch) -
     assert "batch=1, seq=32;" in why and "seq=128" not in why, why
 
 
+def test_the_measurement_runs_inside_the_eps_run_scopes() -> None:
+    """As a session's run: each EP's ``run_scope`` (the CPU EP's BLAS threads per ``intra_op_num_threads``) holds
+    while the rule times the partition."""
+    import contextlib
+
+    base = _slow_ep()
+    seen: list[bool] = []
+
+    class Scoped(base):  # type: ignore[misc, valid-type]
+        inside = False
+
+        def run_scope(self) -> Any:
+            @contextlib.contextmanager
+            def scope() -> Any:
+                type(self).inside = True
+                try:
+                    yield
+                finally:
+                    type(self).inside = False
+
+            return scope()
+
+        def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
+            def seeing(run: CompiledPartition) -> CompiledPartition:
+                return lambda *inputs: (seen.append(type(self).inside), run(*inputs))[1]
+
+            return [seeing(run) for run in super().compile(partitions, ctx)]
+
+    so = epctx.SessionOptions()
+    so.add_session_config_entry(RULE, "1")
+    with registered(Scoped):
+        sess = epctx.InferenceSession(_model(), so, providers=[Scoped.name, "CPUExecutionProvider"])
+    assert seen and all(seen), seen
+    assert {ep for ep, _ in sess.get_partitions()} == {"CPUExecutionProvider"}
+
+
 def test_free_dimension_overrides_are_the_sizes_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     shapes = _spy_shapes(monkeypatch)
     ep = _slow_ep()

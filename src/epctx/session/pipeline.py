@@ -5,6 +5,7 @@ loaded) -> ``CompiledUnits``, ``plan`` -> ``PreparedSession`` (what the lean pat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -158,7 +159,14 @@ class Pipeline:
         runs = {k: c for k, c in compiled.compiled.items() if partitioning.units[k].ep is not kernel}
         if kernel not in self.providers or not runs:
             return None
-        found = hand_back(partitioning.units, runs, kernel.name, kernel_runner(self._builder(partitioning)))
+        with contextlib.ExitStack() as stack:  # timed as a run is: each EP's run scope (BLAS threads...)
+            for ep in self.providers:
+                scope = ep.run_scope()
+                if scope is not None:
+                    stack.enter_context(scope)
+            found = hand_back(
+                partitioning.units, runs, kernel.name, kernel_runner(self._builder(partitioning))
+            )
         if not found:
             return None
         refused = {**partitioning.refused, **found}  # with those a context model recorded, if any
