@@ -13,9 +13,11 @@ Under load: a busy core inflates whichever side it preempts, the median of a few
 best run and the CPU time the process spent barely do (the CPU time counts every thread of the process: an EP
 running on several threads spends more of it than its wall time, which only makes a hand-back less likely);
 requiring the best run and one of the other two to say "slower" keeps a decision from flipping with the
-machine's load when the two sides are clearly apart (measured: mobilenetv3 on IREE, median 15.6 vs 14.4 ms
-with the CPU EP's runs preempted, best 12.4 vs 6.21 ms, kept by medians and best runs alone), and when only
-one says slower (the evidence is ambiguous) the EP keeps the partition, and the log says so. Timing is a warm-up run of each side, then alternating runs, at least
+machine's load when the two sides are clearly apart (seen: mobilenetv3 on IREE at load 6, the CPU EP's median
+15.6 vs 14.4 ms, best 12.4 vs 6.21 ms, kept by medians and best runs alone; then, though, the CPU EP's side ran
+outside the session's run scopes, on two BLAS threads, which the rule no longer does), and when only one says
+slower (the evidence is ambiguous) the EP keeps the partition, and the log says so. The partitions are timed
+inside every EP's ``run_scope`` (the CPU EP's BLAS threads per ``intra_op_num_threads``), as a run is. Timing is a warm-up run of each side, then alternating runs, at least
 ``_MIN_RUNS``, within ``BUDGET_S`` per partition, stopping early once every run of one side beats every run of
 the other (what the rule adds to a session's creation: the CPU EP's plan
 for the partition, the warm-ups and about ``BUDGET_S`` at most per partition, and a second compile of what the
