@@ -205,6 +205,30 @@ def test_the_measurement_runs_inside_the_eps_run_scopes() -> None:
     assert {ep for ep, _ in sess.get_partitions()} == {"CPUExecutionProvider"}
 
 
+def test_a_partition_formed_after_a_hand_back_is_measured_too() -> None:
+    """An EP whose claim depends on what it is offered (as IREE's capability check does): {matmul, relu} while
+    matmul is offered, else {neg}. Round one hands {matmul, relu} back; the EP then forms {neg}, which the second
+    round measures and hands back (before, it stayed on the EP unmeasured); the rounds end there."""
+    base = _slow_ep()
+
+    class Shifting(base):  # type: ignore[misc, valid-type]
+        def get_capability(self, graph: Any, opset_imports: Any, ctx: Any) -> Any:
+            from epctx.ep import Capability
+
+            taken = {n.name for n in ctx.assigned}
+            wanted = {"matmul", "relu"} if "matmul" not in taken else {"neg"}
+            return Capability(tuple(n for n in graph if n.name in wanted and n.name not in taken))
+
+    so = epctx.SessionOptions()
+    so.add_session_config_entry(RULE, "1")
+    with registered(Shifting):
+        sess = epctx.InferenceSession(_model(), so, providers=[Shifting.name, "CPUExecutionProvider"])
+    assert [len(p.nodes) for p in Shifting.compiled] == [2, 1]  # round one's pair, round two's neg
+    assert sess.get_partitions() == [("CPUExecutionProvider", [n]) for n in ("matmul", "relu", "neg")]
+    assert set(sess.get_fallback_reasons()) == {"matmul", "relu", "neg"}
+    _check(sess, _model())
+
+
 def test_free_dimension_overrides_are_the_sizes_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     shapes = _spy_shapes(monkeypatch)
     ep = _slow_ep()

@@ -48,6 +48,12 @@ class Pipeline:
     kernel_ep: ExecutionProvider  # runs control-flow bodies' nodes: the first kernel EP, else the CPU EP
     phase: Phase = no_phase  # wraps each context load (profiles)
     ended: Ended | None = None  # called as each partition's compile ends (profiles)
+    # The measured rule's rounds: each hand-back partitions and compiles again, and the partitions the EP then
+    # forms of the nodes left (a capability that depends on what is offered) are measured in the next round.
+    measured_rounds: int = 2
+    measured: frozenset[frozenset[Any]] = (
+        frozenset()
+    )  # the node sets of the partitions measured in earlier rounds
 
     @classmethod
     def of(
@@ -139,26 +145,40 @@ class Pipeline:
         setup = CompileSetup(partitioning.guard, partitioning.artefacts, target)
         found = self._builder(partitioning).compile_units(partitioning.units, partitioning.loader, setup)
         compiled = CompiledUnits(partitioning.without_artefacts(), found)
-        again = (
+        again, measured = (
             self._hand_back(compiled)
             if self.config.partition_measured_rule and not partitioning.routed
-            else None
+            else (None, self.measured)
         )
-        if again is not None:  # once: the partitions kept were measured, the nodes handed back are refused
+        if (
+            again is not None
+        ):  # the nodes handed back are refused; a new partition is measured while rounds last
+            rounds = self.measured_rounds - 1
+            if rounds > 0:
+                return dataclasses.replace(self, measured_rounds=rounds, measured=measured).compile(
+                    again, target
+                )
             rest = self.config.replace({opt.PARTITION_MEASURED_RULE: "0"})
             return dataclasses.replace(self, config=rest).compile(again, target)
         return compiled
 
-    def _hand_back(self, compiled: CompiledUnits) -> Partitioning | None:
+    def _hand_back(self, compiled: CompiledUnits) -> tuple[Partitioning | None, frozenset[frozenset[Any]]]:
         """The measured rule (``epctx.partition.measured``): the graph partitioned again without the compiled
-        partitions slower than the kernel EP on the same nodes; None when every one is kept."""
+        partitions slower than the kernel EP on the same nodes (None when every one is kept), and the node sets
+        measured so far (a partition measured in an earlier round is not measured again)."""
         from epctx.partition.measured import hand_back
         from epctx.session.measured_rule import kernel_runner
 
         partitioning, kernel = compiled.partitioning, self.kernel_ep
-        runs = {k: c for k, c in compiled.compiled.items() if partitioning.units[k].ep is not kernel}
+        units = partitioning.units
+        runs = {
+            k: c
+            for k, c in compiled.compiled.items()
+            if units[k].ep is not kernel and frozenset(units[k].nodes) not in self.measured
+        }
+        measured = self.measured | {frozenset(units[k].nodes) for k in runs}
         if kernel not in self.providers or not runs:
-            return None
+            return None, measured
         with contextlib.ExitStack() as stack:  # timed as a run is: each EP's run scope (BLAS threads...)
             for ep in self.providers:
                 scope = ep.run_scope()
@@ -168,17 +188,18 @@ class Pipeline:
                 partitioning.units, runs, kernel.name, kernel_runner(self._builder(partitioning))
             )
         if not found:
-            return None
+            return None, measured
         refused = {**partitioning.refused, **found}  # with those a context model recorded, if any
         model, config = partitioning.loaded.model, self.config
         partitioner = GraphPartitioner(list(self.providers), cpu_fallback=not config.disable_cpu_ep_fallback,
                                        cost_rule=config.partition_cost_rule, refused=refused)  # fmt: skip
         ctx = CapabilityContext(partitioning.guard)
-        units = partitioner.partition(model.graph, dict(model.opset_imports), ctx=ctx)
+        new_units = partitioner.partition(model.graph, dict(model.opset_imports), ctx=ctx)
         declined = {node: tuple(why) for node, why in partitioner.declined.items()}
-        return dataclasses.replace(partitioning, units=tuple(units), declined=frozen_mapping(declined),
-                                   artefacts=frozen_mapping(partitioner.artefacts),
-                                   refused=frozen_mapping(refused))  # fmt: skip
+        again = dataclasses.replace(partitioning, units=tuple(new_units), declined=frozen_mapping(declined),
+                                    artefacts=frozen_mapping(partitioner.artefacts),
+                                    refused=frozen_mapping(refused))  # fmt: skip
+        return again, measured
 
     def plan(self, compiled: CompiledUnits) -> PreparedSession:
         """The last stage: one plan step per unit (control-flow bodies partitioned as their steps are built),
