@@ -205,10 +205,11 @@ def test_the_measurement_runs_inside_the_eps_run_scopes() -> None:
     assert {ep for ep, _ in sess.get_partitions()} == {"CPUExecutionProvider"}
 
 
-def test_a_partition_formed_after_a_hand_back_is_measured_too() -> None:
+def test_nodes_an_ep_claims_only_after_a_hand_back_are_left_to_the_next_ep() -> None:
     """An EP whose claim depends on what it is offered (as IREE's capability check does): {matmul, relu} while
-    matmul is offered, else {neg}. Round one hands {matmul, relu} back; the EP then forms {neg}, which the second
-    round measures and hands back (before, it stayed on the EP unmeasured); the rounds end there."""
+    matmul is offered, else {neg}. The rule hands {matmul, relu} back; the EP then claims neg, which it did not
+    hold when measured: refused to it too (a partition formed then would run unmeasured: nudenet on IREE ran
+    6.8x slower that way)."""
     base = _slow_ep()
 
     class Shifting(base):  # type: ignore[misc, valid-type]
@@ -223,9 +224,11 @@ def test_a_partition_formed_after_a_hand_back_is_measured_too() -> None:
     so.add_session_config_entry(RULE, "1")
     with registered(Shifting):
         sess = epctx.InferenceSession(_model(), so, providers=[Shifting.name, "CPUExecutionProvider"])
-    assert [len(p.nodes) for p in Shifting.compiled] == [2, 1]  # round one's pair, round two's neg
+    assert [len(p.nodes) for p in Shifting.compiled] == [2]  # neg is never compiled
     assert sess.get_partitions() == [("CPUExecutionProvider", [n]) for n in ("matmul", "relu", "neg")]
-    assert set(sess.get_fallback_reasons()) == {"matmul", "relu", "neg"}
+    reasons = {name: why[Shifting.name] for name, why in sess.get_fallback_reasons().items()}
+    assert reasons["matmul"].startswith("measured: ") and reasons["relu"] == reasons["matmul"]
+    assert reasons["neg"].startswith("measured rule: ") and "only after" in reasons["neg"], reasons
     _check(sess, _model())
 
 

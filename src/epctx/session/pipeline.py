@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,13 @@ __all__ = ["Pipeline"]
 
 Ended = Callable[[str, str, str, float], None]
 
+_log = logging.getLogger("epctx")
+_PASSES = 3  # partitionings after a hand-back, each refusing what a compiling EP newly claimed
+_NOT_MEASURED = (
+    "measured rule: {ep} claimed this node only after its slower partitions were handed back; a partition "
+    "formed then would not be measured, so it is left to the next EP"
+)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pipeline:
@@ -48,12 +56,6 @@ class Pipeline:
     kernel_ep: ExecutionProvider  # runs control-flow bodies' nodes: the first kernel EP, else the CPU EP
     phase: Phase = no_phase  # wraps each context load (profiles)
     ended: Ended | None = None  # called as each partition's compile ends (profiles)
-    # The measured rule's rounds: each hand-back partitions and compiles again, and the partitions the EP then
-    # forms of the nodes left (a capability that depends on what is offered) are measured in the next round.
-    measured_rounds: int = 2
-    measured: frozenset[frozenset[Any]] = (
-        frozenset()
-    )  # the node sets of the partitions measured in earlier rounds
 
     @classmethod
     def of(
@@ -145,40 +147,26 @@ class Pipeline:
         setup = CompileSetup(partitioning.guard, partitioning.artefacts, target)
         found = self._builder(partitioning).compile_units(partitioning.units, partitioning.loader, setup)
         compiled = CompiledUnits(partitioning.without_artefacts(), found)
-        again, measured = (
+        again = (
             self._hand_back(compiled)
             if self.config.partition_measured_rule and not partitioning.routed
-            else (None, self.measured)
+            else None
         )
-        if (
-            again is not None
-        ):  # the nodes handed back are refused; a new partition is measured while rounds last
-            rounds = self.measured_rounds - 1
-            if rounds > 0:
-                return dataclasses.replace(self, measured_rounds=rounds, measured=measured).compile(
-                    again, target
-                )
+        if again is not None:  # once: the partitions kept were measured, the nodes handed back are refused
             rest = self.config.replace({opt.PARTITION_MEASURED_RULE: "0"})
             return dataclasses.replace(self, config=rest).compile(again, target)
         return compiled
 
-    def _hand_back(self, compiled: CompiledUnits) -> tuple[Partitioning | None, frozenset[frozenset[Any]]]:
+    def _hand_back(self, compiled: CompiledUnits) -> Partitioning | None:
         """The measured rule (``epctx.partition.measured``): the graph partitioned again without the compiled
-        partitions slower than the kernel EP on the same nodes (None when every one is kept), and the node sets
-        measured so far (a partition measured in an earlier round is not measured again)."""
+        partitions slower than the kernel EP on the same nodes; None when every one is kept."""
         from epctx.partition.measured import hand_back
         from epctx.session.measured_rule import kernel_runner
 
         partitioning, kernel = compiled.partitioning, self.kernel_ep
-        units = partitioning.units
-        runs = {
-            k: c
-            for k, c in compiled.compiled.items()
-            if units[k].ep is not kernel and frozenset(units[k].nodes) not in self.measured
-        }
-        measured = self.measured | {frozenset(units[k].nodes) for k in runs}
+        runs = {k: c for k, c in compiled.compiled.items() if partitioning.units[k].ep is not kernel}
         if kernel not in self.providers or not runs:
-            return None, measured
+            return None
         with contextlib.ExitStack() as stack:  # timed as a run is: each EP's run scope (BLAS threads...)
             for ep in self.providers:
                 scope = ep.run_scope()
@@ -188,18 +176,43 @@ class Pipeline:
                 partitioning.units, runs, kernel.name, kernel_runner(self._builder(partitioning))
             )
         if not found:
-            return None, measured
+            return None
+        held = {node for k in runs for node in partitioning.units[k].nodes}
         refused = {**partitioning.refused, **found}  # with those a context model recorded, if any
+        return self._partition_within(partitioning, refused, held)
+
+    def _partition_within(
+        self, partitioning: Partitioning, refused: dict[Any, tuple[str, str]], held: set[Any]
+    ) -> Partitioning:
+        """The graph partitioned again with ``refused`` refused, and no compiling EP given a node outside
+        ``held`` (the nodes of the partitions measured): an EP whose capability depends on what it is offered
+        (IREE's) may claim other nodes once some are refused, and a partition formed then is not measured
+        (nudenet on IREE: its DFL head handed back, IREE then took the box decode, then the backbone, 6.8x the
+        CPU EP). Those nodes are refused to it too, a few passes at most (each asks the EPs' capability)."""
         model, config = partitioning.loaded.model, self.config
-        partitioner = GraphPartitioner(list(self.providers), cpu_fallback=not config.disable_cpu_ep_fallback,
-                                       cost_rule=config.partition_cost_rule, refused=refused)  # fmt: skip
-        ctx = CapabilityContext(partitioning.guard)
-        new_units = partitioner.partition(model.graph, dict(model.opset_imports), ctx=ctx)
+        for _ in range(_PASSES):
+            partitioner = GraphPartitioner(list(self.providers), cpu_fallback=not config.disable_cpu_ep_fallback,
+                                           cost_rule=config.partition_cost_rule, refused=refused)  # fmt: skip
+            units = partitioner.partition(
+                model.graph, dict(model.opset_imports), ctx=CapabilityContext(partitioning.guard)
+            )
+            fresh = {
+                node: (unit.ep.name, _NOT_MEASURED.format(ep=unit.ep.name))
+                for unit in units
+                if unit.ep is not self.kernel_ep
+                for node in unit.nodes
+                if node not in held
+            }
+            if not fresh:
+                break
+            refused = {**refused, **fresh}
+        else:
+            _log.warning("measured rule: after %d passes an EP still claims nodes it did not hold when measured; "
+                         "its partitions of them run unmeasured", _PASSES)  # fmt: skip
         declined = {node: tuple(why) for node, why in partitioner.declined.items()}
-        again = dataclasses.replace(partitioning, units=tuple(new_units), declined=frozen_mapping(declined),
-                                    artefacts=frozen_mapping(partitioner.artefacts),
-                                    refused=frozen_mapping(refused))  # fmt: skip
-        return again, measured
+        return dataclasses.replace(partitioning, units=tuple(units), declined=frozen_mapping(declined),
+                                   artefacts=frozen_mapping(partitioner.artefacts),
+                                   refused=frozen_mapping(refused))  # fmt: skip
 
     def plan(self, compiled: CompiledUnits) -> PreparedSession:
         """The last stage: one plan step per unit (control-flow bodies partitioned as their steps are built),
