@@ -343,3 +343,19 @@ def test_dynamic_dimensions_get_the_documented_sizes() -> None:
     assert size_choices([ids]) == [{"batch": 1, "sequence": OTHER_DIM}, {"batch": 1, "sequence": SMALL_DIM}]
     assert size_choices([_value("b", ["batch", 3], ir.DataType.FLOAT)]) == [{"batch": 1}]  # a batch only: one
     assert chosen_sizes([ir.Value(name="u", type=ir.TensorType(ir.DataType.FLOAT))]) is None  # rank unknown
+
+
+def test_a_dimension_named_by_an_expression_is_computed_from_its_names() -> None:
+    """As shape inference names a feature map of a dynamic image (nudenet): evaluated at the names' sizes, so
+    the three scales a Concat joins agree."""
+    import onnx_ir as ir
+
+    stride8 = "(floor(floor(floor(height/2 - 1/2)/2)/2) + 1)*(floor(floor(floor(width/2 - 1/2)/2)/2) + 1)"
+    image = _value("images", ["batch", 3, "height", "width"], ir.DataType.FLOAT)
+    boxes = _value("boxes", ["batch", 64, stride8], ir.DataType.FLOAT)
+    scaled = _value("scaled", ["2*batch", "height + 1", "bad(height)"], ir.DataType.FLOAT)
+    large, small = size_choices([image, boxes, scaled]) or [{}, {}]
+    assert large[stride8] == 16 * 16 and small[stride8] == 4 * 4  # 128 -> 16 after three stride-2 steps
+    assert large["height"] == OTHER_DIM and small["height"] == SMALL_DIM
+    assert large["2*batch"] == 2 and large["height + 1"] == OTHER_DIM + 1
+    assert large["bad(height)"] == OTHER_DIM  # not an expression it knows: sized as a plain name

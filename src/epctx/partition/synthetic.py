@@ -17,7 +17,11 @@ dynamic here is one the user did not state):
   measured, and the user states the real ones with free-dimension overrides (then nothing is chosen).
 
 A dimension with a name gets one size wherever it appears (two inputs sharing ``sequence`` agree); an
-anonymous one (no name, ``?``, or a negative size) its own.
+anonymous one (no name, ``?``, or a negative size) its own. A name that is an expression of other names, as
+shape inference writes for a value computed from a dynamic input (nudenet's feature maps:
+``(floor(floor(height/2 - 1/2)/2) + 1)*(...)``), is evaluated with the sizes of those names, so that the
+partition's inputs agree with each other as the model's own values do (sized independently, its Concat of
+three scales refuses them).
 
 Values: floats uniform in [0, 1); integers and booleans of an input whose name contains ``mask`` are ones
 (True): a mask of zeros masks everything out, which makes an attention partition take a degenerate path (all
@@ -26,7 +30,10 @@ in range whatever the table's size), other booleans False."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import ast
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +65,52 @@ def _dim_key(dim: Any, value_name: str, axis: int) -> str | None:
     return f"{value_name}[{axis}]" if name is None or str(name) in _ANONYMOUS else str(name)
 
 
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "Min": min,
+    "Max": max,
+    "min": min,
+    "max": max,
+}
+_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+}  # fmt: skip
+
+
+def _base_size(name: str, other: int) -> int:
+    return LEADING_DIM if name.lower() in _BATCH_NAMES or "batch" in name.lower() else other
+
+
+def _evaluate(node: ast.AST, other: int) -> Any:
+    """An arithmetic expression of dimension names (``+ - * / // %``, floor, ceil, min, max), each name at its
+    own size; ValueError for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return node.value
+    if isinstance(node, ast.Name):
+        return _base_size(node.id, other)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left, other), _evaluate(node.right, other))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand, other)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
+        return _FUNCTIONS[node.func.id](*(_evaluate(arg, other) for arg in node.args))
+    raise ValueError(f"not a size expression: {ast.dump(node)}")
+
+
+def _expression_size(name: str, other: int) -> int | None:
+    """The size of a dimension named by an expression of other names (None: a plain name, or not one)."""
+    if not any(c in name for c in "()+-*/"):
+        return None
+    try:
+        value = _evaluate(ast.parse(name, mode="eval").body, other)
+    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, RecursionError):
+        return None
+    size = int(value)
+    return size if size == value and size > 0 else None
+
+
 def chosen_sizes(values: Sequence[Any], other: int = OTHER_DIM) -> dict[str, int] | None:
     """The size chosen for each dynamic dimension of ``values`` (partition inputs), by name (``value[axis]`` for
     an anonymous one): ``LEADING_DIM`` for a batch, ``other`` for the rest; None when a value's shape is
@@ -71,8 +124,9 @@ def chosen_sizes(values: Sequence[Any], other: int = OTHER_DIM) -> dict[str, int
             key = _dim_key(dim, str(value.name), axis)
             if key is None or key in sizes:
                 continue
+            computed = _expression_size(key, other)
             batch = axis == 0 or key.lower() in _BATCH_NAMES or "batch" in key.lower()
-            sizes[key] = LEADING_DIM if batch else other
+            sizes[key] = computed if computed is not None else LEADING_DIM if batch else other
     return sizes
 
 
@@ -80,10 +134,10 @@ def size_choices(values: Sequence[Any]) -> list[dict[str, int]] | None:
     """The sizes to measure ``values`` at: one set when every dynamic dimension is a batch (or none is dynamic),
     else two, ``OTHER_DIM`` then ``SMALL_DIM`` for the other dimensions; None when a shape is unknown."""
     large = chosen_sizes(values, OTHER_DIM)
-    if large is None or OTHER_DIM not in large.values():
-        return None if large is None else [large]
     small = chosen_sizes(values, SMALL_DIM)
-    return [large] if small is None else [large, small]
+    if large is None or small is None:
+        return None
+    return [large] if small == large else [large, small]
 
 
 def describe_sizes(sizes: Mapping[str, int]) -> str:

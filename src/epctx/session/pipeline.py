@@ -37,7 +37,9 @@ __all__ = ["Pipeline"]
 Ended = Callable[[str, str, str, float], None]
 
 _log = logging.getLogger("epctx")
-_PASSES = 3  # partitionings after a hand-back, each refusing what a compiling EP newly claimed
+_PASSES = (
+    3  # partitionings after a hand-back, each refusing what a compiling EP newly claimed (the last: all)
+)
 _NOT_MEASURED = (
     "measured rule: {ep} claimed this node only after its slower partitions were handed back; a partition "
     "formed then would not be measured, so it is left to the next EP"
@@ -190,7 +192,12 @@ class Pipeline:
         (nudenet on IREE: its DFL head handed back, IREE then took the box decode, then the backbone, 6.8x the
         CPU EP). Those nodes are refused to it too, a few passes at most (each asks the EPs' capability)."""
         model, config = partitioning.loaded.model, self.config
-        for _ in range(_PASSES):
+        fresh: dict[Any, tuple[str, str]] = {}
+        for attempt in range(_PASSES):
+            if (
+                attempt == _PASSES - 1
+            ):  # the last: every node outside ``held`` refused to the EPs still claiming
+                refused = _refuse_all_but(model.graph, held, refused, {why[0] for why in fresh.values()})
             partitioner = GraphPartitioner(list(self.providers), cpu_fallback=not config.disable_cpu_ep_fallback,
                                            cost_rule=config.partition_cost_rule, refused=refused)  # fmt: skip
             units = partitioner.partition(
@@ -207,8 +214,8 @@ class Pipeline:
                 break
             refused = {**refused, **fresh}
         else:
-            _log.warning("measured rule: after %d passes an EP still claims nodes it did not hold when measured; "
-                         "its partitions of them run unmeasured", _PASSES)  # fmt: skip
+            _log.warning("measured rule: an EP still claims nodes it did not hold when measured (refused to it "
+                         "elsewhere); its partitions of them run unmeasured")  # fmt: skip
         declined = {node: tuple(why) for node, why in partitioner.declined.items()}
         return dataclasses.replace(partitioning, units=tuple(units), declined=frozen_mapping(declined),
                                    artefacts=frozen_mapping(partitioner.artefacts),
@@ -264,6 +271,18 @@ class Pipeline:
             phase=self.phase,
             ended=self.ended,
         )
+
+
+def _refuse_all_but(
+    graph: Any, held: set[Any], refused: dict[Any, tuple[str, str]], eps: set[str]
+) -> dict[Any, tuple[str, str]]:
+    """``refused`` with every node of ``graph`` outside ``held`` (and not refused already) refused to the first
+    of ``eps`` (one refusal per node: with one compiling EP, the usual case, that EP)."""
+    if not eps:
+        return refused
+    ep = sorted(eps)[0]
+    why = _NOT_MEASURED.format(ep=ep)
+    return {**{node: (ep, why) for node in graph if node not in held and node not in refused}, **refused}
 
 
 def resolve_providers(
