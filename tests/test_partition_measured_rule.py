@@ -232,6 +232,45 @@ def test_nodes_an_ep_claims_only_after_a_hand_back_are_left_to_the_next_ep() -> 
     _check(sess, _model())
 
 
+def test_an_ep_that_keeps_claiming_new_nodes_gets_none_of_them() -> None:
+    """An EP that claims one more node at each capability request (r0, then r1, r2, ...): after r0 is handed back,
+    two passes refuse what it newly claims, and the last refuses every node it did not hold when measured, so
+    that nothing runs on it unmeasured."""
+    names = [f"r{k}" for k in range(6)]
+    ops = ["Relu", "Neg", "Tanh", "Sigmoid", "Abs", "Neg"]
+    nodes = [
+        helper.make_node(op, [f"t{k}"], [f"t{k + 1}"], name=name)
+        for k, (op, name) in enumerate(zip(ops, names))
+    ]
+    nodes[0].input[0], nodes[-1].output[0] = "x", "y"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    base = _slow_ep()
+    asked: list[int] = []
+
+    class Greedy(base):  # type: ignore[misc, valid-type]
+        def get_capability(self, graph: Any, opset_imports: Any, ctx: Any) -> Any:
+            from epctx.ep import Capability
+
+            taken = {n.name for n in ctx.assigned}
+            wanted = names[len(asked)] if len(asked) < len(names) else ""
+            asked.append(1)
+            return Capability(tuple(n for n in graph if n.name == wanted and n.name not in taken))
+
+    so = epctx.SessionOptions()
+    so.add_session_config_entry(RULE, "1")
+    with registered(Greedy):
+        sess = epctx.InferenceSession(model, so, providers=[Greedy.name, "CPUExecutionProvider"])
+    assert [[n.name for n in p.nodes] for p in Greedy.compiled] == [["r0"]]
+    assert {ep for ep, _ in sess.get_partitions()} == {"CPUExecutionProvider"}
+    reasons = {name: why[Greedy.name] for name, why in sess.get_fallback_reasons().items()}
+    assert reasons["r0"].startswith("measured: ")
+    assert all(reasons[n].startswith("measured rule: ") for n in names[1:]), reasons
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], run_ort(model, {"x": x})[0], rtol=1e-6)
+
+
 def test_free_dimension_overrides_are_the_sizes_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     shapes = _spy_shapes(monkeypatch)
     ep = _slow_ep()

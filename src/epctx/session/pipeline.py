@@ -194,9 +194,8 @@ class Pipeline:
         model, config = partitioning.loaded.model, self.config
         fresh: dict[Any, tuple[str, str]] = {}
         for attempt in range(_PASSES):
-            if (
-                attempt == _PASSES - 1
-            ):  # the last: every node outside ``held`` refused to the EPs still claiming
+            # the last pass: every node outside ``held`` refused to the EPs still claiming new ones
+            if attempt == _PASSES - 1:
                 refused = _refuse_all_but(model.graph, held, refused, {why[0] for why in fresh.values()})
             partitioner = GraphPartitioner(list(self.providers), cpu_fallback=not config.disable_cpu_ep_fallback,
                                            cost_rule=config.partition_cost_rule, refused=refused)  # fmt: skip
