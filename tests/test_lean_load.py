@@ -184,14 +184,17 @@ def test_damaged_context_models_fail_alike_on_both_paths(
 @pytest.mark.slow
 def test_compiling_a_model_one_ep_takes_whole_does_not_import_the_cpu_kernels(tmp_path: Path) -> None:
     """The cold path: when the compiling EP takes every node, the CPU EP is never asked, so its kernel table
-    (and onnx.reference) stays unimported."""
+    (and onnx.reference) stays unimported. With the measured rule off: the rule (on by default) runs the
+    partition's nodes on the CPU EP to time them, which imports its kernels."""
     source = tmp_path / "model.onnx"
     onnx.save(whole_model(), source)
     script = f"""
 import json, sys
 import numpy as np
 import epctx
-session = epctx.InferenceSession({str(source)!r}, providers=[{EXAMPLE!r}])
+so = epctx.SessionOptions()
+so.add_session_config_entry("epctx.partition.measured_rule", "0")
+session = epctx.InferenceSession({str(source)!r}, so, providers=[{EXAMPLE!r}])
 session.run(None, {{"x": np.ones((2, 8), np.float32)}})
 print(json.dumps(sorted(m for m in sys.modules if m.startswith(("epctx.providers.cpu.kernels", "onnx.reference")))))
 """

@@ -149,6 +149,19 @@ def test_the_context_records_the_hand_back(source: Path, tmp_path: Path) -> None
     _check(cold)
 
 
+@pytest.mark.measured_rule_default
+def test_the_default_records_the_hand_back(source: Path, tmp_path: Path) -> None:
+    """The rule on by default: a context generated without the key records the hand-back too."""
+    ctx = tmp_path / "model_ctx.onnx"
+    cold = _session(source, **{"ep.context_enable": "1", "ep.context_file_path": str(ctx)})
+    assert cold.get_partitions()[0] == (CPU, ["matmul"])
+    assert set(json.loads(_metadata(ctx)[REFUSALS_KEY])[SLOW]) == {"matmul", "relu"}
+    with no_compile():
+        warm = _session(ctx)
+    assert warm.get_partitions()[:3] == [(CPU, ["matmul"]), (CPU, ["relu"]), (CPU, ["neg"])]
+    _check(warm)
+
+
 def test_a_warm_load_compiles_and_measures_nothing(
     source: Path, tmp_path: Path, no_measuring: list[Any]
 ) -> None:

@@ -36,6 +36,7 @@ _CHILD = textwrap.dedent(
         so = epctx.SessionOptions()
         so.add_session_config_entry("ep.context_enable", "1")
         so.add_session_config_entry("ep.context_embed_mode", embed)
+        so.add_session_config_entry("epctx.partition.measured_rule", "0")  # the toy stays on the EP under test
         epctx.InferenceSession(path, so, providers=[ep])
         path = os.path.join(folder, "m_ctx.onnx")
 

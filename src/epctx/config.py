@@ -99,9 +99,11 @@ CONTEXT_BINARY_COPY = "epctx.context_binary_copy"
 # "0": no cost rule in the partition stage (a compiling EP keeps even the partitions whose boundaries cost more
 # than they save; see epctx.partition.cost). Default "1".
 PARTITION_COST_RULE = "epctx.partition.cost_rule"
-# "1": the measured rule (epctx.partition.measured): after a compiling EP compiles a partition, it is timed against
-# the kernel EP (the CPU EP) on the same nodes with synthetic inputs of their stated shapes, and handed back when
-# slower by more than the margin. Default "0".
+# The measured rule (epctx.partition.measured), on by default: after a compiling EP compiles a partition, it is
+# timed against the kernel EP (the CPU EP) on the same nodes with synthetic inputs (dynamic dimensions sized 1 for
+# a batch, 128 otherwise, unless free-dimension overrides state them), and handed back when slower by more than
+# the margin in both its median and its best run: adding an EP never makes a model slower (measured over the
+# corpus, benchmarks/results/never_slower_threads1.txt). "0" turns it off (the EP keeps what it compiled).
 PARTITION_MEASURED_RULE = "epctx.partition.measured_rule"
 # epctx's own trust policy (``epctx.trust``): PEM keys / certificates (os.pathsep-separated), the policy
 # (off | warn | require | require-native) and the signature's path (default: model.sig beside the model).
@@ -154,8 +156,8 @@ class SessionConfig:
     - ``self_heal`` (epctx.self_heal, one of SELF_HEAL_POLICIES, "off"): compile a stale context again;
     - ``partition_cost_rule`` (epctx.partition.cost_rule, bool, True): the partition stage's cost rule
       (``epctx.partition.cost``); "0" turns it off;
-    - ``partition_measured_rule`` (epctx.partition.measured_rule, bool, False): time each compiled partition
-      against the kernel EP and hand it back when slower (``epctx.partition.measured``);
+    - ``partition_measured_rule`` (epctx.partition.measured_rule, bool, True): time each compiled partition
+      against the kernel EP and hand it back when slower (``epctx.partition.measured``); "0" turns it off;
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_reuse`` (epctx.context_reuse, bool): reuse (or compile again) the context at the context path;
@@ -352,7 +354,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     REFIT_CONTEXT: ("refit_context", _text, ""),
     SELF_HEAL: ("self_heal", _one_of(SELF_HEAL_POLICIES), "off"),
     PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
-    PARTITION_MEASURED_RULE: ("partition_measured_rule", _flag, False),
+    PARTITION_MEASURED_RULE: ("partition_measured_rule", _flag, True),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_REUSE: ("context_reuse", _flag, False),
