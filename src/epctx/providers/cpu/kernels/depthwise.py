@@ -19,13 +19,12 @@ Two refinements, both measured here on one thread:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from epctx.providers.cpu import parallel
 from epctx.providers.cpu.kernels.windows import ALL as _ALL
-from epctx.providers.cpu.kernels.windows import Geometry
+from epctx.providers.cpu.kernels.windows import Geometry, ScratchPool
 
 __all__ = ["DepthwiseChannelsLast", "channels_last_fits", "column_block", "row_bands"]
 
@@ -87,7 +86,7 @@ class _ColumnBlocks:
     def fill(self, buf: np.ndarray, x: np.ndarray, *, pad_rows: bool = True, zero: bool = True) -> None:
         """``x`` (N, C, H, W) into ``buf``, zeros around it (not in the padding rows unless ``pad_rows``: row
         bands never read them; PP-OCR cls's 200 channels at 2x96, 5x5: 4 of 6 rows; not at all unless ``zero``:
-        a buffer whose padding is zero already, ``_PaddedPool``)."""
+        a buffer whose padding is zero already, ``_PADDED``)."""
         geo, stride = self.geo, self.phases
         top, left = geo.pad_begin
         height, width = x.shape[2], x.shape[3]
@@ -185,7 +184,7 @@ class DepthwiseChannelsLast:
         """The result as a contiguous (N, *out, C * multiplier) array (``run`` copies it to NCHW)."""
         geo = self.geo
         key = (self.padded_shape, x.dtype.str, x.shape[2:], geo.pad_begin, geo.strides, self.bands is None)
-        buf = _PADDED.take(key, self.padded_shape, x.dtype)  # its padding zero
+        buf = _PADDED.take(self.padded_shape, x.dtype, key=key)  # its padding zero
         if self.blocks is not None:
             self.blocks.fill(buf, x, pad_rows=self.bands is None, zero=False)
             strides = self.blocks.strides(buf)
@@ -194,7 +193,7 @@ class DepthwiseChannelsLast:
             buf[inner] = x.transpose(self.to_nhwc)
             strides = self._strides(buf)
         y = self._einsums(buf, self._filter(prep), strides)
-        _PADDED.give(key, buf)
+        _PADDED.give(buf, key=key)
         return np.ascontiguousarray(y.reshape((x.shape[0], *geo.out, -1)))  # (N, *out, C * multiplier)
 
     def _filter(self, prep: dict[str, np.ndarray]) -> np.ndarray:
@@ -247,39 +246,11 @@ class DepthwiseChannelsLast:
         return y
 
 
-class _PaddedPool:
-    """Padded channels-last buffers kept from call to call with their padding zero: a depthwise conv writes only
-    where its input lands, so a buffer given back under a key (buffer shape, dtype, input size, padding,
-    strides, rows padded) has zeros wherever another call under that key needs them, and the next call skips
-    zeroing (3-5 us a call on MobileNetV3's maps; the strips are many small strided writes). At most ``limit``
-    bytes are kept; fresh buffers are all zeros."""
-
-    __slots__ = ("_free", "kept", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self._free: dict[tuple[Any, ...], list[np.ndarray]] = {}
-        self.kept = 0
-        self.limit = limit
-
-    def take(self, key: tuple[Any, ...], shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """A buffer whose padding (for ``key``) is zero."""
-        free = self._free.get(key)
-        if free:
-            try:
-                buf = free.pop()
-            except IndexError:  # another thread took the last one
-                return np.zeros(shape, dtype=dtype)
-            self.kept -= buf.nbytes
-            return buf
-        return np.zeros(shape, dtype=dtype)
-
-    def give(self, key: tuple[Any, ...], buf: np.ndarray) -> None:
-        if self.kept + buf.nbytes <= self.limit:
-            self._free.setdefault(key, []).append(buf)
-            self.kept += buf.nbytes
-
-
-_PADDED = _PaddedPool(64 << 20)
+# Padded channels-last buffers kept from call to call with their padding zero: a depthwise conv writes only where
+# its input lands, so a buffer given back under a key (buffer shape, dtype, input size, padding, strides, rows
+# padded) has zeros wherever another call under that key needs them, and the next call skips zeroing (3-5 us a
+# call on MobileNetV3's maps; the strips are many small strided writes); fresh buffers are all zeros.
+_PADDED = ScratchPool(64 << 20, fresh=np.zeros)
 
 
 # A depthwise conv of at least this many multiply-adds shares its output rows with helper threads.

@@ -4,7 +4,7 @@ the kernels reuse from call to call. Shared by the Conv, pooling and quantized-c
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -122,35 +122,37 @@ def spatial_geometry(
 
 
 class ScratchPool:
-    """Scratch arrays reused from call to call, keyed by shape and dtype.
+    """Scratch arrays reused from call to call, keyed by shape and dtype (or by a key of the caller's).
 
     Fresh multi-megabyte temporaries cost page faults on every call once the C heap has trimmed them
     (measured 2x on an isolated conv layer). Each caller takes its own array and gives it back when done,
-    so concurrent runs never share one; at most ``limit`` bytes are kept.
+    so concurrent runs never share one; at most ``limit`` bytes are kept; a fresh array is ``fresh(shape,
+    dtype=dtype)`` (``np.empty``, or ``np.zeros`` for a pool whose arrays come back with zeros where it matters).
     """
 
-    __slots__ = ("_free", "kept", "limit")
+    __slots__ = ("_free", "_fresh", "kept", "limit")
 
-    def __init__(self, limit: int) -> None:
-        self._free: dict[tuple[tuple[int, ...], np.dtype[Any]], list[np.ndarray]] = {}
+    def __init__(self, limit: int, fresh: Callable[..., np.ndarray] = np.empty) -> None:
+        self._free: dict[Any, list[np.ndarray]] = {}
+        self._fresh = fresh
         self.kept = 0
         self.limit = limit
 
-    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        free = self._free.get((shape, np.dtype(dtype)))
+    def take(self, shape: tuple[int, ...], dtype: Any, key: Any = None) -> np.ndarray:
+        free = self._free.get((shape, np.dtype(dtype)) if key is None else key)
         if free:
             try:
                 arr = free.pop()
             except IndexError:  # another thread took the last one
-                return np.empty(shape, dtype=dtype)
+                return self._fresh(shape, dtype=dtype)
             self.kept -= arr.nbytes
             return arr
-        return np.empty(shape, dtype=dtype)
+        return self._fresh(shape, dtype=dtype)
 
-    def give(self, *arrays: np.ndarray) -> None:
+    def give(self, *arrays: np.ndarray, key: Any = None) -> None:
         for arr in arrays:
             if self.kept + arr.nbytes <= self.limit:
-                self._free.setdefault((arr.shape, arr.dtype), []).append(arr)
+                self._free.setdefault((arr.shape, arr.dtype) if key is None else key, []).append(arr)
                 self.kept += arr.nbytes
 
 
