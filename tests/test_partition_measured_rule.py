@@ -398,3 +398,29 @@ def test_a_dimension_named_by_an_expression_is_computed_from_its_names() -> None
     assert large["height"] == OTHER_DIM and small["height"] == SMALL_DIM
     assert large["2*batch"] == 2 and large["height + 1"] == OTHER_DIM + 1
     assert large["bad(height)"] == OTHER_DIM  # not an expression it knows: sized as a plain name
+
+
+@pytest.mark.measured_rule_default
+@pytest.mark.parametrize("asked", [None, "1"])
+def test_model_compiler_measures_only_when_asked(
+    tmp_path: Any, asked: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiled model is the same wherever it is compiled (package targets, the compile farm's nodes): the
+    rule is off for ``ModelCompiler`` unless the key asks for it."""
+    from epctx.partition import measured
+
+    calls: list[object] = []
+    real = measured.hand_back
+
+    def spy(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(measured, "hand_back", spy)
+    so = epctx.SessionOptions()
+    so.add_provider("ExampleExecutionProvider", {})
+    if asked is not None:
+        so.add_session_config_entry(RULE, asked)
+    epctx.ModelCompiler(so, _model()).compile_to_file(str(tmp_path / "m_ctx.onnx"))
+    assert bool(calls) == (asked == "1")
+    assert (tmp_path / "m_ctx.onnx").is_file()

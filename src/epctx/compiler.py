@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
+from epctx.config import PARTITION_MEASURED_RULE
 from epctx.errors import EPCtxError, Fail, InvalidArgument
 
 if TYPE_CHECKING:
@@ -72,6 +73,11 @@ class ModelCompiler:
             raise ValueError(
                 "give external_initializers_file_path or get_initializer_location_func, not both"
             )
+        # A compiled model is made for where it will run, and is the same wherever it is compiled (a package's
+        # targets, the compile farm's nodes): the measured rule, on by default for sessions, times partitions on
+        # this machine under its load, so it runs here only when asked for by name.
+        if PARTITION_MEASURED_RULE not in sess_options.config:
+            sess_options = opt.with_config(sess_options, {PARTITION_MEASURED_RULE: "0"})
         self._options = sess_options
         # parsed once, now (as onnxruntime copies the options at creation): an unknown epctx.* key fails here
         self._config = opt.SessionConfig.of(sess_options)
