@@ -157,7 +157,8 @@ class SessionConfig:
     - ``partition_cost_rule`` (epctx.partition.cost_rule, bool, True): the partition stage's cost rule
       (``epctx.partition.cost``); "0" turns it off;
     - ``partition_measured_rule`` (epctx.partition.measured_rule, bool, True): time each compiled partition
-      against the kernel EP and hand it back when slower (``epctx.partition.measured``); "0" turns it off;
+      against the kernel EP and hand it back when slower (``epctx.partition.measured``); "0" turns it off
+      (``ModelCompiler`` sets "0" unless the key is given: a compiled model is the same wherever it is compiled);
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_reuse`` (epctx.context_reuse, bool): reuse (or compile again) the context at the context path;
