@@ -76,11 +76,13 @@ class ModelCompiler:
         # A compiled model is made for where it will run, and is the same wherever it is compiled (a package's
         # targets, the compile farm's nodes): the measured rule, on by default for sessions, times partitions on
         # this machine under its load, so it runs here only when asked for by name.
-        if PARTITION_MEASURED_RULE not in sess_options.config:
-            sess_options = opt.with_config(sess_options, {PARTITION_MEASURED_RULE: "0"})
+        # (The caller's options are never changed: the compile's config says it.)
+        unless_asked = (
+            {} if PARTITION_MEASURED_RULE in sess_options.config else {PARTITION_MEASURED_RULE: "0"}
+        )
         self._options = sess_options
         # parsed once, now (as onnxruntime copies the options at creation): an unknown epctx.* key fails here
-        self._config = opt.SessionConfig.of(sess_options)
+        self._config = opt.SessionConfig.of(opt.with_config(sess_options, unless_asked))
         self._source = input_model_path_or_bytes
         self._embed = bool(embed_compiled_data_into_model)
         self._ext_path = (
