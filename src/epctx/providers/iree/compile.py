@@ -98,9 +98,8 @@ def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
     if FAST_1D_CONVS in flags and any(_one_dimensional(n) for n in ir_nodes(partition.nodes)):
         kept = with_flags(kept, FAST_CODEGEN)
     if STATIC_DATA_TILING in flags and _static_products(partition) and FAST_CODEGEN[0] not in kept:
-        grouped = any(
-            _grouped(n) for n in ir_nodes(partition.nodes)
-        )  # depthwise nets: slower with conv tiling
+        # depthwise nets run slower with convolution data tiling: their matrix products only
+        grouped = any(_grouped(n) for n in ir_nodes(partition.nodes))
         kept = with_flags(kept, MATMUL_DATA_TILING if grouped else CONV_DATA_TILING)
     return kept
 
