@@ -3,8 +3,8 @@
 1. the candidates are compiled whole with the EP's flags: usually the one compile of the model (its one group,
    and the compile is reused);
 2. when that fails before code generation and the flags convert convolutions to channels-last, the whole set is
-   compiled again in ONNX's layout (IREE's conversion fails on convolutions with dynamic sizes): the model stays
-   whole, and the log says which ``--dim`` would give channels-last back;
+   compiled again in ONNX's layout (IREE's conversion fails on convolutions with dynamic sizes), with IREE's data
+   tiling of convolutions unless ``fast_codegen=0`` (``options.CONV_DATA_TILING``): the model stays whole;
 3. when it still fails and IREE's message names nodes (``blame``: the operations its diagnostics quote), those
    are declined with IREE's message and the others compiled at once (PP-OCRv4 det, dynamic sizes: its Conv and
    ConvTranspose that IREE's code generation fails on; the other 490 nodes compile);
@@ -27,9 +27,10 @@ provider option and the ``--dim`` sizes. What each compile showed is kept (``pro
 outcomes, by the content of the node set, the flags, IREE's and epctx's versions, in the user's cache): a later
 check of the same model reads it instead of compiling, so each session goes on where the last one stopped, and
 once a search ends every later one reaches the same verdict with no compile but the final ones. No node set is
-compiled twice with the same flags in one check, failures included (``Search.compile``). Two boundaries IREE
-cannot take: a value with a type but no shape (IREE would read it as a scalar) and a Reshape's shape operand
-(IREE mishandles -1 and 0 in a shape known only at run: RESOURCE_EXHAUSTED at run, or a wrong result). A
+compiled twice with the same flags in one check, failures included (``Search.compile``). Three boundaries IREE
+cannot take: a value with a type but no shape (IREE would read it as a scalar), a Reshape's shape operand
+(IREE mishandles -1 and 0 in a shape known only at run: RESOURCE_EXHAUSTED at run, or a wrong result) and a
+Pow's exponent (IREE's power with an exponent unknown at compile is NaN for a negative base). A
 partition with one fails, with that reason, without a compile (``capability.unfit_boundary``; the worker refuses
 one too), and groups are halved where no such value crosses (``capability.halves``). Once the first compile failed on a
 model with dynamic dimensions, the search leaves out the Reshapes to a shape computed at run
