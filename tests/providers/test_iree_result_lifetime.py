@@ -17,10 +17,10 @@ from tests.requires import requires
 pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler")]
 
 _SOURCE = """
-func.func @f(%a: tensor<1x128xf32>) -> (tensor<1x128xf32>, tensor<1x128xf32>) {
-  %0 = arith.mulf %a, %a : tensor<1x128xf32>
-  %1 = arith.addf %a, %a : tensor<1x128xf32>
-  return %0, %1 : tensor<1x128xf32>, tensor<1x128xf32>
+func.func @f(%a: tensor<1x8192xf32>) -> (tensor<1x8192xf32>, tensor<1x8192xf32>) {
+  %0 = arith.mulf %a, %a : tensor<1x8192xf32>
+  %1 = arith.addf %a, %a : tensor<1x8192xf32>
+  return %0, %1 : tensor<1x8192xf32>, tensor<1x8192xf32>
 }"""
 
 
@@ -38,18 +38,34 @@ def test_a_result_array_keeps_its_iree_buffer_alive(threads: int) -> None:
     module = rt.VmModule.copy_buffer(instance, vmfb)
     context = rt.VmContext(instance, [rt.create_hal_module(instance, device), module])
     invoke = rt.FunctionInvoker(context, device, module.lookup_function("f"))
-    results = invoke(np.full((1, 128), 3.0, np.float32))
+    results = invoke(np.full((1, 8192), 3.0, np.float32))
     alive = [weakref.ref(r) for r in results]
     arrays = [_host_array(r) for r in results]
     del results
     gc.collect()
     assert all(ref() is not None for ref in alive)  # held by the arrays
     for _ in range(20):  # memory churn, and more calls: the arrays read what IREE wrote
-        invoke(np.full((1, 128), 5.0, np.float32))
-        [np.full((1, 128), 7.0, np.float32) for _ in range(50)]
-    np.testing.assert_array_equal(arrays[0], np.full((1, 128), 9.0, np.float32))
-    np.testing.assert_array_equal(arrays[1], np.full((1, 128), 6.0, np.float32))
-    assert not arrays[0].flags.owndata  # not a copy
+        invoke(np.full((1, 8192), 5.0, np.float32))
+        [np.full((1, 8192), 7.0, np.float32) for _ in range(50)]
+    np.testing.assert_array_equal(arrays[0], np.full((1, 8192), 9.0, np.float32))
+    np.testing.assert_array_equal(arrays[1], np.full((1, 8192), 6.0, np.float32))
+    assert not arrays[0].flags.owndata  # 32 KiB: held, not copied
     del arrays
     gc.collect()
     assert all(ref() is None for ref in alive)  # and released with them
+
+
+def test_a_small_result_is_a_copy_of_its_own() -> None:
+    from epctx.providers.iree.runtime import _host_array
+
+    class Mapped:  # IREE's DeviceArray, as far as _host_array reads it
+        def __init__(self, array: np.ndarray) -> None:
+            self.array = array
+
+        def to_host(self) -> np.ndarray:
+            return self.array
+
+    small = np.arange(64, dtype=np.float32)
+    got = _host_array(Mapped(small))
+    small[:] = -1.0  # the buffer reused
+    np.testing.assert_array_equal(got, np.arange(64, dtype=np.float32))
