@@ -278,12 +278,17 @@ def _child_env(coretype: str | None) -> dict[str, str]:
 def bench_cell(name: str, model: Path, ep: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--cell", name, str(model), ep, str(args.steady)]
     cmd += ["--threads", str(args.threads)] + (["--state-dims"] if args.state_dims else [])
+    return run_cell_process(cmd, name, ep, args.budget, _child_env(args.openblas_coretype))
+
+
+def run_cell_process(
+    cmd: list[str], name: str, ep: str, budget: float, env: dict[str, str]
+) -> dict[str, Any]:
+    """A cell's row from its process (the JSON of its last line), or a row saying it timed out or crashed."""
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=args.budget, env=_child_env(args.openblas_coretype)
-        )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget, env=env)
     except subprocess.TimeoutExpired:
-        return {"model": name, "ep": SHORT[ep], "compiles": f"timeout (budget {args.budget:g} s)"}
+        return {"model": name, "ep": SHORT[ep], "compiles": f"timeout (budget {budget:g} s)"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -291,9 +296,16 @@ def bench_cell(name: str, model: Path, ep: str, args: argparse.Namespace) -> dic
     return dict(json.loads(lines[-1]))
 
 
-def _fmt(row: dict[str, Any], key: str, spec: str) -> str:
+def fmt(row: dict[str, Any], key: str, spec: str) -> str:
     value = row.get(key)
     return "-" if value is None else format(value, spec)
+
+
+def table_lines(header: list[str], table: list[list[str]]) -> list[str]:
+    """A plain-text table: the header, a rule, a row per entry of ``table``, columns padded to fit."""
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(header)]
+    lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths)), "-+-".join("-" * w for w in widths)]
+    return lines + [" | ".join(c.ljust(w) for c, w in zip(t, widths)) for t in table]
 
 
 def report(rows: list[dict[str, Any]]) -> str:
@@ -303,12 +315,10 @@ def report(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         nodes = " ".join(f"{k}:{v}" for k, v in sorted(r.get("nodes", {}).items()))
         table.append([r["model"], r["ep"], r["compiles"] if r["compiles"] == "yes" else "NO", nodes or "-",
-                      _fmt(r, "max_err", ".1e"), _fmt(r, "compile_s", ".2f"), _fmt(r, "warm_ms", ".1f"),
-                      _fmt(r, "epctx_ms", ".2f"), _fmt(r, "ort_ms", ".2f"), _fmt(r, "ratio", ".2f"),
-                      _fmt(r, "min_ratio", ".2f"), _fmt(r, "cpu_ratio", ".2f"), _fmt(r, "floor_ratio", ".2f")])  # fmt: skip
-    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(header)]
-    lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths)), "-+-".join("-" * w for w in widths)]
-    lines += [" | ".join(c.ljust(w) for c, w in zip(t, widths)) for t in table]
+                      fmt(r, "max_err", ".1e"), fmt(r, "compile_s", ".2f"), fmt(r, "warm_ms", ".1f"),
+                      fmt(r, "epctx_ms", ".2f"), fmt(r, "ort_ms", ".2f"), fmt(r, "ratio", ".2f"),
+                      fmt(r, "min_ratio", ".2f"), fmt(r, "cpu_ratio", ".2f"), fmt(r, "floor_ratio", ".2f")])  # fmt: skip
+    lines = table_lines(header, table)
     refusals = [f"  {r['model']} on {r['ep']}: {r['compiles']}" for r in rows if r["compiles"] != "yes"]
     if refusals:
         lines += ["", "not run:", *refusals]

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,9 @@ from benchmarks.bench_corpus import (
     _max_error,
     _median_loop,
     _nodes_per_ep,
+    fmt,
+    run_cell_process,
+    table_lines,
 )
 from benchmarks.corpus import CORPUS, Unavailable, feeds, materialise
 
@@ -154,20 +156,7 @@ def bench_cell(name: str, model: Path, ep: str, args: argparse.Namespace) -> dic
     cmd = [sys.executable, str(Path(__file__).resolve()), "--cell", name, str(model), ep]
     cmd += ["--threads", str(args.threads), "--rule", args.rule, "--steady", str(args.steady)]
     cmd += ["--with-off"] if args.with_off else []
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.budget, env=_child_env(None))
-    except subprocess.TimeoutExpired:
-        return {"model": name, "ep": SHORT[ep], "compiles": f"timeout (budget {args.budget:g} s)"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return {"model": name, "ep": SHORT[ep], "compiles": f"crashed (rc {proc.returncode}): {tail}"[:300]}
-    return dict(json.loads(lines[-1]))
-
-
-def _fmt(row: dict[str, Any], key: str, spec: str) -> str:
-    value = row.get(key)
-    return "-" if value is None else format(value, spec)
+    return run_cell_process(cmd, name, ep, args.budget, _child_env(None))
 
 
 def report(rows: list[dict[str, Any]]) -> str:
@@ -177,12 +166,10 @@ def report(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         nodes = " ".join(f"{k}:{v}" for k, v in sorted(r.get("nodes", {}).items()))
         table.append([r["model"], r["ep"], "yes" if r["compiles"] == "yes" else "NO", nodes or "-",
-                      _fmt(r, "handed_back", "d"), _fmt(r, "create_s", ".1f"), _fmt(r, "rule_s", ".2f"),
-                      _fmt(r, "ep_ms", ".2f"), _fmt(r, "cpu_ms", ".2f"), _fmt(r, "ratio", ".2f"),
-                      _fmt(r, "min_ratio", ".2f"), _fmt(r, "off_ratio", ".2f"), _fmt(r, "max_err", ".1e")])  # fmt: skip
-    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(header)]
-    lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths)), "-+-".join("-" * w for w in widths)]
-    lines += [" | ".join(c.ljust(w) for c, w in zip(t, widths)) for t in table]
+                      fmt(r, "handed_back", "d"), fmt(r, "create_s", ".1f"), fmt(r, "rule_s", ".2f"),
+                      fmt(r, "ep_ms", ".2f"), fmt(r, "cpu_ms", ".2f"), fmt(r, "ratio", ".2f"),
+                      fmt(r, "min_ratio", ".2f"), fmt(r, "off_ratio", ".2f"), fmt(r, "max_err", ".1e")])  # fmt: skip
+    lines = table_lines(header, table)
     reasons = [f"  {r['model']} on {r['ep']}: {r['reason']}" for r in rows if r.get("reason")]
     logs = [f"  {r['model']} on {r['ep']}: {line}" for r in rows for line in r.get("rule_log", [])]
     failed = [f"  {r['model']} on {r['ep']}: {r['compiles']}" for r in rows if r["compiles"] != "yes"]
