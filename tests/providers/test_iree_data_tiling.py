@@ -25,6 +25,20 @@ pytestmark = [pytest.mark.slow, requires("iree.runtime", "iree.compiler")]
 EP = "IREEExecutionProvider"
 
 
+@pytest.fixture
+def jobs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The iree-compile flags of each compile job, in order."""
+    seen: list[list[str]] = []
+    real = iree_compile._job_flags
+
+    def spy(partition: object, flags: list[str]) -> list[str]:
+        seen.append(real(partition, flags))  # type: ignore[arg-type]
+        return seen[-1]
+
+    monkeypatch.setattr(iree_compile, "_job_flags", spy)
+    return seen
+
+
 def _resnet_style() -> bytes:
     """x[batch, 3, 32, 32] -> Conv/2 -> Relu -> MaxPool -> two 3x3 Convs with a residual Add -> pool -> Gemm."""
     rng = np.random.default_rng(0)
@@ -58,16 +72,8 @@ def _resnet_style() -> bytes:
 
 
 def test_dynamic_batch_falls_back_to_conv_data_tiling_whole_and_exact(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture, jobs: list[list[str]]
 ) -> None:
-    jobs: list[list[str]] = []
-    real = iree_compile._job_flags
-
-    def spy(partition: object, flags: list[str]) -> list[str]:
-        jobs.append(real(partition, flags))  # type: ignore[arg-type]
-        return jobs[-1]
-
-    monkeypatch.setattr(iree_compile, "_job_flags", spy)
     data = _resnet_style()
     with caplog.at_level(logging.INFO, logger="epctx"):
         sess = epctx.InferenceSession(data, providers=[EP])
@@ -139,16 +145,8 @@ def _matmuls(shape: list[int | str]) -> bytes:
 
 @pytest.mark.parametrize(("shape", "tiled"), [([4, 32], True), (["n", 32], False)])
 def test_matrix_products_with_known_shapes_compile_data_tiled(
-    shape: list[int | str], tiled: bool, monkeypatch: pytest.MonkeyPatch
+    shape: list[int | str], tiled: bool, jobs: list[list[str]]
 ) -> None:
-    jobs: list[list[str]] = []
-    real = iree_compile._job_flags
-
-    def spy(partition: object, flags: list[str]) -> list[str]:
-        jobs.append(real(partition, flags))  # type: ignore[arg-type]
-        return jobs[-1]
-
-    monkeypatch.setattr(iree_compile, "_job_flags", spy)
     data = _matmuls(shape)
     sess = epctx.InferenceSession(data, providers=[EP])
     assert [ep for ep, _ in sess.get_partitions()] == [EP]
