@@ -78,16 +78,18 @@ def test_dynamic_batch_falls_back_to_conv_data_tiling_whole_and_exact(
     with caplog.at_level(logging.INFO, logger="epctx"):
         sess = epctx.InferenceSession(data, providers=[EP])
     assert [ep for ep, _ in sess.get_partitions()] == [EP]  # whole, one partition
-    assert "channels-last convolutions fail" in caplog.text and "data tiling" in caplog.text
-    assert "State the sizes for faster code" in caplog.text  # stated, it compiles data-tiled with known sizes
-    assert all(flag in jobs[-1] for flag in CONV_DATA_TILING)  # what compiled it
-    assert not any(flag in jobs[0] for flag in CONV_DATA_TILING)  # the first try: channels-last, as before
     rng = np.random.default_rng(1)
     for batch in (1, 3):
         x = rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)
         (got,) = sess.run(None, {"x": x})
         (expected,) = run_ort(data, {"x": x})
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert not any(flag in jobs[0] for flag in CONV_DATA_TILING)  # the first try: channels-last, as before
+    if "channels-last convolutions fail" not in caplog.text:  # IREE 3.13 fails so; a later one may not
+        pytest.skip("this IREE converts the model channels-last: no fallback to exercise")
+    assert "data tiling" in caplog.text
+    assert "State the sizes for faster code" in caplog.text  # stated, it compiles data-tiled with known sizes
+    assert all(flag in jobs[-1] for flag in CONV_DATA_TILING)  # what compiled it
 
 
 def test_flags_iree_compile_cannot_parse_are_raised_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
