@@ -53,6 +53,7 @@ from epctx.partition.synthetic import describe_sizes, further_choices, size_choi
 
 __all__ = [
     "BUDGET_S",
+    "FROM_CACHE",
     "FROM_CONTEXT",
     "MARGIN",
     "REFUSALS_KEY",
@@ -75,6 +76,7 @@ _RUNS = 10  # alternating runs per side at most
 # a session over that context refuses those nodes to those EPs again (neither compiled nor measured again).
 REFUSALS_KEY = "epctx.measured_refusals"
 FROM_CONTEXT = "from the context model: "  # the reason shown for a refusal read from the record
+FROM_CACHE = "from the measured cache: "  # ... read from the user's cache of verdicts (``verdicts``)
 
 Run = Callable[..., Sequence[Any]]
 
@@ -295,7 +297,7 @@ def refusal_record(refused: Mapping[ir.Node, tuple[str, str]]) -> str | None:
     record: dict[str, dict[str, str]] = {}
     for node, (ep, why) in refused.items():
         if node.name:
-            record.setdefault(ep, {})[node.name] = why.removeprefix(FROM_CONTEXT)
+            record.setdefault(ep, {})[node.name] = why.removeprefix(FROM_CONTEXT).removeprefix(FROM_CACHE)
         else:
             logger.debug(
                 "measured rule: a %s node without a name handed back by %s: not recorded", node.op_type, ep
