@@ -72,6 +72,26 @@ def test_a_second_session_compiles_and_measures_nothing_handed_back(monkeypatch:
     _check(second, model)
 
 
+def test_unnamed_nodes_are_found_again_by_their_place_in_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes without names (as exporters leave Constant nodes, and nudenet's or ppocr_det's others): recorded by
+    their position in the loaded graph, whose digest is in the key; the second session refuses every one."""
+    import onnx
+
+    proto = onnx.load_from_string(_model())
+    for node in proto.graph.node:
+        node.name = ""
+    model = proto.SerializeToString()
+    shapes = _spy_shapes(monkeypatch)
+    ep = _slow_ep()
+    _open(ep, model)
+    second = _open(ep, model)
+    assert len(shapes) == 1 and len(ep.compiled) == 1
+    assert {provider for provider, _ in second.get_partitions()} == {CPU}
+    placed = second.get_node_placement()
+    assert len(placed) == 3 and all(p.declined[0][1].startswith(FROM_CACHE + "measured: ") for p in placed)
+    _check(second, model)
+
+
 def test_a_kept_partition_is_compiled_and_not_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
     shapes = _spy_shapes(monkeypatch)
     ep, model = _slow_ep(from_size=10**9), _model()  # never slow: kept
@@ -120,14 +140,15 @@ def test_a_corrupt_record_is_ignored_with_a_warning(
     elif damage == "another record":
         record.write_text(json.dumps({"key": "0" * 64, "record": doc["record"]}))
     else:
-        record.write_text(json.dumps({"key": doc["key"], "record": {"format": 1, "refused": [], "kept": {}}}))
+        wrong = {"format": 2, "reasons": [], "refused": {EP: [[0, 5]]}, "kept": {}}  # no reason 5
+        record.write_text(json.dumps({"key": doc["key"], "record": wrong}))
     caplog.set_level("WARNING", logger="epctx")
     sess = _open(ep, model)
     assert len(shapes) == 2  # measured again
     assert "ignored (measured again)" in caplog.text, caplog.text
     assert sess.get_fallback_reasons()["matmul"][EP].startswith("measured: ")
     _check(sess, model)
-    assert json.loads(record.read_text())["record"]["format"] == 1  # written again
+    assert json.loads(record.read_text())["record"]["reasons"]  # written again
     caplog.clear()
     _open(ep, model)
     assert len(shapes) == 2 and "ignored" not in caplog.text

@@ -2,7 +2,7 @@
 model would compile and measure its partitions again each time (ppocr_det's second session took 22 s, minilm's
 compiled an IREE partition only to hand it back). The verdicts of a session, the nodes refused to each compiling
 EP (its hand-backs, and the nodes refused because the EP claimed them only after a hand-back) and the node sets
-of the partitions each EP kept, are kept in the user's cache (``epctx.ep.RecordCache`` in
+of the partitions each EP kept, nodes by their position in the loaded graph (named or not), are kept in the user's cache (``epctx.ep.RecordCache`` in
 ``<cache>/measured-verdicts``, ``epctx.ep.user_cache_dir``). A later session with the same key refuses those nodes
 to those EPs before partitioning, as a context model's record is read (``recorded_refusals``), with the reason
 prefixed ``FROM_CACHE`` ("from the measured cache: "): they are neither compiled nor measured; a partition whose
@@ -47,89 +47,121 @@ from epctx.ep import EPCTX_VERSION, RecordCache, cpu_device, user_cache_dir
 from epctx.ep._contract import ExecutionProvider
 from epctx.partition.measured import FROM_CACHE, FROM_CONTEXT
 
-__all__ = ["ENABLE_ENV", "FROM_CACHE", "VerdictCache", "Verdicts", "graph_digest", "verdict_key"]
+__all__ = [
+    "ENABLE_ENV",
+    "FROM_CACHE",
+    "VerdictCache",
+    "Verdicts",
+    "graph_digest",
+    "node_positions",
+    "verdict_key",
+]
 
 logger = logging.getLogger("epctx")
 
 ENABLE_ENV = "EPCTX_MEASURED_CACHE"
 FOLDER = "measured-verdicts"
-_FORMAT = 1
+_FORMAT = 2
 _RULE_MODULES = ("measured.py", "synthetic.py", "verdicts.py")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdicts:
-    """``refused``: EP -> node name -> reason (without a prefix); ``kept``: EP -> the node-name sets of its
-    partitions that were kept (sorted names)."""
+    """``refused``: EP -> node -> reason (without a prefix); ``kept``: EP -> the node sets of its partitions that
+    were kept. Nodes by their position in the loaded graph's order (``node_positions``): the key holds the graph's
+    digest, so a position names the same node in every session of that key, named or not (nudenet's and
+    ppocr_det's unnamed nodes would be offered to the EP again, and its capability search would run again)."""
 
-    refused: Mapping[str, Mapping[str, str]]
-    kept: Mapping[str, frozenset[tuple[str, ...]]]
+    refused: Mapping[str, Mapping[int, str]]
+    kept: Mapping[str, frozenset[tuple[int, ...]]]
 
     @classmethod
     def of(
-        cls, refused: Mapping[Any, tuple[str, str]], kept: Iterable[tuple[str, Sequence[Any]]]
+        cls,
+        graph: ir.Graph,
+        refused: Mapping[Any, tuple[str, str]],
+        kept: Iterable[tuple[str, Sequence[Any]]],
     ) -> Verdicts:
-        """From a session's refusals (node -> (EP, reason); those read from a context model left out, a node
-        without a name cannot be found again) and its kept partitions ((EP, nodes) each)."""
-        by_ep: dict[str, dict[str, str]] = {}
+        """From a session's refusals (node -> (EP, reason); those read from a context model left out: the context
+        records them) and its kept partitions ((EP, nodes) each)."""
+        where = node_positions(graph)
+        by_ep: dict[str, dict[int, str]] = {}
         for node, (ep, why) in refused.items():
-            if node.name and not why.startswith(FROM_CONTEXT):
-                by_ep.setdefault(ep, {})[node.name] = why.removeprefix(FROM_CACHE)
-        sets: dict[str, set[tuple[str, ...]]] = {}
+            if node in where and not why.startswith(FROM_CONTEXT):
+                by_ep.setdefault(ep, {})[where[node]] = why.removeprefix(FROM_CACHE)
+        sets: dict[str, set[tuple[int, ...]]] = {}
         for ep, nodes in kept:
-            names = _names(nodes)
-            if names is not None:
-                sets.setdefault(ep, set()).add(names)
+            found = _positions(nodes, where)
+            if found is not None:
+                sets.setdefault(ep, set()).add(found)
         return cls(by_ep, {ep: frozenset(found) for ep, found in sets.items()})
 
     def refusals(self, graph: ir.Graph) -> dict[ir.Node, tuple[str, str]]:
-        """node of ``graph`` -> (EP, ``FROM_CACHE`` + reason); a name not in the graph is skipped."""
-        by_name = {node.name: node for node in graph if node.name}
+        """node of ``graph`` -> (EP, ``FROM_CACHE`` + reason)."""
+        nodes = list(graph)
         return {
-            by_name[name]: (ep, FROM_CACHE + why)
-            for ep, nodes in self.refused.items()
-            for name, why in nodes.items()
-            if name in by_name
+            nodes[k]: (ep, FROM_CACHE + why)
+            for ep, by_position in self.refused.items()
+            for k, why in by_position.items()
+            if 0 <= k < len(nodes)
         }
 
-    def was_kept(self, ep: str, nodes: Sequence[Any]) -> bool:
-        """Whether ``ep`` kept a partition of exactly ``nodes`` (measured then, not to be measured again)."""
-        names = _names(nodes)
-        return names is not None and names in self.kept.get(ep, frozenset())
+    def was_kept(self, ep: str, nodes: Sequence[Any], where: Mapping[Any, int]) -> bool:
+        """Whether ``ep`` kept a partition of exactly ``nodes`` (measured then, not to be measured again);
+        ``where``: ``node_positions`` of the graph."""
+        found = _positions(nodes, where)
+        return found is not None and found in self.kept.get(ep, frozenset())
 
     def to_json(self) -> dict[str, Any]:
-        kept = {ep: sorted(list(names) for names in sets) for ep, sets in self.kept.items()}
-        return {
-            "format": _FORMAT,
-            "refused": {ep: dict(nodes) for ep, nodes in self.refused.items()},
-            "kept": kept,
+        reasons = sorted({why for by_position in self.refused.values() for why in by_position.values()})
+        index = {why: k for k, why in enumerate(reasons)}
+        refused = {
+            ep: sorted([k, index[why]] for k, why in by_position.items())
+            for ep, by_position in self.refused.items()
         }
+        kept = {ep: sorted(list(found) for found in sets) for ep, sets in self.kept.items()}
+        return {"format": _FORMAT, "reasons": reasons, "refused": refused, "kept": kept}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Verdicts:
         """ValueError when ``doc`` is not a record of this form."""
-        refused, kept = doc.get("refused"), doc.get("kept")
-        if doc.get("format") != _FORMAT or not isinstance(refused, dict) or not isinstance(kept, dict):
-            raise ValueError("not a record of measured verdicts (format, refused, kept)")
-        by_ep: dict[str, dict[str, str]] = {}
-        for ep, nodes in refused.items():
-            if not isinstance(nodes, dict) or not all(isinstance(v, str) for v in nodes.values()):
-                raise ValueError(f"refused[{ep!r}] is not {{node name: reason}}")
-            by_ep[str(ep)] = {str(k): v for k, v in nodes.items()}
-        sets: dict[str, frozenset[tuple[str, ...]]] = {}
-        for ep, lists in kept.items():
-            if not isinstance(lists, list) or not all(
-                isinstance(names, list) and all(isinstance(n, str) for n in names) for names in lists
+        reasons, refused, kept = doc.get("reasons"), doc.get("refused"), doc.get("kept")
+        if doc.get("format") != _FORMAT or not isinstance(reasons, list) or not isinstance(refused, dict):
+            raise ValueError("not a record of measured verdicts (format, reasons, refused, kept)")
+        if not isinstance(kept, dict) or not all(isinstance(why, str) for why in reasons):
+            raise ValueError("not a record of measured verdicts (format, reasons, refused, kept)")
+        by_ep: dict[str, dict[int, str]] = {}
+        for ep, pairs in refused.items():
+            if not isinstance(pairs, list) or not all(
+                _ints(pair, 2) and pair[1] < len(reasons) for pair in pairs
             ):
-                raise ValueError(f"kept[{ep!r}] is not a list of node-name lists")
-            sets[str(ep)] = frozenset(tuple(names) for names in lists)
+                raise ValueError(f"refused[{ep!r}] is not a list of [node, reason] positions")
+            by_ep[str(ep)] = {int(k): reasons[int(why)] for k, why in pairs}
+        sets: dict[str, frozenset[tuple[int, ...]]] = {}
+        for ep, lists in kept.items():
+            if not isinstance(lists, list) or not all(_ints(found) for found in lists):
+                raise ValueError(f"kept[{ep!r}] is not a list of node-position lists")
+            sets[str(ep)] = frozenset(tuple(found) for found in lists)
         return cls(by_ep, sets)
 
 
-def _names(nodes: Sequence[Any]) -> tuple[str, ...] | None:
-    """The sorted names of ``nodes``; None when one has no name (the set cannot be recognised again)."""
-    names = [node.name or "" for node in nodes]
-    return None if not all(names) else tuple(sorted(names))
+def node_positions(graph: ir.Graph) -> dict[Any, int]:
+    """node -> its position in ``graph``'s order."""
+    return {node: k for k, node in enumerate(graph)}
+
+
+def _positions(nodes: Sequence[Any], where: Mapping[Any, int]) -> tuple[int, ...] | None:
+    """The sorted positions of ``nodes``; None when one is not a node of the graph."""
+    found = [where.get(node) for node in nodes]
+    return None if any(k is None for k in found) else tuple(sorted(k for k in found if k is not None))
+
+
+def _ints(items: Any, length: int | None = None) -> bool:
+    return (
+        isinstance(items, list)
+        and (length is None or len(items) == length)
+        and all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in items)
+    )
 
 
 class VerdictCache:

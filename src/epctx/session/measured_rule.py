@@ -61,8 +61,13 @@ class CachedVerdicts:
     key: str
     found: Verdicts | None
 
-    def put(self, refused: Mapping[Any, tuple[str, str]], kept: Iterable[tuple[str, Sequence[Any]]]) -> None:
-        verdicts = Verdicts.of(refused, kept)
+    def put(
+        self,
+        graph: ir.Graph,
+        refused: Mapping[Any, tuple[str, str]],
+        kept: Iterable[tuple[str, Sequence[Any]]],
+    ) -> None:
+        verdicts = Verdicts.of(graph, refused, kept)
         self.cache.put(self.key, verdicts)
         _log.info(
             "measured rule: verdicts kept in the measured cache (%d node(s) refused, %d partition(s) kept)",

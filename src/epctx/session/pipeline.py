@@ -169,6 +169,7 @@ class Pipeline:
         """The measured rule (``epctx.partition.measured``): the graph partitioned again without the compiled
         partitions slower than the kernel EP on the same nodes; None when every one is kept."""
         from epctx.partition.measured import hand_back
+        from epctx.partition.verdicts import node_positions
         from epctx.session.measured_rule import kernel_runner
 
         partitioning, kernel, units = compiled.partitioning, self.kernel_ep, compiled.partitioning.units
@@ -177,10 +178,11 @@ class Pipeline:
             return None
         cached = self._cached_verdicts(partitioning.loaded)
         known = cached.found if cached is not None else None  # partitions kept before: not measured again
+        where = node_positions(partitioning.loaded.model.graph) if known is not None else {}
         fresh = {
             k: c
             for k, c in runs.items()
-            if known is None or not known.was_kept(units[k].ep.name, units[k].nodes)
+            if known is None or not known.was_kept(units[k].ep.name, units[k].nodes, where)
         }
         found = {}
         if fresh:
@@ -195,7 +197,8 @@ class Pipeline:
         again = self._partition_within(partitioning, refused, held) if found else None
         if cached is not None and fresh:  # what this session learned, for the next
             final = again or partitioning
-            cached.put(final.refused, [(u.ep.name, u.nodes) for u in final.units if u.ep is not kernel])
+            kept = [(u.ep.name, u.nodes) for u in final.units if u.ep is not kernel]
+            cached.put(partitioning.loaded.model.graph, final.refused, kept)
         return again
 
     def _cached_verdicts(self, loaded: LoadedModel) -> CachedVerdicts | None:
