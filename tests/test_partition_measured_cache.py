@@ -20,6 +20,7 @@ from epctx.partition.measured import FROM_CACHE, refusal_record
 from epctx.partition.verdicts import ENABLE_ENV, FOLDER, graph_digest
 from tests.fusing_ep import FusingEP, registered
 from tests.oracle import run_ort
+from tests.requires import requires
 from tests.test_partition_measured_rule import RULE, _model, _slow_ep, _spy_shapes
 
 EP = "MeasuredRuleTestExecutionProvider"
@@ -216,3 +217,29 @@ def test_the_graph_digest_follows_the_loaded_graph() -> None:
     w[0, 0] += 1.0
     proto.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
     assert graph_digest(load_model(proto.SerializeToString(), infer_types=True).model) != first
+
+
+@pytest.mark.slow
+@requires("iree.runtime", "iree.compiler")
+def test_iree_second_session_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IREE itself: ten element-wise ops on a 4x4 tensor, slower on IREE than on the CPU EP (a call into an IREE
+    module costs more than the numpy kernels; tests/providers/test_iree_measured_rule.py), handed back; the
+    second session runs under ``no_compile()``: IREE is neither asked to compile nor to probe, nothing is
+    measured."""
+    from epctx.testing import no_compile
+    from tests.providers.test_iree_measured_rule import _elementwise
+
+    model = _elementwise().SerializeToString()
+    so = epctx.SessionOptions()
+    so.add_session_config_entry(RULE, "1")
+    first = epctx.InferenceSession(model, so, providers=["IREEExecutionProvider", CPU])
+    assert {ep for ep, _ in first.get_partitions()} == {CPU}
+    shapes = _spy_shapes(monkeypatch)
+    with no_compile():
+        second = epctx.InferenceSession(model, so, providers=["IREEExecutionProvider", CPU])
+    assert shapes == []
+    placed = second.get_node_placement()  # its nodes have no names: by position
+    assert len(placed) == 10 and all(p.provider == CPU for p in placed)
+    assert all(p.declined[0][1].startswith(FROM_CACHE + "measured: IREEExecutionProvider ") for p in placed)
+    x = np.random.default_rng(1).standard_normal((4, 4)).astype(np.float32)
+    np.testing.assert_allclose(second.run(None, {"x": x})[0], run_ort(model, {"x": x})[0], rtol=1e-5)
