@@ -99,12 +99,19 @@ class Verdicts:
     def refusals(self, graph: ir.Graph) -> dict[ir.Node, tuple[str, str]]:
         """node of ``graph`` -> (EP, ``FROM_CACHE`` + reason)."""
         nodes = list(graph)
-        return {
+        refused = {
             nodes[k]: (ep, FROM_CACHE + why)
             for ep, by_position in self.refused.items()
             for k, why in by_position.items()
             if 0 <= k < len(nodes)
         }
+        kept = sum(len(sets) for sets in self.kept.values())
+        logger.info(
+            "measured rule: verdicts read from the measured cache: %d node(s) refused, %d partition(s) kept before",
+            len(refused),
+            kept,
+        )
+        return refused
 
     def was_kept(self, ep: str, nodes: Sequence[Any], where: Mapping[Any, int]) -> bool:
         """Whether ``ep`` kept a partition of exactly ``nodes`` (measured then, not to be measured again);

@@ -93,11 +93,4 @@ def cached_verdicts(
     key = verdict_key(
         model, providers, kernel_ep=kernel_ep.name, threads=threads, level=level, settings=settings
     )
-    found = cache.get(key)
-    if found is not None:
-        _log.info(
-            "measured rule: verdicts read from the measured cache (%d node(s) refused, %d partition(s) kept)",
-            sum(len(nodes) for nodes in found.refused.values()),
-            sum(len(sets) for sets in found.kept.values()),
-        )
-    return CachedVerdicts(cache, key, found)
+    return CachedVerdicts(cache, key, cache.get(key))
