@@ -29,7 +29,10 @@ inputs, say) is not measured: its EP keeps it.
 
 A context model generated after a hand-back records it (metadata ``REFUSALS_KEY``: ``refusal_record``); a session
 over it reads the record back (``recorded_refusals``) and refuses those nodes to those EPs again, with or without
-the rule: nothing is compiled or measured again on a warm load.
+the rule: nothing is compiled or measured again on a warm load. A session from the .onnx reads the verdicts of
+an earlier process from the user's cache instead (``epctx.partition.verdicts``, reason prefixed ``FROM_CACHE``;
+``EPCTX_MEASURED_CACHE=0`` turns it off): the nodes handed back are refused before partitioning, a partition kept
+is compiled and not measured again.
 
 Nothing here knows an EP: the session gives the compiled partitions and a way to run the same nodes on its
 kernel EP."""
