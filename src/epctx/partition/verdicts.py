@@ -179,14 +179,15 @@ class VerdictCache:
         self.enabled = os.environ.get(ENABLE_ENV, "1") not in ("0", "")
         self.records = RecordCache(folder or user_cache_dir(FOLDER), what="measured rule verdicts")
 
-    def get(self, key: str) -> Verdicts | None:
-        """The verdicts kept under ``key``; None when off, none are kept, or the record is unreadable (warned)."""
+    def get(self, key: str, *, warn: bool = True) -> Verdicts | None:
+        """The verdicts kept under ``key``; None when off, none are kept, or the record is unreadable (warned
+        unless ``warn`` is false: read a second time)."""
         if not self.enabled:
             return None
         found = self.records.get(key)
         if found is None:
             path = self.records.path(key)
-            if path.is_file():
+            if warn and path.is_file():
                 logger.warning(
                     "measured rule: %s is not a record of verdicts, ignored (measured again)", path
                 )
@@ -194,7 +195,8 @@ class VerdictCache:
         try:
             return Verdicts.from_json(found)
         except ValueError as exc:
-            logger.warning("measured rule: %s ignored (measured again): %s", self.records.path(key), exc)
+            if warn:
+                logger.warning("measured rule: %s ignored (measured again): %s", self.records.path(key), exc)
             return None
 
     def put(self, key: str, verdicts: Verdicts) -> None:

@@ -82,9 +82,12 @@ def cached_verdicts(
     kernel_ep: ExecutionProvider,
     options: opt.SessionOptions,
     level: int,
+    *,
+    warn: bool = True,
 ) -> CachedVerdicts | None:
     """The verdicts kept for a session over ``model`` (loaded) with these EPs and options; None when the cache is
-    off (``EPCTX_MEASURED_CACHE=0``) or no EP compiles."""
+    off (``EPCTX_MEASURED_CACHE=0``) or no EP compiles; ``warn``: about a record that cannot be read (the
+    session reads it twice: warned the first time)."""
     cache = VerdictCache()
     if not cache.enabled or not any(ep.compiles for ep in providers):
         return None
@@ -93,4 +96,4 @@ def cached_verdicts(
     key = verdict_key(
         model, providers, kernel_ep=kernel_ep.name, threads=threads, level=level, settings=settings
     )
-    return CachedVerdicts(cache, key, cache.get(key))
+    return CachedVerdicts(cache, key, cache.get(key, warn=warn))

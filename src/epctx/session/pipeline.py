@@ -176,7 +176,7 @@ class Pipeline:
         runs = {k: c for k, c in compiled.compiled.items() if units[k].ep is not kernel}
         if kernel not in self.providers or not runs:
             return None
-        cached = self._cached_verdicts(partitioning.loaded)
+        cached = self._cached_verdicts(partitioning.loaded, warn=False)  # warned at partitioning
         known = cached.found if cached is not None else None  # partitions kept before: not measured again
         where = node_positions(partitioning.loaded.model.graph) if known is not None else {}
         fresh = {
@@ -201,14 +201,16 @@ class Pipeline:
             cached.put(partitioning.loaded.model.graph, final.refused, kept)
         return again
 
-    def _cached_verdicts(self, loaded: LoadedModel) -> CachedVerdicts | None:
+    def _cached_verdicts(self, loaded: LoadedModel, *, warn: bool = True) -> CachedVerdicts | None:
         """The measured rule's verdicts kept for this session (``epctx.partition.verdicts``); None when the rule
         is off, the cache is off (``EPCTX_MEASURED_CACHE=0``) or no EP compiles."""
         if not self.config.partition_measured_rule:
             return None
         from epctx.session.measured_rule import cached_verdicts
 
-        return cached_verdicts(loaded.model, self.providers, self.kernel_ep, self.options, self.level)
+        return cached_verdicts(
+            loaded.model, self.providers, self.kernel_ep, self.options, self.level, warn=warn
+        )
 
     def _partition_within(
         self, partitioning: Partitioning, refused: dict[Any, tuple[str, str]], held: set[Any]
