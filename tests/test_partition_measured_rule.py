@@ -143,7 +143,9 @@ def test_a_partition_with_dynamic_inputs_is_measured_at_the_chosen_sizes(
 
 def test_a_dynamic_dimension_is_measured_at_two_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Slower at 128 and at 32: handed back, the reason names both; slower at 128 only: kept (which EP is faster
-    depends on the size, and the user's is not known)."""
+    depends on the size, and the user's is not known). The second EP has the first's name and code: the cache of
+    verdicts (tests/test_partition_measured_cache.py) is off, so that it is measured too."""
+    monkeypatch.setenv("EPCTX_MEASURED_CACHE", "0")
     shapes = _spy_shapes(monkeypatch)
     model = _model("batch", "seq")
     sess = _session(model, **{RULE: "1"})

@@ -2,8 +2,9 @@
 model slower. The cost rule (``cost``) judges a partition by its shape before anything is compiled; this one
 judges it by its speed after: each partition a compiling EP compiled is run beside the kernel EP (the CPU EP,
 which runs what no EP takes) on the same nodes, with synthetic inputs (``epctx.partition.synthetic``: dynamic
-dimensions get a documented size, 1 for a batch, 128 and 32 for the others, unless the user stated them with
-free-dimension overrides; masks are ones), and a partition slower than the kernel EP by more than ``MARGIN`` in its best
+dimensions get a documented size, 1 for a batch, 128 and 32 for the others, and when neither runs further
+sizes in turn (48, 64, ...) until one does, unless the user stated them with free-dimension overrides; masks
+are ones), and a partition slower than the kernel EP by more than ``MARGIN`` in its best
 run, and in its median run or in the CPU time the process spent per run, is handed back: its nodes are declined by its EP with the reason ``measured: <EP> x ms
 vs <kernel EP> y ms ...`` (``get_node_placement``, the fallback reasons), which names the sizes measured, and
 the graph is partitioned again without them. A partition measured at two sizes (a dynamic dimension that is
@@ -23,12 +24,15 @@ the other (what the rule adds to a session's creation: the CPU EP's plan
 for the partition, the warm-ups and about ``BUDGET_S`` at most per partition, and a second compile of what the
 EP keeps when something is handed back; the corpus benchmark ``benchmarks/bench_never_slower.py`` reports it).
 
-A partition that either side fails to run on the synthetic inputs (a shape tensor among its inputs, say) is not
-measured: its EP keeps it.
+A partition that either side fails to run on the synthetic inputs at every size tried (a shape tensor among its
+inputs, say) is not measured: its EP keeps it.
 
 A context model generated after a hand-back records it (metadata ``REFUSALS_KEY``: ``refusal_record``); a session
 over it reads the record back (``recorded_refusals``) and refuses those nodes to those EPs again, with or without
-the rule: nothing is compiled or measured again on a warm load.
+the rule: nothing is compiled or measured again on a warm load. A session from the .onnx reads the verdicts of
+an earlier process from the user's cache instead (``epctx.partition.verdicts``, reason prefixed ``FROM_CACHE``;
+``EPCTX_MEASURED_CACHE=0`` turns it off): the nodes handed back are refused before partitioning, a partition kept
+is compiled and not measured again.
 
 Nothing here knows an EP: the session gives the compiled partitions and a way to run the same nodes on its
 kernel EP."""
@@ -48,10 +52,11 @@ import onnx_ir as ir
 
 from epctx.ep._contract import CompiledPartition, Partition
 from epctx.ep._partition import ir_nodes
-from epctx.partition.synthetic import describe_sizes, size_choices, synthetic_inputs
+from epctx.partition.synthetic import describe_sizes, further_choices, size_choices, synthetic_inputs
 
 __all__ = [
     "BUDGET_S",
+    "FROM_CACHE",
     "FROM_CONTEXT",
     "MARGIN",
     "REFUSALS_KEY",
@@ -74,6 +79,7 @@ _RUNS = 10  # alternating runs per side at most
 # a session over that context refuses those nodes to those EPs again (neither compiled nor measured again).
 REFUSALS_KEY = "epctx.measured_refusals"
 FROM_CONTEXT = "from the context model: "  # the reason shown for a refusal read from the record
+FROM_CACHE = "from the measured cache: "  # ... read from the user's cache of verdicts (``verdicts``)
 
 Run = Callable[..., Sequence[Any]]
 
@@ -197,27 +203,71 @@ def _measure_unit(
     if partition is None or choices is None:
         logger.info("measured rule: %s's partition not measured: an input's shape is unknown", unit.ep.name)
         return []
+    if synthetic_inputs(partition.inputs, choices[0]) is None:
+        logger.info(
+            "measured rule: %s's partition not measured: an input's type is not a number", unit.ep.name
+        )
+        return []
     found: list[Measurement] = []
     kernel_run = fallback_runner(partition)
     for sizes in choices:
-        inputs = synthetic_inputs(partition.inputs, sizes)
-        if inputs is None:
-            logger.info(
-                "measured rule: %s's partition not measured: an input's type is not a number", unit.ep.name
-            )
-            return []
-        one = measure(unit.ep.name, run, fallback, kernel_run, inputs, describe_sizes(sizes))
+        one = _measure_at(unit, run, fallback, kernel_run, sizes)
         if one is not None:
-            logger.info(
-                "measured rule: %s partition %r (%d nodes, %s) median %.3g ms best %.3g ms cpu %.3g ms, %s "
-                "median %.3g ms best %.3g ms cpu %.3g ms: %s",
-                unit.ep.name, partition.name, len(partition.nodes), one.sizes, one.ms, one.best_ms, one.cpu_ms,
-                fallback, one.fallback_ms, one.fallback_best_ms, one.fallback_cpu_ms, one.verdict(),
-            )  # fmt: skip
             found.append(one)
         if one is not None and not one.slower:  # kept at one size: kept (the next size cannot change that)
             break
-    return found
+    return found or _measure_further(unit, run, fallback, kernel_run, choices)
+
+
+def _measure_at(
+    unit: Any, run: Run, fallback: str, kernel_run: Run, sizes: Mapping[str, int]
+) -> Measurement | None:
+    """The partition measured with its dynamic dimensions at ``sizes`` (logged); None when a side fails there."""
+    partition = unit.partition
+    inputs = synthetic_inputs(partition.inputs, sizes)
+    one = (
+        None
+        if inputs is None
+        else measure(unit.ep.name, run, fallback, kernel_run, inputs, describe_sizes(sizes))
+    )
+    if one is not None:
+        logger.info(
+            "measured rule: %s partition %r (%d nodes, %s) median %.3g ms best %.3g ms cpu %.3g ms, %s "
+            "median %.3g ms best %.3g ms cpu %.3g ms: %s",
+            unit.ep.name, partition.name, len(partition.nodes), one.sizes, one.ms, one.best_ms, one.cpu_ms,
+            fallback, one.fallback_ms, one.fallback_best_ms, one.fallback_cpu_ms, one.verdict(),
+        )  # fmt: skip
+    return one
+
+
+def _measure_further(
+    unit: Any, run: Run, fallback: str, kernel_run: Run, tried: Sequence[Mapping[str, int]]
+) -> list[Measurement]:
+    """When no size of ``tried`` runs on both sides: the sizes of ``further_choices`` in turn, the first at
+    which both sides run measured (``[that one]``); [] past the list, or once the failed tries have cost
+    ``BUDGET_S`` (``epctx.partition.synthetic``)."""
+    further = further_choices(unit.partition.inputs, tried)
+    if not further:
+        return []
+    logger.info(
+        "measured rule: %s's partition runs at none of the sizes chosen; trying further sizes: %s",
+        unit.ep.name, "; ".join(describe_sizes(sizes) for sizes in further),
+    )  # fmt: skip
+    start = time.perf_counter()
+    for count, sizes in enumerate(further, 1):
+        one = _measure_at(unit, run, fallback, kernel_run, sizes)
+        if one is not None:
+            return [one]
+        if time.perf_counter() - start > BUDGET_S and count < len(further):
+            logger.info(
+                "measured rule: %s's partition not measured: %d further size(s) failed in %.2f s, over the "
+                "budget of %g s", unit.ep.name, count, time.perf_counter() - start, BUDGET_S,
+            )  # fmt: skip
+            return []
+    logger.info(
+        "measured rule: %s's partition not measured: it runs at none of the further sizes", unit.ep.name
+    )
+    return []
 
 
 def hand_back(
@@ -250,7 +300,7 @@ def refusal_record(refused: Mapping[ir.Node, tuple[str, str]]) -> str | None:
     record: dict[str, dict[str, str]] = {}
     for node, (ep, why) in refused.items():
         if node.name:
-            record.setdefault(ep, {})[node.name] = why.removeprefix(FROM_CONTEXT)
+            record.setdefault(ep, {})[node.name] = why.removeprefix(FROM_CONTEXT).removeprefix(FROM_CACHE)
         else:
             logger.debug(
                 "measured rule: a %s node without a name handed back by %s: not recorded", node.op_type, ep

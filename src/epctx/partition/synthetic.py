@@ -15,6 +15,21 @@ dynamic here is one the user did not state):
   EP is faster depends on the size (the LLM prefill on IREE: 5x faster than the CPU EP at 16 tokens, slower
   at 128), so one size would be a guess at the user's feed; the reason of a hand-back names the sizes
   measured, and the user states the real ones with free-dimension overrides (then nothing is chosen).
+- when neither of those two runs on both sides (a model that only runs at one size of a dimension: PP-OCRv4's
+  recogniser must be fed a height of 48, its backbone collapses the height to 1 before a Squeeze, and at 128
+  its Reshape fails, at 32 its AveragePool), further sizes, ``FURTHER_DIMS`` (48, 64, 96, 224, 256, 320, 640,
+  16, 8: common feed sizes, text-line heights and model input sides first, then small ones), each given to
+  every such dimension at once, tried in turn (``further_choices``) and stopping at the first size at which
+  both sides run: the partition is measured (and judged) at that size alone. A failing try costs one run of
+  each side at most (the warm-up: the EP's side runs first, the kernel EP's only when it passed); the list is
+  the cap on the number of tries, and the tries stop once they have cost ``BUDGET_S`` (the measurement's
+  budget, ``epctx.partition.measured``) in all; each is logged. Past the list, the partition is not measured
+  and its EP keeps it.
+
+The model's own hints come first: a dimension whose name is a number (``"48"``, as some exporters name a
+dimension they know the size of) is that size at every choice, never guessed. The sizes of a dimension are
+not read from elsewhere: no model of the corpus states one (ppocr_rec carries no value_info, its dimensions
+are named ``p2o.DynamicDimension.0``, ``?`` and ``p2o.DynamicDimension.1``, counters, not sizes).
 
 A dimension with a name gets one size wherever it appears (two inputs sharing ``sequence`` agree); an
 anonymous one (no name, ``?``, or a negative size) its own. A name that is an expression of other names, as
@@ -41,9 +56,11 @@ import numpy as np
 __all__ = [
     "LEADING_DIM",
     "OTHER_DIM",
+    "FURTHER_DIMS",
     "SMALL_DIM",
     "chosen_sizes",
     "describe_sizes",
+    "further_choices",
     "size_choices",
     "synthetic_inputs",
 ]
@@ -51,6 +68,8 @@ __all__ = [
 LEADING_DIM = 1
 OTHER_DIM = 128
 SMALL_DIM = 32
+# Tried in turn when neither OTHER_DIM nor SMALL_DIM runs on both sides (see the module): also the cap on tries
+FURTHER_DIMS = (48, 64, 96, 224, 256, 320, 640, 16, 8)
 _BATCH_NAMES = ("batch", "n")
 _ANONYMOUS = ("", "?")
 
@@ -113,8 +132,8 @@ def _expression_size(name: str, other: int) -> int | None:
 
 def chosen_sizes(values: Sequence[Any], other: int = OTHER_DIM) -> dict[str, int] | None:
     """The size chosen for each dynamic dimension of ``values`` (partition inputs), by name (``value[axis]`` for
-    an anonymous one): ``LEADING_DIM`` for a batch, ``other`` for the rest; None when a value's shape is
-    unknown (its rank, say)."""
+    an anonymous one): ``LEADING_DIM`` for a batch, ``other`` for the rest, the number a dimension's name
+    states for it (a hint of the model's); None when a value's shape is unknown (its rank, say)."""
     sizes: dict[str, int] = {}
     for value in values:
         shape = getattr(value, "shape", None)
@@ -124,7 +143,7 @@ def chosen_sizes(values: Sequence[Any], other: int = OTHER_DIM) -> dict[str, int
             key = _dim_key(dim, str(value.name), axis)
             if key is None or key in sizes:
                 continue
-            computed = _expression_size(key, other)
+            computed = int(key) if key.isdigit() and int(key) > 0 else _expression_size(key, other)
             batch = axis == 0 or key.lower() in _BATCH_NAMES or "batch" in key.lower()
             sizes[key] = computed if computed is not None else LEADING_DIM if batch else other
     return sizes
@@ -138,6 +157,21 @@ def size_choices(values: Sequence[Any]) -> list[dict[str, int]] | None:
     if large is None or small is None:
         return None
     return [large] if small == large else [large, small]
+
+
+def further_choices(values: Sequence[Any], tried: Sequence[Mapping[str, int]] = ()) -> list[dict[str, int]]:
+    """The further sizes to try ``values`` at, in turn, when none of ``tried`` (``size_choices``) runs: one set
+    per size of ``FURTHER_DIMS`` for the dimensions that are not a batch, each set once, none of ``tried``
+    nor of ``size_choices`` ([] when a shape is unknown, or every dynamic dimension is a batch)."""
+    tried = [*tried, *(size_choices(values) or [])]
+    found: list[dict[str, int]] = []
+    for size in FURTHER_DIMS:
+        sizes = chosen_sizes(values, size)
+        if sizes is None:
+            return []
+        if sizes not in found and sizes not in tried:
+            found.append(sizes)
+    return found
 
 
 def describe_sizes(sizes: Mapping[str, int]) -> str:

@@ -32,6 +32,8 @@ from epctx.session.stages import CompiledUnits, Partitioning, frozen_mapping
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from epctx.session.measured_rule import CachedVerdicts
+
 __all__ = ["Pipeline"]
 
 Ended = Callable[[str, str, str, float], None]
@@ -100,6 +102,10 @@ class Pipeline:
         )
         routed = loader.route(model.graph, providers)
         refused = _recorded_refusals(model)
+        # the measured rule's verdicts of an earlier session (``epctx.partition.verdicts``): not measured again
+        cached = None if routed else self._cached_verdicts(loaded)
+        if cached is not None and cached.found is not None:
+            refused = {**cached.found.refusals(model.graph), **refused}
         partitioner = GraphPartitioner(
             providers,
             cpu_fallback=not config.disable_cpu_ep_fallback,
@@ -163,25 +169,48 @@ class Pipeline:
         """The measured rule (``epctx.partition.measured``): the graph partitioned again without the compiled
         partitions slower than the kernel EP on the same nodes; None when every one is kept."""
         from epctx.partition.measured import hand_back
+        from epctx.partition.verdicts import node_positions
         from epctx.session.measured_rule import kernel_runner
 
-        partitioning, kernel = compiled.partitioning, self.kernel_ep
-        runs = {k: c for k, c in compiled.compiled.items() if partitioning.units[k].ep is not kernel}
+        partitioning, kernel, units = compiled.partitioning, self.kernel_ep, compiled.partitioning.units
+        runs = {k: c for k, c in compiled.compiled.items() if units[k].ep is not kernel}
         if kernel not in self.providers or not runs:
             return None
-        with contextlib.ExitStack() as stack:  # timed as a run is: each EP's run scope (BLAS threads...)
-            for ep in self.providers:
-                scope = ep.run_scope()
-                if scope is not None:
-                    stack.enter_context(scope)
-            found = hand_back(
-                partitioning.units, runs, kernel.name, kernel_runner(self._builder(partitioning))
-            )
-        if not found:
-            return None
-        held = {node for k in runs for node in partitioning.units[k].nodes}
+        cached = self._cached_verdicts(partitioning.loaded, warn=False)  # warned at partitioning
+        known = cached.found if cached is not None else None  # partitions kept before: not measured again
+        where = node_positions(partitioning.loaded.model.graph) if known is not None else {}
+        fresh = {
+            k: c
+            for k, c in runs.items()
+            if known is None or not known.was_kept(units[k].ep.name, units[k].nodes, where)
+        }
+        found = {}
+        if fresh:
+            with contextlib.ExitStack() as stack:  # timed as a run is: each EP's run scope (BLAS threads...)
+                for ep in self.providers:
+                    scope = ep.run_scope()
+                    if scope is not None:
+                        stack.enter_context(scope)
+                found = hand_back(units, fresh, kernel.name, kernel_runner(self._builder(partitioning)))
+        held = {node for k in runs for node in units[k].nodes}
         refused = {**partitioning.refused, **found}  # with those a context model recorded, if any
-        return self._partition_within(partitioning, refused, held)
+        again = self._partition_within(partitioning, refused, held) if found else None
+        if cached is not None and fresh:  # what this session learned, for the next
+            final = again or partitioning
+            kept = [(u.ep.name, u.nodes) for u in final.units if u.ep is not kernel]
+            cached.put(partitioning.loaded.model.graph, final.refused, kept)
+        return again
+
+    def _cached_verdicts(self, loaded: LoadedModel, *, warn: bool = True) -> CachedVerdicts | None:
+        """The measured rule's verdicts kept for this session (``epctx.partition.verdicts``); None when the rule
+        is off, the cache is off (``EPCTX_MEASURED_CACHE=0``) or no EP compiles."""
+        if not self.config.partition_measured_rule:
+            return None
+        from epctx.session.measured_rule import cached_verdicts
+
+        return cached_verdicts(
+            loaded.model, self.providers, self.kernel_ep, self.options, self.level, warn=warn
+        )
 
     def _partition_within(
         self, partitioning: Partitioning, refused: dict[Any, tuple[str, str]], held: set[Any]
