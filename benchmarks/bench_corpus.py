@@ -28,6 +28,10 @@ machine ``--threads 1`` gives steadier ratios); ``--openblas-coretype auto`` uns
 ``benchmarks/bench_cpu.py``). ``--state-dims`` states the size of each named dynamic dimension of the model's
 inputs as the feed has it, to both runtimes (``add_free_dimension_override_by_name``, the CLI's ``--dim``): the
 code a compiling EP makes for the shapes a deployment states, against the model as shipped without it.
+
+Each cell runs with a cache folder of its own (``EPCTX_CACHE_DIR``, a temporary folder): what a user's first
+process sees, not IREE's probe records nor the measured rule's verdicts that an earlier cell or run left in the
+user's cache; ``EPCTX_BENCH_KEEP_CACHE=1`` runs the cells over the user's cache instead.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks.corpus import CORPUS, Unavailable, feeds, materialise
 
 ROOT = Path(__file__).resolve().parents[1]
+KEEP_CACHE_ENV = (
+    "EPCTX_BENCH_KEEP_CACHE"  # =1: cells use the user's cache folder (warm probe records, verdicts)
+)
 EPS = {
     "cpu": "CPUExecutionProvider",
     "openvino": "OpenVINOExecutionProvider",
@@ -286,7 +293,11 @@ def run_cell_process(
 ) -> dict[str, Any]:
     """A cell's row from its process (the JSON of its last line), or a row saying it timed out or crashed."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget, env=env)
+        with tempfile.TemporaryDirectory(prefix="epctx-bench-cache-") as cache:
+            # each cell in a cache folder of its own: what a first process sees (IREE's probe records and the
+            # measured rule's verdicts of an earlier cell or run would spare it work a user's first process does)
+            env = {**env, "EPCTX_CACHE_DIR": cache} if os.environ.get(KEEP_CACHE_ENV) != "1" else env
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget, env=env)
     except subprocess.TimeoutExpired:
         return {"model": name, "ep": SHORT[ep], "compiles": f"timeout (budget {budget:g} s)"}
     lines = proc.stdout.strip().splitlines()

@@ -18,6 +18,8 @@ same ``intra_op_num_threads`` and the default session config (``--rule on|off`` 
   best run (what load moves least); ``max err``: largest difference of their outputs;
 - ``--with-off``: also the ``[EP, CPU]`` session with the rule off (a second compile), its ratio to ``[CPU]``.
 
+Each cell has a cache folder of its own (``bench_corpus.run_cell_process``): the rule measures as in a user's
+first process, not from verdicts an earlier run kept (``EPCTX_BENCH_KEEP_CACHE=1``: the user's cache).
 The feeds are the corpus's (``benchmarks.corpus.feeds``), not the rule's synthetic inputs. The load average is
 printed with the table: on a shared machine the medians move with it, the min ratio less.
 """
