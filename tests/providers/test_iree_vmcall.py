@@ -160,3 +160,55 @@ def test_a_result_that_is_not_a_tensor_is_epfail() -> None:
     call = _call(_PRIMITIVE)
     with pytest.raises(EPFail, match=r"partition 'p': IREE returned 7 as result 0, not a tensor"):
         call([np.ones(2, np.float32)])
+
+
+class _Everything(set[int]):
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def test_the_mapped_path_gives_the_same_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Results read through a mapping (for element types this numpy does not take through DLPack) match."""
+    from epctx.providers.iree import vmcall
+
+    call = _call(_TYPES)
+    feed = [
+        np.array(-4, np.int64),
+        np.array([True, True, False]),
+        np.array([0.5, 1.0, 8.0], np.float16),
+        np.zeros((0, 4), np.float32),
+        np.array(-2.0, np.float32),
+    ]
+    exported = call(feed)
+    monkeypatch.setattr(vmcall, "_UNEXPORTED", _Everything())
+    mapped = call(feed)
+    assert all(m.flags.owndata for m in mapped)  # small: copied
+    assert [(m.shape, m.dtype) for m in mapped] == [(e.shape, e.dtype) for e in exported]
+    for m, e in zip(mapped, exported):
+        np.testing.assert_array_equal(m, e)
+
+
+def test_an_element_type_dlpack_cannot_take_is_mapped_from_then_on(
+    dynamic_call: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epctx.providers.iree import vmcall
+
+    monkeypatch.setattr(vmcall, "_UNEXPORTED", set())
+    tried: list[int] = []
+    export = dynamic_call._export
+
+    def refusing(view: Any, *args: Any) -> Any:
+        tried.append(view.element_type)
+        if view.element_type == 0x21000020:  # float32: as an old numpy refuses bool
+            raise BufferError("unsupported dtype")
+        return export(view, *args)
+
+    monkeypatch.setattr(dynamic_call, "_export", refusing)
+    a, b = np.ones((3, 4), np.float32), np.full((3, 4), 3, np.int64)
+    for _ in range(3):
+        f, i = dynamic_call([a, b])
+        np.testing.assert_array_equal(f, a * 2)
+        np.testing.assert_array_equal(i, b * b)
+        assert f.flags.owndata and not i.flags.owndata  # float32 mapped and copied, int64 exported
+    assert set(vmcall._UNEXPORTED) == {0x21000020}
+    assert tried.count(0x21000020) == 1  # asked once, then mapped without asking

@@ -6,7 +6,7 @@ around it, not the kernels).
 ``ArgumentPacker``, a ``DeviceArray`` per result whose ``to_host`` asks the buffer's memory type and usage and
 maps the element type to a dtype again (0.5 us), then our own mapping of it (measured on the corpus' LLM decode,
 6 inputs and 5 outputs, one thread: 34 us for the invoker's call, 57 us with the results made numpy arrays, of
-which 21.5 us are IREE's ``invoke`` itself). Here, per call:
+which 21.5 us are IREE's ``invoke`` itself; 34.5 us on this path). Here, per call:
 
 - each argument is copied into a buffer view by the device's allocator (``allocate_buffer_copy``: one C call,
   0.5 us for a small array; what the invoker's packer does too), its element type read from a table filled
@@ -15,14 +15,17 @@ which 21.5 us are IREE's ``invoke`` itself). Here, per call:
   would then alias the caller's array, and mapping such a result fails in IREE's bindings (``std::bad_cast``);
 - the argument and result lists are made per call (0.2 us each): a ``VmVariantList`` has no way to be cleared
   for reuse from Python, and a kept result list would hold the last call's results alive;
-- each result's buffer view is mapped, and its element type read from a table filled once per type. A small
-  result (<= 16 KiB) is copied (0.3 us), so IREE's buffer is free for reuse at once; a larger one is not
-  copied but held by its array together with its mapping and buffer view (a holder: 2 us). The rule from
-  before this path: a mapped array must keep its buffer alive (MiniLM with its pooling on the CPU EP after an
-  IREE partition returned sentence embeddings 0.17-0.28 off, different at each run, while arrays were returned
-  from ``DeviceArray.to_host()`` alone). In IREE 3.13 the array ``MappedMemory.asarray`` returns does hold its
-  mapping (which retains the buffer), measured here; the holder keeps the buffer view as well, so the rule
-  does not rest on that (tests/providers/test_iree_result_lifetime.py).
+- each result is handed to numpy through DLPack (``HalDevice.create_dlpack_capsule``, ``np.from_dlpack``:
+  0.5 us, where mapping it cost 1.4 us with its shape and dtype read). The capsule retains the result's IREE
+  buffer and the array owns the capsule, so the array keeps IREE's memory alive, whatever its size, with no
+  copy: the rule a mapped result had to be given by hand (MiniLM with its pooling on the CPU EP after an IREE
+  partition returned sentence embeddings 0.17-0.28 off, different at each run, while arrays came from
+  ``DeviceArray.to_host()`` alone). numpy makes such an array read-only (IREE's capsule is DLPack's legacy
+  kind): a session's outputs are copied for the caller as any read-only result is (``owned_array``), and the
+  EPs that read a value take read-only arrays already (weights mapped from files are read-only too). An
+  element type that numpy cannot take through DLPack (bool before numpy 1.25) is read through a mapping from
+  then on: a small result (<= 16 KiB) copied (0.3 us), a larger one held by its array with its mapping and
+  buffer view (2 us).
 
 Only ``invoke`` holds the lock: an IREE context is not reentrant, IREE's allocator and buffer views are
 thread-safe, and each call's lists are its own.
@@ -30,6 +33,7 @@ thread-safe, and each call's lists are its own.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -41,7 +45,12 @@ from epctx.providers.iree.runtime_import import iree_runtime
 
 __all__ = ["VmCall"]
 
-_COPIED_BYTES = 16384  # results up to this size are copied: cheaper than a holder
+logger = logging.getLogger("epctx")
+
+_DL_CPU = 1  # DLPack's kDLCPU: the local devices' buffers are host memory
+_COPIED_BYTES = 16384  # mapped results up to this size are copied: cheaper than a holder
+# element types this numpy does not take through DLPack (bool before numpy 1.25): mapped instead
+_UNEXPORTED: set[int] = set()
 _ELEMENT_TYPES: dict[np.dtype[Any], Any] = {}  # numpy dtype -> IREE HalElementType, filled on first use
 _DTYPES: dict[int, np.dtype[Any]] = {}  # IREE HAL element type -> numpy dtype, filled on first use
 
@@ -55,6 +64,7 @@ class VmCall:
         "_allocator",
         "_context",
         "_device",
+        "_export",
         "_function",
         "_list",
         "_lock",
@@ -71,6 +81,7 @@ class VmCall:
         self._function = function
         self._list = rt.VmVariantList
         self._view = rt.HalBufferView
+        self._export = device.create_dlpack_capsule
         # what FunctionInvoker's packer asks for an argument it copies
         self._usage = (int(rt.MemoryType.DEVICE_LOCAL), int(rt.BufferUsage.DEFAULT))
         self._lock = threading.Lock()
@@ -110,6 +121,22 @@ class VmCall:
                 f"{self.where}: IREE returned {results.get_variant(index)!r} as result {index}, not a tensor"
             ) from exc
         element_type = view.element_type
+        if element_type not in _UNEXPORTED:
+            try:  # the array owns the capsule, which retains IREE's buffer
+                return np.from_dlpack(_Exported(self._export(view, _DL_CPU, 0)))
+            except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+                _UNEXPORTED.add(element_type)  # this numpy cannot import it: mapped from now on
+                logger.debug(
+                    "%s: IREE result of element type %#x mapped, not exported: %s",
+                    self.where,
+                    element_type,
+                    exc,
+                )
+        return self._mapped(view, element_type, index)
+
+    def _mapped(self, view: Any, element_type: int, index: int) -> np.ndarray:
+        """A result read through a mapping of its buffer: copied when small, else held by its array with its
+        mapping and buffer view."""
         dtype = _DTYPES.get(element_type)
         if dtype is None:
             dtype = _dtype(element_type, self.where)
@@ -121,6 +148,22 @@ class VmCall:
         if mapped.nbytes <= _COPIED_BYTES:
             return mapped.copy()  # type: ignore[no-any-return]
         return np.asarray(_Holder(mapped, (view, mapping)))
+
+
+class _Exported:
+    """A DLPack capsule of a result, as ``np.from_dlpack`` takes it (IREE's capsule is the legacy, unversioned
+    kind: numpy makes the array read-only)."""
+
+    __slots__ = ("_capsule",)
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_DL_CPU, 0)
 
 
 class _Holder:
