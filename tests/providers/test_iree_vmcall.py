@@ -35,6 +35,13 @@ func.func @f(%a: tensor<?x4xf32>, %b: tensor<?x4xi64>) -> (tensor<?x4xf32>, tens
   return %0, %1 : tensor<?x4xf32>, tensor<?x4xi64>
 }"""
 
+# Results IREE hands back as the argument's own buffer (returned as is, and reshaped)
+_PASSTHROUGH = """
+func.func @f(%a: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<16xf32>) {
+  %0 = tensor.collapse_shape %a [[0, 1]] : tensor<4x4xf32> into tensor<16xf32>
+  return %a, %0 : tensor<4x4xf32>, tensor<16xf32>
+}"""
+
 _PRIMITIVE = """
 func.func @f(%a: tensor<2xf32>) -> i64 {
   %c = arith.constant 7 : i64
@@ -212,3 +219,13 @@ def test_an_element_type_dlpack_cannot_take_is_mapped_from_then_on(
         assert f.flags.owndata and not i.flags.owndata  # float32 mapped and copied, int64 exported
     assert set(vmcall._UNEXPORTED) == {0x21000020}
     assert tried.count(0x21000020) == 1  # asked once, then mapped without asking
+
+
+def test_a_result_that_is_an_argument_does_not_alias_the_callers_array() -> None:
+    call = _call(_PASSTHROUGH)
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    same, flat = call([x])
+    x[:] = -1.0  # the caller reuses its array
+    np.testing.assert_array_equal(same, np.arange(16, dtype=np.float32).reshape(4, 4))
+    np.testing.assert_array_equal(flat, np.arange(16, dtype=np.float32))
+    assert not np.shares_memory(same, x) and not np.shares_memory(flat, x)
