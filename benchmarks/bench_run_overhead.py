@@ -1,10 +1,13 @@
 """``session.run()``'s own cost, this checkout against another (issue 17: "run() overhead no worse than before").
 
-    python benchmarks/bench_run_overhead.py [--baseline TREE] [--calls 2000] [--repeat 15] [--rounds 3]
+    python benchmarks/bench_run_overhead.py [--baseline TREE] [--calls 2000] [--repeat 15] [--rounds 3] [--iree]
 
-Two sessions whose runs do almost nothing, so what is timed is epctx around the kernel: a one-node Identity model
+Sessions whose runs do almost nothing, so what is timed is epctx around the kernel: a one-node Identity model
 on the CPU EP, and the test suite's whole model compiled for the example EP and loaded from its context model (the
-lean path). Each is timed as the best of ``--repeat`` blocks of ``--calls`` runs, on the calling thread's CPU clock
+lean path). With ``--iree`` (issue 21: IREE's per-call cost), that model compiled by IREE and loaded from its
+context model too, on IREE's default device (``iree_context``) and with ``intra_op_num_threads=1``
+(``iree_context_t1``: IREE's inline one-thread device, as ``bench_corpus.py --threads 1`` runs). Each is timed
+as the best of ``--repeat`` blocks of ``--calls`` runs, on the calling thread's CPU clock
 (``time.thread_time``: other processes' load does not count, unlike wall time). With ``--baseline`` (another epctx
 checkout, e.g. ``git worktree add /tmp/before <rev>``) every round runs a child on this tree and one on the
 baseline's ``src`` in turn, so the comparison is paired.
@@ -43,15 +46,33 @@ so.add_session_config_entry("ep.context_enable", "1")
 epctx.InferenceSession(folder + "/w.onnx", so, providers=[EXAMPLE])
 context = epctx.InferenceSession(folder + "/w_ctx.onnx", providers=[EXAMPLE])
 x, f = {{"x": np.ones((1, 4), np.float32)}}, feed()
-for name, call in (("identity_cpu", lambda: identity.run(None, x)), ("example_context", lambda: context.run(None, f))):
-    timer = timeit.Timer(call, timer=time.thread_time)
+cases = [
+    ("identity_cpu", lambda: identity.run(None, x), time.thread_time),
+    ("example_context", lambda: context.run(None, f), time.thread_time),
+]
+for suffix, threads in (("_wall", 0), ("_t1", 1)) if {iree} else ():
+    so = epctx.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.add_session_config_entry("epctx.partition.measured_rule", "0")  # IREE, even where the CPU EP is faster
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_file_path", folder + f"/w_iree{{suffix}}_ctx.onnx")
+    epctx.InferenceSession(folder + "/w.onnx", so, providers=["IREEExecutionProvider"])
+    so = epctx.SessionOptions()
+    so.intra_op_num_threads = threads
+    iree = epctx.InferenceSession(folder + f"/w_iree{{suffix}}_ctx.onnx", so, providers=["IREEExecutionProvider"])
+    placed = {{ep for ep, _ in iree.get_partitions()}}
+    assert placed == {{"IREEExecutionProvider"}}, f"iree_context{{suffix}} runs on {{placed}}"
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    cases.append(("iree_context" + suffix, lambda s=iree: s.run(None, f), clock))
+for name, call, clock in cases:
+    timer = timeit.Timer(call, timer=clock)
     print(name, min(timer.repeat(number={calls}, repeat={repeat})) / {calls})
 """
 
 
-def _child(src: Path, calls: int, repeat: int) -> dict[str, float]:
+def _child(src: Path, calls: int, repeat: int, iree: bool) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    code = _CHILD.format(root=str(ROOT), calls=calls, repeat=repeat)
+    code = _CHILD.format(root=str(ROOT), calls=calls, repeat=repeat, iree=iree)
     with tempfile.TemporaryDirectory() as cwd:
         out = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -67,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--iree", action="store_true", help="add the IREE rows (compiles the model with IREE)"
+    )
     args = parser.parse_args(argv)
     trees = {"this": ROOT / "src"}
     if args.baseline is not None:
@@ -76,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     best: dict[tuple[str, str], float] = {}
     for round_ in range(args.rounds):
         for tree, src in trees.items():
-            for name, seconds in _child(src, args.calls, args.repeat).items():
+            for name, seconds in _child(src, args.calls, args.repeat, args.iree).items():
                 print(f"round {round_ + 1} {tree:8s} {name:16s} {seconds * 1e6:7.2f} us", file=sys.stderr)
                 best[tree, name] = min(best.get((tree, name), seconds), seconds)
     print(

@@ -16,6 +16,7 @@ import numpy as np
 from epctx.ep import SourceFile, WeightRef
 from epctx.errors import EPFail, InvalidGraph
 from epctx.providers.iree.runtime_import import iree_runtime
+from epctx.providers.iree.vmcall import VmCall
 
 __all__ = ["CompiledIREE", "Runner", "entry_function", "load_module", "shared_instance", "shared_runtime"]
 
@@ -115,8 +116,9 @@ def entry_function(module: Any, where: str) -> str:
 
 
 class Runner:
-    """A loaded module in its own IREE context, called with numpy arrays; one call at a time (an IREE
-    context is not reentrant), so a session may run from several threads."""
+    """A loaded module in its own IREE context, called with numpy arrays (:class:`~epctx.providers.iree.vmcall.
+    VmCall`); one call at a time in the context (it is not reentrant), so a session may run from several
+    threads."""
 
     def __init__(self, module: Any, parameters: Any, where: str, threads: int = 0) -> None:
         rt = iree_runtime()
@@ -134,46 +136,10 @@ class Runner:
         except RuntimeError as exc:
             raise InvalidGraph(f"{where}: IREE cannot instantiate the module: {exc}") from exc
         self._keep = (module, parameters)
-        self._invoke = rt.FunctionInvoker(self._context, device, module.lookup_function(self.function))
-        self._lock = threading.Lock()
+        self._call = VmCall(self._context, device, module.lookup_function(self.function), where)
 
-    def __call__(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        with self._lock:
-            try:
-                results = self._invoke(*arrays)
-            except (RuntimeError, ValueError, TypeError) as exc:
-                raise EPFail(f"{self.where}: IREE failed to run it: {exc}") from exc
-            if not isinstance(results, (tuple, list)):
-                results = (results,)
-            return [_host_array(r) for r in results]
-
-
-class _Holder:
-    """The numpy array interface of an IREE result mapped to the host, holding the result and its mapping: an
-    array made from it keeps both alive (``np.asarray(holder).base is holder``)."""
-
-    __slots__ = ("__array_interface__", "_keep")
-
-    def __init__(self, mapped: np.ndarray, result: Any) -> None:
-        self.__array_interface__ = mapped.__array_interface__
-        self._keep = (mapped, result)
-
-
-def _host_array(result: Any) -> np.ndarray:
-    """A result of an IREE call as a numpy array. IREE maps a host-visible result's buffer
-    (``DeviceArray.to_host``), and the mapped array alone does not keep that buffer's memory: once the result
-    is dropped, the memory is reused while the array still reads it (MiniLM with its pooling on the CPU EP
-    after an IREE partition: sentence embeddings 0.17-0.28 off, different at each run). A small result is
-    copied (0.25 us, where holding costs 2.2 us), a larger one held by its array, not copied."""
-    if not hasattr(result, "to_host"):
-        return np.asarray(result)
-    mapped = result.to_host()
-    if not isinstance(mapped, np.ndarray):
-        return np.asarray(mapped)
-    return mapped.copy() if mapped.nbytes <= _COPIED_BYTES else np.asarray(_Holder(mapped, result))
-
-
-_COPIED_BYTES = 16384  # results up to this size are copied: cheaper than a holder
+    def __call__(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        return self._call(arrays)
 
 
 class CompiledIREE:
@@ -219,8 +185,7 @@ class CompiledIREE:
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         if self.runner is None:
             raise EPFail(f"{self.where} cannot run on this machine: {self.unavailable}")
-        # np.asarray(order="C"), not np.ascontiguousarray: that one makes a scalar (a rank-0 value) of shape (1,).
-        out = self.runner([np.asarray(x, order="C") for x in inputs])
+        out = self.runner(inputs)
         if len(out) != len(self.output_names):
             raise EPFail(f"{self.where}: IREE returned {len(out)} outputs, expected {len(self.output_names)}")
         return out
