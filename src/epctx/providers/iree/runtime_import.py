@@ -1,8 +1,8 @@
 """``iree.runtime``, imported once for this EP, so that it leaves the root logger as the user set it.
 
 Some of ``iree.runtime``'s modules log through the ``logging`` module's own shortcuts (``logging.debug`` when a
-``FunctionInvoker`` is made for a function without reflection data, as every module this EP compiles;
-``logging.warn``, ``logging.info``). Those shortcuts call ``logging.basicConfig()`` when the root logger has no
+``FunctionInvoker`` is made for a function without reflection data, which this EP no longer makes since it calls
+the VM directly, ``vmcall``; ``logging.warn``, ``logging.info`` elsewhere in the package). Those shortcuts call ``logging.basicConfig()`` when the root logger has no
 handler: the first IREE context loaded then gave the root logger a stderr handler of its own, the ``epctx``
 command line printed each line twice (``epctx: ...`` and ``INFO:epctx: ...``), and a user's later
 ``logging.basicConfig()`` did nothing.
