@@ -142,6 +142,7 @@ class DepthwiseChannelsLast:
         "k_axis",
         "out_nchw",
         "padded_shape",
+        "shares",
         "to_nhwc",
         "view_shape",
     )
@@ -168,6 +169,9 @@ class DepthwiseChannelsLast:
             self.eq = f"n{out}{ker}c,{ker}cm->n{out}cm"
             self.k_axis = 1 + nd
         self.bands = row_bands(x_shape[2], geo)
+        # whether an einsum of a call may be shared with helper threads (``_einsums``): only then does the call
+        # need BLAS's thread count lowered around it (the conv's one-thread gate)
+        self.shares = math.prod(self.view_shape) >= _SHARED_MACS
 
     @property
     def block(self) -> int:
