@@ -210,3 +210,50 @@ def test_a_wrong_input_names_the_node() -> None:
         sess.run(None, {"x": _array(1, 4, 6, 6)})
     assert "input has 4 channels" in str(caught.value)
     assert set(_routes(sess)) == {(1, 8, 6, 6)}
+
+
+def _depthwise(sess: Any) -> Any:
+    """The depthwise conv's channels-last plan (kernels/depthwise.py), from the Conv kernel's closures."""
+    from epctx.providers.cpu.kernels.conv import _ConvPlan
+
+    for fn, *_ in sess._plan.steps:
+        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+        first = cells.get("half")
+        for cell in (first.__closure__ or ()) if first is not None else ():
+            inner = cell.cell_contents
+            for c in getattr(inner, "__closure__", None) or ():
+                if isinstance(c.cell_contents, dict):
+                    plans = [p for p in c.cell_contents.values() if isinstance(p, _ConvPlan)]
+                    if plans and plans[0].channels_last is not None:
+                        return plans[0].channels_last
+    raise AssertionError("no channels-last depthwise conv in the plan")
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "k", "pads", "banded"),
+    [
+        ((1, 64, 2, 20), 5, [2] * 4, True),
+        ((1, 32, 2, 8), 3, [4, 1, 4, 1], True),  # whole output rows of padding
+        ((1, 48, 9, 9), 5, [2] * 4, False),
+    ],
+    ids=["bands", "rows_of_padding", "whole"],
+)
+def test_depthwise_lays_out_its_einsums_once(
+    x_shape: tuple[int, ...], k: int, pads: list[int], banded: bool
+) -> None:
+    """The windows of a depthwise conv's einsums (per band: offset, shape, strides, filter and output rows) are
+    laid out at the first call and reused: each call's result the first's for the same input."""
+    c = x_shape[1]
+    data = _conv_model(list(x_shape), (c, 1, k, k), group=c, pads=pads, act="Relu")
+    sess = epctx.InferenceSession(data)
+    x = _array(*x_shape)
+    first = sess.run(None, {"x": x})[0]
+    conv = _depthwise(sess)
+    assert (conv.bands is not None) is banded
+    (layout,) = conv._layouts.values()
+    assert (layout.whole is None) is banded
+    assert bool(layout.zero) is (pads[0] > k)  # the output rows whose kernel rows all read padding
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], first)
+    assert list(conv._layouts.values()) == [layout]
+    _compare(first, run_ort(data, {"x": x})[0])
