@@ -5,6 +5,7 @@ and the one-thread BLAS gate only where a BLAS call could use more threads."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -257,3 +258,25 @@ def test_depthwise_lays_out_its_einsums_once(
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], first)
     assert list(conv._layouts.values()) == [layout]
     _compare(first, run_ort(data, {"x": x})[0])
+
+
+def test_concurrent_runs_of_a_real_model_through_kept_routes(tmp_path: Path) -> None:
+    """PP-OCR's direction classifier (depthwise convs in bands, hand-offs, squeeze-excitation blocks): runs from
+    four threads at once give each input's sequential result, bit for bit (routes and layouts are shared,
+    scratch buffers not)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from benchmarks.corpus import Unavailable, feeds, materialise
+
+    try:
+        model = materialise("ppocr_cls", tmp_path)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    ((name, x),) = feeds("ppocr_cls").items()
+    sess = epctx.InferenceSession(str(model))
+    inputs = [x + _array(*x.shape) for _ in range(6)]
+    expected = [sess.run(None, {name: xi})[0] for xi in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda xi: sess.run(None, {name: xi})[0], inputs * 4))
+    for k, y in enumerate(got):
+        np.testing.assert_array_equal(y, expected[k % len(inputs)])
