@@ -280,3 +280,25 @@ def test_concurrent_runs_of_a_real_model_through_kept_routes(tmp_path: Path) -> 
         got = list(pool.map(lambda xi: sess.run(None, {name: xi})[0], inputs * 4))
     for k, y in enumerate(got):
         np.testing.assert_array_equal(y, expected[k % len(inputs)])
+
+
+def test_profiled_runs_record_each_conv_and_give_the_plain_runs_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With profiling on, every run records one Node event per conv (named, CPU EP), the first run making
+    the routes and the second taking them, with the results of a session without profiling."""
+    import json
+
+    data = _conv_model([1, 40, 3, 96], (40, 1, 5, 5), group=40, pads=[2] * 4, act="HardSwish")
+    monkeypatch.chdir(tmp_path)
+    so = epctx.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = "trace"
+    profiled, plain = epctx.InferenceSession(data, so), epctx.InferenceSession(data)
+    x = _array(1, 40, 3, 96)
+    for _ in range(2):
+        np.testing.assert_array_equal(profiled.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
+    with open(profiled.end_profiling()) as f:
+        nodes = [e for e in json.load(f) if e["cat"] == "Node"]
+    assert [e["name"].split("_kernel_time")[0] for e in nodes] == ["conv", "conv"]
+    assert {e["args"]["provider"] for e in nodes} == {"CPUExecutionProvider"}
