@@ -302,3 +302,20 @@ def test_profiled_runs_record_each_conv_and_give_the_plain_runs_results(
         nodes = [e for e in json.load(f) if e["cat"] == "Node"]
     assert [e["name"].split("_kernel_time")[0] for e in nodes] == ["conv", "conv"]
     assert {e["args"]["provider"] for e in nodes} == {"CPUExecutionProvider"}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
+def test_pixel_rows_of_each_layout(layout: str) -> None:
+    """A 1x1 conv's (H * W, C) operand: a view of contiguous or channels-last memory, a copy otherwise."""
+    from epctx.providers.cpu.kernels.channel_rows import PixelRows, channel_rows
+
+    base = _array(1, 6, 20, 12)
+    x = {
+        "contiguous": base,
+        "channels_last": np.ascontiguousarray(base.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2),
+        "strided": _array(1, 6, 20, 14)[..., 1:13],  # rows of 12 values 14 apart: no view
+    }[layout]
+    rows = PixelRows(6, 240, 2)(x)
+    np.testing.assert_array_equal(rows, x[0].reshape(6, 240).T)
+    assert np.shares_memory(rows, x) is (layout != "strided")
+    np.testing.assert_array_equal(rows.T, channel_rows(x, 1, 6, 240)[0])

@@ -19,6 +19,7 @@ from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu import fusion, layout, parallel
+from epctx.providers.cpu.kernels.channel_rows import PixelRows, channel_rows
 from epctx.providers.cpu.kernels.conv_direct import Route, route_for
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
 from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
@@ -178,16 +179,6 @@ def _nhwc_form(plan: _ConvPlan, unit: bool) -> str:
     return ""
 
 
-def _channel_rows(x: np.ndarray, n: int, c: int, length: int) -> np.ndarray:
-    """(N, C, *spatial) as (N, C, length) matrices, without a copy for contiguous or channels-last memory (a
-    depthwise conv's hand-off, ``layout.py``): BLAS takes the transposed (length, C) matrices as they are."""
-    if not x.flags.c_contiguous and x.ndim >= 3:
-        last = x.transpose(0, *range(2, x.ndim), 1)
-        if last.flags.c_contiguous:
-            return last.reshape(n, length, c).transpose(0, 2, 1)
-    return x.reshape(n, c, length)
-
-
 class _ConvPlan:
     __slots__ = (
         "channels_last",
@@ -273,7 +264,7 @@ class _ConvPlan:
                     + tuple(slice(None, s * (o - 1) + 1, s) for s, o in zip(geo.strides, geo.out))
                 ]
             cols: np.ndarray = (
-                _channel_rows(x, n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
+                channel_rows(x, n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
             )
             scratch = None
         else:
@@ -299,16 +290,26 @@ class _ConvPlan:
         return y.reshape(self.out_shape)
 
     def pointwise_channels_last(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
+        return self.pointwise_last(prep)(x)
+
+    def pointwise_last(self, prep: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
         """A 1x1 conv of one image as (H * W, C) times W^T (C, M): the result (1, H, W, M), contiguous. From
         channels-last memory both operands are row-major: 72 -> 24 channels at 28x28 24 us, where W x over the
-        transposed operand takes 33 (W x from NCHW: 20; measured here, one thread)."""
+        transposed operand takes 33 (W x from NCHW: 20; measured here, one thread). W^T (kept in ``prep``) and
+        the shapes bound once."""
         w2t = prep.get("w2t")
         if w2t is None:
             w2t = prep["w2t"] = np.ascontiguousarray(prep["w2"].T)
-        x2 = _channel_rows(x, 1, x.shape[1], self.l_out)[0]
-        y = np.empty((1, *self.geo.out, w2t.shape[1]), dtype=np.result_type(w2t.dtype, x2.dtype))
-        np.matmul(x2.T, w2t, out=y.reshape(self.l_out, w2t.shape[1]))
-        return y
+        pixels = PixelRows(self.x_shape[1], self.l_out, len(self.geo.out))
+        shape, flat = (1, *self.geo.out, w2t.shape[1]), (self.l_out, w2t.shape[1])
+
+        def run(x: np.ndarray) -> np.ndarray:
+            dtype = w2t.dtype if x.dtype == w2t.dtype else np.result_type(w2t.dtype, x.dtype)
+            y = np.empty(shape, dtype=dtype)
+            np.matmul(pixels(x), w2t, out=y.reshape(flat))
+            return y
+
+        return run
 
     def im2col_channels_last(
         self, x: np.ndarray, prep: dict[str, Any], bias: np.ndarray | None = None
@@ -342,17 +343,25 @@ class _ConvPlan:
         return y
 
     def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:
-        """A ``lean`` conv: W (M, C) times x (C, H * W)."""
-        x2 = _channel_rows(x, 1, x.shape[1], self.l_out)[0]
-        y = np.empty(
-            self.out_shape, dtype=np.result_type(w2.dtype, x2.dtype)
-        )  # owned: no view of another array
-        y2 = y.reshape(w2.shape[0], self.l_out)
-        if self.tiny:
-            np.matmul(w2, x2, out=y2)
-        else:
-            self.serial(np.matmul, w2, x2, out=y2)  # type: ignore[misc]
-        return y
+        return self.lean_gemm(w2)(x)
+
+    def lean_gemm(self, w2: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """A ``lean`` conv: W (M, C) times x (C, H * W), the result owned (no view of another array); W and the
+        shapes bound once, the GEMM called straight away when ``tiny``, else on one BLAS thread."""
+        pixels = PixelRows(self.x_shape[1], self.l_out, len(self.geo.out))
+        shape, flat = self.out_shape, (w2.shape[0], self.l_out)
+        gate = None if self.tiny else self.serial
+
+        def run(x: np.ndarray) -> np.ndarray:
+            dtype = w2.dtype if x.dtype == w2.dtype else np.result_type(w2.dtype, x.dtype)
+            y = np.empty(shape, dtype=dtype)
+            if gate is None:
+                np.matmul(w2, pixels(x).T, out=y.reshape(flat))
+            else:
+                gate(np.matmul, w2, pixels(x).T, out=y.reshape(flat))
+            return y
+
+        return run
 
     def _depthwise(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
         if self.channels_last is not None:

@@ -39,8 +39,8 @@ class _Plan(Protocol):
     def serial(self) -> Gate | None: ...  # read-only here: the plan's is the gate's own type
 
     def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray: ...
-    def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray: ...
-    def pointwise_channels_last(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray: ...
+    def lean_gemm(self, w2: np.ndarray) -> Callable[[np.ndarray], np.ndarray]: ...
+    def pointwise_last(self, prep: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]: ...
     def im2col_channels_last(
         self, x: np.ndarray, prep: dict[str, Any], bias: np.ndarray | None = None
     ) -> np.ndarray: ...
@@ -107,7 +107,7 @@ def _channels_last(
         if add is not None and constant_bias:
             args, add = (prep, add), None
     else:
-        fn = plan.pointwise_channels_last
+        fn, args = plan.pointwise_last(prep), ()
     gate = gate_of(plan)
 
     def route(x: np.ndarray) -> tuple[np.ndarray]:
@@ -128,7 +128,7 @@ def _general(
     fn: Callable[..., np.ndarray]
     args: tuple[Any, ...]
     if plan.lean:
-        fn, args, gate = plan.pointwise_gemm, (prep["w2"],), None  # it gates its own GEMM when not tiny
+        fn, args, gate = plan.lean_gemm(prep["w2"]), (), None  # it gates its own GEMM when not tiny
     else:
         fn, args, gate = plan.run, (prep,), gate_of(plan)
     add = (
