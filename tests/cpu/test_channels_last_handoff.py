@@ -383,8 +383,9 @@ def test_phase_columns_equal_the_window_view_columns() -> None:
 
 @pytest.mark.parametrize("source", ["channels-last", "NCHW"])
 def test_layout_copies_of_many_tiles(source: str) -> None:
-    """depthwise._copy_in_tiles: one copy where both sides run along C in memory, row tiles where the source
-    is an NCHW array seen channels-last; the same values either way (sizes of many tiles)."""
+    """depthwise._copy_in_tiles into the padded channels-last buffer (one copy, the source channels-last or an
+    NCHW array seen channels-last) and back to NCHW (row tiles: the writes strided); the same values each way
+    (sizes of many tiles)."""
     from epctx.providers.cpu.kernels.depthwise import _TILE_VALUES, _copy_in_tiles
 
     x = RNG.standard_normal((1, 24, 60, 50)).astype(np.float32)  # (N, C, H, W)
@@ -398,6 +399,9 @@ def test_layout_copies_of_many_tiles(source: str) -> None:
     _copy_in_tiles(buf[:, 1:61, 1:51], src)
     np.testing.assert_array_equal(buf[:, 1:61, 1:51], x.transpose(0, 2, 3, 1))
     assert not buf[:, 0].any() and not buf[:, :, 0].any() and not buf[:, 61].any() and not buf[:, :, 51].any()
+    back = np.empty_like(x)
+    _copy_in_tiles(back.transpose(0, 2, 3, 1), buf[:, 1:61, 1:51])
+    np.testing.assert_array_equal(back, x)
 
 
 @pytest.mark.parametrize("stride", [1, 2])
