@@ -20,6 +20,8 @@ def test_overhead_of_a_real_model(tmp_path: Path) -> None:
     # the null run returns recorded results: it costs less than the kernels, which cost less than the run
     assert 0 < row["null_us"] < row["kernel_us"] <= row["run_us"] <= row["median_us"]
     assert row["loop_us"] == pytest.approx(row["null_us"] / row["steps"])
+    # a run's time outside its kernels: positive, and far below a kernel's (tens of us on this model)
+    assert 0 < row["outside_us"] * row["steps"] < row["median_us"] / 4
     lines = bench_cpu_overhead.table([row])
     assert len(lines) == 3 and lines[2].startswith("ppocr_cls ")
     assert f"{row['steps']:5d}" in lines[2]
