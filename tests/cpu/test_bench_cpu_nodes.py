@@ -67,3 +67,12 @@ def test_nodes_of_a_real_model_against_onnxruntime(tmp_path: Path) -> None:
     shares = [float(line.rsplit("|", 1)[1].strip().rstrip("%")) for line in kinds.values()]
     assert sum(shares) == pytest.approx(100, abs=0.1 * len(shares))  # the kinds' shares add up to the gap
     assert len(lines) == 3 + len(kinds) + 2 + 3
+
+
+def test_whole_runs_of_both_runtimes(tmp_path: Path) -> None:
+    try:
+        model = materialise("ppocr_cls", tmp_path)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    ours, theirs = bench_cpu_nodes.whole_runs(model, feeds("ppocr_cls"), threads=1, runs=2)
+    assert 0 < theirs < ours < 1e6  # microseconds: onnxruntime is faster on this conv net

@@ -89,25 +89,34 @@ _CHUNK = 1 << 16
 Step = Callable[[np.ndarray, np.ndarray], None]  # (values, scratch of the same size), in place
 
 
-def _chunked(step: Step) -> Activation:
+# The scratch of a step that uses none (no array made for it at each call): any use of it fails loudly.
+_NO_SCRATCH = np.empty(0, dtype=np.float32)
+_NO_SCRATCH.flags.writeable = False
+
+
+def _chunked(step: Step, *, scratch: bool = True) -> Activation:
+    """``step`` over ``_CHUNK`` values at a time; ``scratch``: whether it uses its scratch (else it gets
+    ``_NO_SCRATCH``, and no array is made at each call)."""
+
     def run(y: np.ndarray) -> None:
         if not y.flags.c_contiguous or y.size <= _CHUNK:
-            step(y, np.empty_like(y))
+            step(y, np.empty_like(y) if scratch else _NO_SCRATCH)
             return
         flat = y.reshape(-1)
-        scratch = np.empty(_CHUNK, dtype=y.dtype)
+        buffer = np.empty(_CHUNK, dtype=y.dtype) if scratch else _NO_SCRATCH
         for start in range(0, flat.size, _CHUNK):
             part = flat[start : start + _CHUNK]
-            step(part, scratch[: part.size])
+            step(part, buffer[: part.size])
 
     return run
 
 
 def _clip(lo: float | None, hi: float | None) -> Activation:
+    """In one pass over all values (chunks only pay off between passes)."""
     if lo is None and hi is None:  # a Clip without bounds passes its input on
         return lambda y: None
 
-    def clip(y: np.ndarray, _scratch: np.ndarray) -> None:
+    def clip(y: np.ndarray) -> None:
         if lo is not None and hi is not None:
             _clip_ufunc(y, y.dtype.type(lo), y.dtype.type(hi), out=y)
         elif lo is not None:
@@ -115,7 +124,7 @@ def _clip(lo: float | None, hi: float | None) -> Activation:
         else:
             np.minimum(y, y.dtype.type(hi), out=y)
 
-    return _chunked(clip)
+    return clip
 
 
 def _hard_sigmoid(alpha: float, beta: float) -> Activation:
@@ -124,7 +133,7 @@ def _hard_sigmoid(alpha: float, beta: float) -> Activation:
         y += y.dtype.type(beta)
         _clip_ufunc(y, y.dtype.type(0), y.dtype.type(1), out=y)
 
-    return _chunked(hard_sigmoid)
+    return _chunked(hard_sigmoid, scratch=False)
 
 
 def _hard_swish_step(y: np.ndarray, t: np.ndarray) -> None:

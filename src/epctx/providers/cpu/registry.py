@@ -96,11 +96,12 @@ class NodeInfo:
         return i < self.num_outputs and bool(self.node.outputs[i].name)
 
     def const_input(self, i: int) -> Any:
-        """The numpy value of input ``i`` when it is an initializer or constant, else None."""
+        """The numpy value of input ``i`` when it is an initializer or constant, else None: None too for an
+        initializer that is also a graph input, which a feed may replace (onnxruntime runs with the fed value)."""
         if i >= self.num_inputs:
             return None
         value = self.node.inputs[i]
-        if value is None:
+        if value is None or value.is_graph_input():
             return None
         if value.const_value is not None:
             return to_numpy(value.const_value)

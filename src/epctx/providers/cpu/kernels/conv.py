@@ -19,6 +19,8 @@ from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu import fusion, layout, parallel
+from epctx.providers.cpu.kernels.channel_rows import PixelRows, channel_rows
+from epctx.providers.cpu.kernels.conv_direct import Route, route_for
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
 from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
@@ -75,11 +77,20 @@ def _half_in_float32(run: Kernel) -> Kernel:
     return run_any
 
 
+def _route_dtype(info: NodeInfo, w: np.ndarray | None, b: np.ndarray | None) -> np.dtype[Any] | None:
+    """The input dtype a Conv keeps its routes for (``conv_direct.py``): its weights' when they and its bias (if
+    any) are float32 or float64 constants (``const_input``: no feed replaces them); None otherwise."""
+    if w is None or w.dtype not in (np.float32, np.float64) or (info.has_input(2) and b is None):
+        return None
+    return w.dtype
+
+
 @kernel("Conv", since=1)
 def _conv(info: NodeInfo) -> Kernel:
     group = int(info.get("group", 1))
     w_const = info.const_input(1)
     b_const = info.const_input(2) if info.has_input(2) else None
+    route_dtype = _route_dtype(info, w_const, b_const)
     # Constant float16 weights are prepared once in float32 (see _half_in_float32).
     if w_const is not None and w_const.dtype == np.float16:
         w_const = w_const.astype(np.float32)
@@ -87,6 +98,7 @@ def _conv(info: NodeInfo) -> Kernel:
         b_const = b_const.astype(np.float32)
     node = info.name
     cache: dict[tuple[int, ...], _ConvPlan] = {}
+    routes: dict[tuple[int, ...], Route] = {}  # input shape -> its direct route, for inputs of route_dtype
     epilogue = fusion.epilogue_for(info.node, w_const)
     weights = Weights(w_const, b_const, group, epilogue, bias_input=info.has_input(2))
     handoff = _handoff(info, w_const, group, epilogue)
@@ -102,29 +114,32 @@ def _conv(info: NodeInfo) -> Kernel:
         geo = spatial_geometry(x.shape[2:], kshape, strides, dilations, pads, auto_pad, node=node)
         return _ConvPlan(x.shape, w.shape, geo, group)
 
-    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+    def first(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        """The call's route made now (weights fed at run time: prepared for this call); kept for later calls of
+        this shape when everything but the input is constant."""
         plan = cache.get(x.shape)
         if plan is None or plan.w_shape != w.shape:
             plan = cache[x.shape] = plan_for(x, w)
         prepared, bias, activation = weights.settled()
-        if handoff is not None and w_const is not None and _hands_over(plan, x) and handoff():
-            bvec = None if b is None else (b if bias is None else bias).reshape(-1)
-            return (_channels_last(plan, x, prepared, bvec, activation, constant_bias=bias is not None),)
-        if plan.lean and w_const is not None:
-            y = plan.pointwise_gemm(x, prepared["w2"])
-        else:
-            prep = prepared if w_const is not None else prepare_weight(w, group)
-            y = plan.run(x, prep) if plan.serial is None else plan.serial(plan.run, x, prep)
-        if b is not None:
-            bb = bias if bias is not None else b.reshape(-1, 1)
-            if y.size:  # an empty batch has no -1 to infer
-                y3 = y.reshape(y.shape[0], y.shape[1], -1)
-                y3 += bb
-        if activation is not None:
-            activation(y)
-        return (y,)
+        if w_const is None:
+            prepared = prepare_weight(w, group)
+        if bias is None and b is not None:  # a bias fed at run time
+            bias = b.reshape(-1, 1)
+        handing = handoff is not None and handoff()
+        route = route_for(plan, prepared, bias, activation, handing, constant_bias=b_const is not None)
+        if route_dtype is not None and x.dtype == route_dtype:  # (a dtype equals None when it is float64)
+            routes[x.shape] = route
+        return route(x)
 
-    return _half_in_float32(run)
+    half = _half_in_float32(first)
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> Sequence[np.ndarray]:
+        route = routes.get(x.shape)
+        if route is not None and x.dtype == route_dtype:
+            return route(x)
+        return half(x, w, b)
+
+    return run
 
 
 def _handoff(
@@ -142,36 +157,6 @@ def _handoff(
     if epilogue is None:
         return found.active
     return lambda: epilogue.active() and found.active()
-
-
-def _channels_last(
-    plan: _ConvPlan,
-    x: np.ndarray,
-    prep: dict[str, Any],
-    b: np.ndarray | None,
-    activation: fusion.Activation | None,
-    *,
-    constant_bias: bool = False,
-) -> np.ndarray:
-    """The conv (depthwise; 1x1 as the GEMM x^T W^T; im2col as cols^T W^T), its bias and its epilogue's
-    activation channels-last, returned as an NCHW view of that memory. An im2col conv adds a constant bias in
-    its GEMM (``im2col_channels_last``)."""
-    dw = plan.channels_last
-    if dw is None and plan.nhwc == "im2col" and constant_bias and b is not None:
-        run: Callable[..., np.ndarray] = plan.im2col_channels_last
-        y = run(x, prep, b) if plan.serial is None else plan.serial(run, x, prep, b)
-        b = None
-    else:
-        if dw is not None:
-            run = dw.run_channels_last
-        else:
-            run = plan.im2col_channels_last if plan.nhwc == "im2col" else plan.pointwise_channels_last
-        y = run(x, prep) if plan.serial is None else plan.serial(run, x, prep)
-    if b is not None:
-        y += b
-    if activation is not None:
-        activation(y)
-    return y.transpose(0, 3, 1, 2)
 
 
 def _nhwc_form(plan: _ConvPlan, unit: bool) -> str:
@@ -192,24 +177,6 @@ def _nhwc_form(plan: _ConvPlan, unit: bool) -> str:
     if one and dense and plan.w_shape[1] * math.prod(plan.geo.kernel) <= _NHWC_MAX_COLUMNS:
         return "im2col"
     return ""
-
-
-def _hands_over(plan: _ConvPlan, x: np.ndarray) -> bool:
-    """Whether ``plan`` runs channels-last for ``x``: its form says so, or a 1x1 conv of one image reads
-    channels-last memory (another conv's hand-off) and so writes channels-last at no cost."""
-    if plan.nhwc:
-        return True
-    return plan.pointwise_one and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
-
-
-def _channel_rows(x: np.ndarray, n: int, c: int, length: int) -> np.ndarray:
-    """(N, C, *spatial) as (N, C, length) matrices, without a copy for contiguous or channels-last memory (a
-    depthwise conv's hand-off, ``layout.py``): BLAS takes the transposed (length, C) matrices as they are."""
-    if not x.flags.c_contiguous and x.ndim >= 3:
-        last = x.transpose(0, *range(2, x.ndim), 1)
-        if last.flags.c_contiguous:
-            return last.reshape(n, length, c).transpose(0, 2, 1)
-    return x.reshape(n, c, length)
 
 
 class _ConvPlan:
@@ -297,7 +264,7 @@ class _ConvPlan:
                     + tuple(slice(None, s * (o - 1) + 1, s) for s, o in zip(geo.strides, geo.out))
                 ]
             cols: np.ndarray = (
-                _channel_rows(x, n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
+                channel_rows(x, n, c, self.l_out) if g == 1 else x.reshape(n, g, c // g, self.l_out)
             )
             scratch = None
         else:
@@ -323,16 +290,26 @@ class _ConvPlan:
         return y.reshape(self.out_shape)
 
     def pointwise_channels_last(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
+        return self.pointwise_last(prep)(x)
+
+    def pointwise_last(self, prep: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
         """A 1x1 conv of one image as (H * W, C) times W^T (C, M): the result (1, H, W, M), contiguous. From
         channels-last memory both operands are row-major: 72 -> 24 channels at 28x28 24 us, where W x over the
-        transposed operand takes 33 (W x from NCHW: 20; measured here, one thread)."""
+        transposed operand takes 33 (W x from NCHW: 20; measured here, one thread). W^T (kept in ``prep``) and
+        the shapes bound once."""
         w2t = prep.get("w2t")
         if w2t is None:
             w2t = prep["w2t"] = np.ascontiguousarray(prep["w2"].T)
-        x2 = _channel_rows(x, 1, x.shape[1], self.l_out)[0]
-        y = np.empty((1, *self.geo.out, w2t.shape[1]), dtype=np.result_type(w2t.dtype, x2.dtype))
-        np.matmul(x2.T, w2t, out=y.reshape(self.l_out, w2t.shape[1]))
-        return y
+        pixels = PixelRows(self.x_shape[1], self.l_out, len(self.geo.out))
+        shape, flat = (1, *self.geo.out, w2t.shape[1]), (self.l_out, w2t.shape[1])
+
+        def run(x: np.ndarray) -> np.ndarray:
+            dtype = w2t.dtype if x.dtype == w2t.dtype else np.result_type(w2t.dtype, x.dtype)
+            y = np.empty(shape, dtype=dtype)
+            np.matmul(pixels(x), w2t, out=y.reshape(flat))
+            return y
+
+        return run
 
     def im2col_channels_last(
         self, x: np.ndarray, prep: dict[str, Any], bias: np.ndarray | None = None
@@ -366,17 +343,25 @@ class _ConvPlan:
         return y
 
     def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:
-        """A ``lean`` conv: W (M, C) times x (C, H * W)."""
-        x2 = _channel_rows(x, 1, x.shape[1], self.l_out)[0]
-        y = np.empty(
-            self.out_shape, dtype=np.result_type(w2.dtype, x2.dtype)
-        )  # owned: no view of another array
-        y2 = y.reshape(w2.shape[0], self.l_out)
-        if self.tiny:
-            np.matmul(w2, x2, out=y2)
-        else:
-            self.serial(np.matmul, w2, x2, out=y2)  # type: ignore[misc]
-        return y
+        return self.lean_gemm(w2)(x)
+
+    def lean_gemm(self, w2: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """A ``lean`` conv: W (M, C) times x (C, H * W), the result owned (no view of another array); W and the
+        shapes bound once, the GEMM called straight away when ``tiny``, else on one BLAS thread."""
+        pixels = PixelRows(self.x_shape[1], self.l_out, len(self.geo.out))
+        shape, flat = self.out_shape, (w2.shape[0], self.l_out)
+        gate = None if self.tiny else self.serial
+
+        def run(x: np.ndarray) -> np.ndarray:
+            dtype = w2.dtype if x.dtype == w2.dtype else np.result_type(w2.dtype, x.dtype)
+            y = np.empty(shape, dtype=dtype)
+            if gate is None:
+                np.matmul(w2, pixels(x).T, out=y.reshape(flat))
+            else:
+                gate(np.matmul, w2, pixels(x).T, out=y.reshape(flat))
+            return y
+
+        return run
 
     def _depthwise(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
         if self.channels_last is not None:

@@ -18,7 +18,10 @@ Two refinements, both measured here on one thread:
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -135,13 +138,18 @@ class DepthwiseChannelsLast:
     input: in column blocks (``_ColumnBlocks``) where they apply, else (N, *out, *K, C)."""
 
     __slots__ = (
+        "_keys",
+        "_layouts",
         "bands",
         "blocks",
         "eq",
         "geo",
+        "inner",
         "k_axis",
         "out_nchw",
         "padded_shape",
+        "shares",
+        "tiled_key",
         "to_nhwc",
         "view_shape",
     )
@@ -168,6 +176,15 @@ class DepthwiseChannelsLast:
             self.eq = f"n{out}{ker}c,{ker}cm->n{out}cm"
             self.k_axis = 1 + nd
         self.bands = row_bands(x_shape[2], geo)
+        # whether an einsum of a call may be shared with helper threads (``_einsums``): only then does the call
+        # need BLAS's thread count lowered around it (the conv's one-thread gate)
+        self.shares = math.prod(self.view_shape) >= _SHARED_MACS
+        # laid out once, not at each call: where the input lands in the buffer, the key of the tiled filter in
+        # the prepared weights, the buffers' keys per dtype, the einsums per buffer layout and filter shape
+        self.inner = (_ALL, *(slice(b, b + s) for b, s in zip(geo.pad_begin, x_shape[2:])), _ALL)
+        self.tiled_key = None if self.blocks is None else f"wl_tiled_{block}_{self.blocks.phases}"
+        self._keys: dict[np.dtype[Any], tuple[Any, ...]] = {}
+        self._layouts: dict[tuple[tuple[int, ...], tuple[int, ...]], _Layout] = {}
 
     @property
     def block(self) -> int:
@@ -182,30 +199,35 @@ class DepthwiseChannelsLast:
 
     def run_channels_last(self, x: np.ndarray, prep: dict[str, np.ndarray]) -> np.ndarray:
         """The result as a contiguous (N, *out, C * multiplier) array (``run`` copies it to NCHW)."""
-        geo = self.geo
-        key = (self.padded_shape, x.dtype.str, x.shape[2:], geo.pad_begin, geo.strides, self.bands is None)
+        key = self._keys.get(x.dtype)
+        if key is None:
+            key = self._keys[x.dtype] = self._key(x)
         buf = _PADDED.take(self.padded_shape, x.dtype, key=key)  # its padding zero
         if self.blocks is not None:
             self.blocks.fill(buf, x, pad_rows=self.bands is None, zero=False)
-            strides = self.blocks.strides(buf)
         else:
-            inner = (_ALL,) + tuple(slice(b, b + s) for b, s in zip(geo.pad_begin, x.shape[2:])) + (_ALL,)
-            buf[inner] = x.transpose(self.to_nhwc)
-            strides = self._strides(buf)
-        y = self._einsums(buf, self._filter(prep), strides)
+            buf[self.inner] = x.transpose(self.to_nhwc)
+        y = self._einsums(buf, self._filter(prep))
         _PADDED.give(buf, key=key)
-        return np.ascontiguousarray(y.reshape((x.shape[0], *geo.out, -1)))  # (N, *out, C * multiplier)
+        return y
+
+    def _key(self, x: np.ndarray) -> tuple[Any, ...]:
+        """The key of ``_PADDED``'s buffers for ``x``'s dtype: buffers whose padding lies where this conv's does."""
+        geo = self.geo
+        return (self.padded_shape, x.dtype.str, x.shape[2:], geo.pad_begin, geo.strides, self.bands is None)
 
     def _filter(self, prep: dict[str, np.ndarray]) -> np.ndarray:
-        if self.blocks is None:
+        if self.tiled_key is None:
             return prep["wl"]
-        key = f"wl_tiled_{self.blocks.block}_{self.blocks.phases}"
-        tiled = prep.get(key)
+        tiled = prep.get(self.tiled_key)
         if tiled is None:
-            tiled = prep[key] = self.blocks.tiled(prep["wl"])
+            assert self.blocks is not None
+            tiled = prep[self.tiled_key] = self.blocks.tiled(prep["wl"])
         return tiled
 
     def _strides(self, buf: np.ndarray) -> tuple[int, ...]:
+        if self.blocks is not None:
+            return self.blocks.strides(buf)
         geo, st = self.geo, buf.strides
         nd = len(geo.out)
         return (
@@ -215,35 +237,79 @@ class DepthwiseChannelsLast:
             st[-1],
         )
 
-    def _einsums(self, buf: np.ndarray, w: np.ndarray, strides: tuple[int, ...]) -> np.ndarray:
+    def _einsums(self, buf: np.ndarray, w: np.ndarray) -> np.ndarray:
         """The einsum over every output row (band by band, each over its kernel rows inside the input only, when
-        there are ``bands``); rows of a large band shared with helper threads (``parallel.split_ranges``: as many
-        runners as BLAS has threads, so one under ``intra_op_num_threads=1``)."""
-        geo, k_axis = self.geo, self.k_axis
-        kernel_axes = len(self.view_shape) - k_axis - 1  # w's: (*K, C, M), or (KH, taps, phases, B * C)
-        out_shape = self.view_shape[:k_axis] + w.shape[kernel_axes:]
-        if self.bands is None and math.prod(self.view_shape) < _SHARED_MACS:
-            return np.einsum(self.eq, _window(buf, 0, self.view_shape, strides), w)
-        y = np.empty(out_shape, dtype=np.result_type(buf.dtype, w.dtype))
+        there are ``bands``), as laid out once per buffer layout and filter shape (``_Layout``); rows of a large
+        band shared with helper threads (``parallel.split_ranges``: as many runners as BLAS has threads, so one
+        under ``intra_op_num_threads=1``). The result (N, *out, C * multiplier), contiguous."""
+        found = self._layouts.get((buf.strides, w.shape))
+        if found is None:
+            found = self._layouts[(buf.strides, w.shape)] = _Layout(self, buf, w)
+        if found.whole is not None:
+            return np.ascontiguousarray(
+                _c_einsum(self.eq, _window(buf, 0, *found.whole), w).reshape(found.result)
+            )
+        y = np.empty(found.out_shape, dtype=np.result_type(buf.dtype, w.dtype))
+        for r0, r1 in found.zero:  # every kernel row of these output rows is padding
+            y[:, r0:r1] = 0
+        for first, shape, strides, k0, k1, r0, r1 in found.bands:
+            _c_einsum(self.eq, _window(buf, first, shape, strides), w[k0:k1], out=y[:, r0:r1])
+        for r0, r1, k0, k1 in found.shared:
+            parallel.split_ranges(r1 - r0, found.rows(buf, w, y, r0, k0, k1))
+        return y.reshape(found.result)
+
+
+class _Layout:
+    """What ``_einsums`` computes for one buffer layout (its strides) and filter shape, laid out once: the window
+    (shape, strides) of one whole einsum, or per band its window (byte offset, shape, strides), filter rows and
+    output rows; the bands of padding only (zeros); the bands large enough to share with helper threads."""
+
+    __slots__ = ("bands", "conv", "out_shape", "result", "shared", "strides", "whole", "zero")
+
+    def __init__(self, conv: DepthwiseChannelsLast, buf: np.ndarray, w: np.ndarray) -> None:
+        geo, view, k_axis = conv.geo, conv.view_shape, conv.k_axis
+        self.conv = conv
+        self.strides = conv._strides(buf)
+        kernel_axes = len(view) - k_axis - 1  # w's: (*K, C, M), or (KH, taps, phases, B * C)
+        self.out_shape = view[:k_axis] + w.shape[kernel_axes:]
+        self.result = (view[0], *geo.out, -1)  # (N, *out, C * multiplier)
+        self.whole = (
+            None if conv.bands is not None or math.prod(view) >= _SHARED_MACS else (view, self.strides)
+        )
+        self.zero: list[tuple[int, int]] = []
+        self.bands: list[tuple[int, tuple[int, ...], tuple[int, ...], int, int, int, int]] = []
+        self.shared: list[tuple[int, int, int, int]] = []
         # multiply-adds per output row and kernel row (the batch included)
-        per_row = self.view_shape[0] * math.prod(self.view_shape[2:]) // geo.kernel[0]
-        for r0, r1, k0, k1 in self.bands or [(0, geo.out[0], 0, geo.kernel[0])]:
-            if k1 <= k0:  # every kernel row of these output rows is padding
-                y[:, r0:r1] = 0
-                continue
-
-            def rows(lo: int, hi: int, r0: int = r0, k0: int = k0, k1: int = k1) -> None:
-                first = ((r0 + lo) * geo.strides[0] + k0 * geo.dilations[0]) * buf.strides[1]
-                shape = list(self.view_shape)
-                shape[1], shape[k_axis] = hi - lo, k1 - k0
-                view = _window(buf, first, tuple(shape), strides)
-                np.einsum(self.eq, view, w[k0:k1], out=y[:, r0 + lo : r0 + hi])
-
-            if per_row * (k1 - k0) * (r1 - r0) >= _SHARED_MACS:
-                parallel.split_ranges(r1 - r0, rows)
+        per_row = view[0] * math.prod(view[2:]) // geo.kernel[0]
+        for r0, r1, k0, k1 in conv.bands or [(0, geo.out[0], 0, geo.kernel[0])]:
+            if k1 <= k0:
+                self.zero.append((r0, r1))
+            elif per_row * (k1 - k0) * (r1 - r0) >= _SHARED_MACS:
+                self.shared.append((r0, r1, k0, k1))
             else:
-                rows(0, r1 - r0)
-        return y
+                window = (self.first(buf, r0, k0), self.shape(r1 - r0, k1 - k0), self.strides)
+                self.bands.append((*window, k0, k1, r0, r1))
+
+    def first(self, buf: np.ndarray, r: int, k: int) -> int:
+        """The byte offset in ``buf`` of output row ``r``'s window from kernel row ``k`` on."""
+        geo = self.conv.geo
+        return (r * geo.strides[0] + k * geo.dilations[0]) * buf.strides[1]
+
+    def shape(self, rows: int, kernel_rows: int) -> tuple[int, ...]:
+        shape = list(self.conv.view_shape)
+        shape[1], shape[self.conv.k_axis] = rows, kernel_rows
+        return tuple(shape)
+
+    def rows(
+        self, buf: np.ndarray, w: np.ndarray, y: np.ndarray, r0: int, k0: int, k1: int
+    ) -> Callable[[int, int], None]:
+        """The einsum of output rows ``[r0 + lo, r0 + hi)`` of a shared band, for ``parallel.split_ranges``."""
+
+        def rows(lo: int, hi: int) -> None:
+            view = _window(buf, self.first(buf, r0 + lo, k0), self.shape(hi - lo, k1 - k0), self.strides)
+            _c_einsum(self.conv.eq, view, w[k0:k1], out=y[:, r0 + lo : r0 + hi])
+
+        return rows
 
 
 # Padded channels-last buffers kept from call to call with their padding zero: a depthwise conv writes only where
@@ -257,21 +323,38 @@ _PADDED = ScratchPool(64 << 20, fresh=np.zeros)
 _SHARED_MACS = 1 << 20
 
 
+def _find_c_einsum() -> Callable[..., Any]:
+    """numpy's einsum itself: ``np.einsum`` without ``optimize`` only passes its arguments on to it, through a
+    Python function and the array-function dispatch (0.7 us a call, measured here)."""
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, numpy 1
+        try:
+            found: Callable[..., Any] = importlib.import_module(module).c_einsum
+            return found
+        except (ImportError, AttributeError):
+            continue
+    return np.einsum
+
+
+_c_einsum = _find_c_einsum()
+
+
 # A layout change (NCHW <-> NHWC) copies tiles of about this many values, which stay in cache between the
 # strided reads and writes: 64 channels at 56x56: 171 -> 67 us, 256 at 14x14: 45 -> 18 us, measured here.
 _TILE_VALUES = 1 << 13
 
 
 def _copy_in_tiles(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src`` for (N, H, W, C)-shaped arrays of which one is a transposed view, a few rows at a time.
-    Where both run along C in memory (a conv's channels-last hand-off into the padded buffer) nothing is
-    transposed and the tiles only add calls: one copy (16 channels at 112x112 into the buffer: 34.7 -> 21.2 us,
-    32 at 112x112 split into stride-2 column phases 180 -> 151 us, 240 at 14x14 13.7 -> 10.0 us; measured
-    here, one thread)."""
+    """``dst[...] = src`` for (N, H, W, C)-shaped arrays of which one is a transposed view, a few rows at a time
+    where the writes are strided (a channels-last result copied back to NCHW). Where ``dst`` runs along C in
+    memory (an input into the padded channels-last buffer, transposed or not, split into column phases or
+    not) numpy's one copy takes the reads' strides as well and the tiles only add calls: one copy (NCHW into
+    the buffer, 16 channels at 112x112: 130 -> 79 us, 64 at 56x56: 64 -> 49, 240 at 14x14: 16.5 -> 12.3; the
+    copy back to NCHW: tiles 74 against 201 us at 64 channels 56x56, 35 against 64 at 256x14x14; measured here,
+    numpy 2.4, one thread)."""
     per_row = math.prod(src.shape[2:])
     rows = max(1, _TILE_VALUES // max(1, per_row))
-    channels_last = src.strides[-1] == src.itemsize and dst.strides[-1] == dst.itemsize
-    if channels_last or rows >= src.shape[1] or src.size <= 4 * _TILE_VALUES:  # one copy costs less
+    along_c = dst.strides[-1] == dst.itemsize
+    if along_c or rows >= src.shape[1] or src.size <= 4 * _TILE_VALUES:  # one copy costs less
         dst[...] = src
         return
     for r in range(0, src.shape[1], rows):

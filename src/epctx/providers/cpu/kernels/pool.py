@@ -247,25 +247,20 @@ def _spatial_axes(x: np.ndarray) -> tuple[int, ...]:
 
 @kernel("GlobalAveragePool", since=1)
 def _global_average_pool(info: NodeInfo) -> Kernel:
-    weights: dict[tuple[int, np.dtype[Any]], np.ndarray] = {}  # 1 / (H * W) per spatial size and dtype
+    # (shape, strides, dtype) -> how to take the input (``_GemvPool``), or None: numpy's mean
+    found: dict[tuple[Any, ...], _GemvPool | None] = {}
     gate = blas.serial()
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        if x.ndim >= 3 and x.dtype in (np.float32, np.float64) and x.size:
-            # (N * C, H * W) times a vector of 1 / (H * W): one BLAS gemv, 4-5x numpy's mean on the small
-            # maps of squeeze-excitation blocks (200 x 2 x 96: 10.9 -> 2.4 us), no less accurate. Channels-last
-            # memory (a depthwise conv's hand-off, layout.py): the vector times each (H * W, C) matrix.
-            n, c, size = x.shape[0], x.shape[1], math.prod(x.shape[2:])
-            last = None if x.flags.c_contiguous else x.transpose(0, *range(2, x.ndim), 1)
-            if last is None or last.flags.c_contiguous:
-                key = (size, x.dtype)
-                v = weights.get(key)
-                if v is None:
-                    v = weights[key] = np.full(size, 1.0 / size, dtype=x.dtype)
-                rows = x.reshape(n * c, size) if last is None else last.reshape(n, size, c)
-                y = _gemv(rows, v, last is not None, gate)
-                return (y.reshape((n, c) + (1,) * (x.ndim - 2)),)
-        return (x.mean(axis=_spatial_axes(x), keepdims=True),)
+        key = (x.shape, x.strides, x.dtype)
+        how = found.get(key)
+        if how is None:
+            if key in found:
+                return (x.mean(axis=_spatial_axes(x), keepdims=True),)
+            how = found[key] = _GemvPool.of(x, gate)
+            if how is None:
+                return (x.mean(axis=_spatial_axes(x), keepdims=True),)
+        return (how.pool(x),)
 
     return run
 
@@ -274,11 +269,40 @@ def _global_average_pool(info: NodeInfo) -> Kernel:
 _GEMV_SERIAL = 1 << 18
 
 
-def _gemv(rows: np.ndarray, v: np.ndarray, channels_last: bool, gate: Any) -> np.ndarray:
-    """``rows @ v`` for (N * C, size) rows, ``v @ rows`` for channels-last (N, size, C) ones."""
-    if channels_last:
-        return v @ rows if rows.size < _GEMV_SERIAL else gate(np.matmul, v, rows)
-    return rows @ v if rows.size < _GEMV_SERIAL else gate(np.matmul, rows, v)
+class _GemvPool:
+    """A global average pool as one BLAS gemv, laid out once per input shape, strides and dtype: (N * C, H * W)
+    rows times a vector of 1 / (H * W), 4-5x numpy's mean on the small maps of squeeze-excitation blocks (200 x
+    2 x 96: 10.9 -> 2.4 us), no less accurate; channels-last memory (a depthwise conv's hand-off, layout.py):
+    the vector times each (H * W, C) matrix. Float32 and float64 inputs of rank >= 3 with values, contiguous or
+    channels-last."""
+
+    __slots__ = ("gate", "last", "out_shape", "rows", "v")
+
+    def __init__(self, x: np.ndarray, last: tuple[int, ...] | None, gate: Any) -> None:
+        n, c, size = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+        self.v = np.full(size, 1.0 / size, dtype=x.dtype)
+        self.last = last  # the axes that make x's memory (N, *spatial, C), or None: x is contiguous
+        self.rows = (n * c, size) if last is None else (n, size, c)
+        self.out_shape = (n, c) + (1,) * (x.ndim - 2)
+        self.gate = gate if x.size >= _GEMV_SERIAL else None
+
+    @classmethod
+    def of(cls, x: np.ndarray, gate: Any) -> _GemvPool | None:
+        if x.ndim < 3 or x.dtype not in (np.float32, np.float64) or not x.size:
+            return None
+        if x.flags.c_contiguous:
+            return cls(x, None, gate)
+        last = (0, *range(2, x.ndim), 1)
+        return cls(x, last, gate) if x.transpose(last).flags.c_contiguous else None
+
+    def pool(self, x: np.ndarray) -> np.ndarray:
+        if self.last is None:
+            rows = x.reshape(self.rows)
+            y = rows @ self.v if self.gate is None else self.gate(np.matmul, rows, self.v)
+        else:
+            rows = x.transpose(self.last).reshape(self.rows)
+            y = self.v @ rows if self.gate is None else self.gate(np.matmul, self.v, rows)
+        return y.reshape(self.out_shape)
 
 
 @kernel("GlobalMaxPool", since=1)

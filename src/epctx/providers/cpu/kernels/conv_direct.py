@@ -1,0 +1,148 @@
+"""A Conv's route: what a call does for an input shape, with every choice made once. When the Conv's weights
+and bias are constants (and the input of their dtype), a call's route is fixed once the first call has settled
+the weights (``conv_weights.Weights``) and the hand-off (``layout.py``): the route made then, with the prepared
+weights, the bias, the activation, the method to call and whether it needs BLAS's one-thread gate bound in, is
+kept, and the later calls go straight to the arithmetic (no per-call lookups of the plan's form, the hand-off
+or the weights; no gate where no BLAS call could use more than one thread). Weights fed at run time get a
+route per call.
+
+The arithmetic is the plan's own (``conv.py``'s ``_ConvPlan`` methods).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from epctx.providers.cpu import fusion
+
+__all__ = ["Route", "gate_of", "route_for"]
+
+Route = Callable[[np.ndarray], tuple[np.ndarray]]
+Gate = Callable[..., Any]
+
+
+class _Plan(Protocol):
+    """What a route reads of ``conv._ConvPlan``."""
+
+    channels_last: Any
+    lean: bool
+    nhwc: str
+    out_shape: tuple[int, ...]
+    pointwise_one: bool
+    tiny: bool
+
+    @property
+    def serial(self) -> Gate | None: ...  # read-only here: the plan's is the gate's own type
+
+    def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray: ...
+    def lean_gemm(self, w2: np.ndarray) -> Callable[[np.ndarray], np.ndarray]: ...
+    def pointwise_last(self, prep: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]: ...
+    def im2col_channels_last(
+        self, x: np.ndarray, prep: dict[str, Any], bias: np.ndarray | None = None
+    ) -> np.ndarray: ...
+
+
+def gate_of(plan: _Plan) -> Gate | None:
+    """The one-thread gate ``plan``'s calls need, or None: none for a large conv (its GEMM is shared by blocks,
+    ``parallel.py``), none when no BLAS call of it could use more than one thread: OpenBLAS keeps a GEMM of
+    under 2^18 multiply-adds on one thread itself (``plan.tiny``: each GEMM of a conv is at most the conv), and a
+    channels-last depthwise conv calls no BLAS, only asks for helper threads when its einsum is large
+    (``shares``)."""
+    if plan.serial is None:
+        return None
+    if plan.channels_last is not None:
+        return plan.serial if plan.channels_last.shares else None
+    return None if plan.tiny else plan.serial
+
+
+def route_for(
+    plan: _Plan,
+    prep: dict[str, Any],
+    bias: np.ndarray | None,
+    activation: fusion.Activation | None,
+    handing: bool,
+    *,
+    constant_bias: bool,
+) -> Route:
+    """The call of ``plan``: ``prep`` the prepared weights, ``bias`` the bias as a column (M, 1) or None (an
+    im2col conv adds it in its GEMM when it is ``constant_bias``, the same array at every call), ``activation``
+    the epilogue's, ``handing`` whether the conv hands its result over channels-last (``layout.py``)."""
+    if handing and plan.nhwc:
+        return _channels_last(plan, prep, bias, activation, constant_bias)
+    general = _general(plan, prep, bias, activation)
+    if not (handing and plan.pointwise_one):
+        return general
+    last = _channels_last(plan, prep, bias, activation, constant_bias)
+
+    def either(x: np.ndarray) -> tuple[np.ndarray]:
+        # a 1x1 conv of one image reading channels-last memory writes channels-last at no cost
+        if not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
+            return last(x)
+        return general(x)
+
+    return either
+
+
+def _channels_last(
+    plan: _Plan,
+    prep: dict[str, Any],
+    bias: np.ndarray | None,
+    activation: fusion.Activation | None,
+    constant_bias: bool,
+) -> Route:
+    """The conv (depthwise; 1x1 as the GEMM x^T W^T; im2col as cols^T W^T), its bias and its epilogue's
+    activation channels-last, returned as an NCHW view of that memory. An im2col conv adds a constant bias in
+    its GEMM (``im2col_channels_last``, which keeps the weights with the bias in ``prep``)."""
+    add = None if bias is None else bias.reshape(-1)
+    args: tuple[Any, ...] = (prep,)
+    fn: Callable[..., np.ndarray]
+    if plan.channels_last is not None:
+        fn = plan.channels_last.run_channels_last
+    elif plan.nhwc == "im2col":
+        fn = plan.im2col_channels_last
+        if add is not None and constant_bias:
+            args, add = (prep, add), None
+    else:
+        fn, args = plan.pointwise_last(prep), ()
+    gate = gate_of(plan)
+
+    def route(x: np.ndarray) -> tuple[np.ndarray]:
+        y = fn(x, *args) if gate is None else gate(fn, x, *args)
+        if add is not None:
+            y += add
+        if activation is not None:
+            activation(y)
+        return (y.transpose(0, 3, 1, 2),)
+
+    return route
+
+
+def _general(
+    plan: _Plan, prep: dict[str, Any], bias: np.ndarray | None, activation: fusion.Activation | None
+) -> Route:
+    """The NCHW call: the lean 1x1 GEMM or the plan's ``run``, then the bias and the activation."""
+    fn: Callable[..., np.ndarray]
+    args: tuple[Any, ...]
+    if plan.lean:
+        fn, args, gate = plan.lean_gemm(prep["w2"]), (), None  # it gates its own GEMM when not tiny
+    else:
+        fn, args, gate = plan.run, (prep,), gate_of(plan)
+    add = (
+        None if bias is None or math.prod(plan.out_shape) == 0 else bias
+    )  # an empty batch has no -1 to infer
+    rows = plan.out_shape[:2] + (-1,)
+
+    def route(x: np.ndarray) -> tuple[np.ndarray]:
+        y = fn(x, *args) if gate is None else gate(fn, x, *args)
+        if add is not None:
+            y3 = y.reshape(rows)
+            y3 += add
+        if activation is not None:
+            activation(y)
+        return (y,)
+
+    return route
