@@ -200,3 +200,22 @@ def test_threads_with_shapes_of_their_own(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_large_inputs_are_shared_small_ones_copied() -> None:
+    """Above COPY_LIMIT OpenVINO reads the caller's array in place (kept alive until the port is bound again);
+    below it, a buffer of the request's own."""
+    import weakref
+
+    fn = _compiled(_scale_model(["N", 3]), ["x"], ["y", "z"])
+    big = np.ones((COPY_LIMIT // 12 + 5, 3), np.float32)
+    np.testing.assert_array_equal(fn(big)[1], -big)
+    request = fn._local.state.request
+    assert np.shares_memory(request.get_input_tensor(0).data, big)
+    alive = weakref.ref(big)
+    del big
+    assert alive() is not None  # OpenVINO's tensor points into it: held by the request's state
+    small = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(fn(small)[1], -small)
+    assert alive() is None  # released once the port reads our buffer
+    assert not np.shares_memory(request.get_input_tensor(0).data, small)

@@ -60,21 +60,17 @@ class RequestState:
         import openvino as ov
 
         array = np.asarray(array)
-        if array.nbytes <= COPY_LIMIT:
-            buffer = np.array(
-                array, order="C"
-            )  # C-ordered, writable, ours; keeps the rank (a scalar stays 0-d)
-            self.request.set_input_tensor(port, ov.Tensor(buffer, shared_memory=True))
-            self.buffers[port], self.shared[port] = buffer, None
-            return
+        small = array.nbytes <= COPY_LIMIT
+        # small: a C-ordered, writable copy of our own (keeps the rank: a scalar stays 0-d); large: the array
+        held: Any = np.array(array, order="C") if small else array
         try:
-            tensor = ov.Tensor(array, shared_memory=True)
-        except (ValueError, RuntimeError, TypeError):  # read-only or non-contiguous: OpenVINO copies it
-            tensor = ov.Tensor(np.array(array, order="C"))
-            array = None
+            tensor = ov.Tensor(held, shared_memory=True)
+        except (ValueError, RuntimeError, TypeError):  # read-only, non-contiguous, or a type OpenVINO copies
+            tensor, held, small = ov.Tensor(np.array(array, order="C")), None, False
         self.request.set_input_tensor(port, tensor)
-        # OpenVINO's tensor does not keep a shared array alive: we do, until the next binding of this port
-        self.buffers[port], self.shared[port] = None, array
+        self.buffers[port] = held if small else None
+        # OpenVINO's tensor does not keep a shared array alive: we do, until this port is bound again
+        self.shared[port] = None if small else held
 
     def run(self) -> list[np.ndarray]:
         """Infer; each output as a fresh array, in the compiled model's output order."""
