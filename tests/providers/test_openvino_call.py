@@ -5,7 +5,6 @@ numpy or onnxruntime."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -180,7 +179,7 @@ def test_outputs_in_another_order_and_the_same_value_twice() -> None:
     np.testing.assert_array_equal(a, b)
 
 
-def test_threads_with_shapes_of_their_own(tmp_path: Path) -> None:
+def test_threads_with_shapes_of_their_own() -> None:
     """Each thread's request has its own buffers: threads feeding different shapes never see each other's."""
     sess = _session(_scale_model(["N", 3]))
     errors: list[BaseException] = []
@@ -219,3 +218,22 @@ def test_large_inputs_are_shared_small_ones_copied() -> None:
     np.testing.assert_array_equal(fn(small)[1], -small)
     assert alive() is None  # released once the port reads our buffer
     assert not np.shares_memory(request.get_input_tensor(0).data, small)
+
+
+def test_a_failing_infer_is_fail_with_openvinos_message_and_the_next_run_works() -> None:
+    """A shape OpenVINO refuses at run time (Reshape to another element count): epctx's Fail, in onnxruntime's
+    words, carrying OpenVINO's message; the thread's request and buffers stay usable."""
+    model = _model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        [
+            helper.make_tensor_value_info("x", F, ["N"]),
+            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", F, None)],
+    )
+    sess = _session(model)
+    x = np.arange(6, dtype=np.float32)
+    assert sess.run(None, {"x": x, "s": np.array([2, 3])})[0].shape == (2, 3)
+    with pytest.raises(epctx.Fail, match=r"(?s)Non-zero status code.*Reshape"):
+        sess.run(None, {"x": x, "s": np.array([4, 4])})
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "s": np.array([3, 2])})[0], x.reshape(3, 2))
