@@ -1,17 +1,19 @@
 """One calling thread's OpenVINO infer request and the memory bound to it, at the least cost per call.
 
-Measured with openvino 2026.4 on one core (``benchmarks/bench_openvino_call.py``): a new ``ov.Tensor`` over an
-array plus ``set_input_tensor`` costs ~2.4 µs whatever the size, while copying a small array into memory the
-request already reads costs ~0.1 µs (16 KiB: 0.2 µs, 256 KiB: 4.8 µs).
+Measured with openvino 2026.4, one thread, on one-op models of each size (what a whole call costs against a
+bare openvino loop: ``benchmarks/bench_openvino_call.py``): a new ``ov.Tensor`` over an array plus
+``set_input_tensor`` costs ~2.4 µs whatever the size, while copying a small array into memory the request
+already reads costs ~0.1 µs (16 KiB: 0.2 µs, 256 KiB: 4.8 µs).
 So an input up to :data:`COPY_LIMIT` bytes is copied into a buffer this state owns and bound once (again only
 when its shape or dtype changes: a dynamic dimension); a larger one is shared with OpenVINO (no copy).
 
 Outputs come back from OpenVINO's synchronous ``infer`` as fresh arrays that it copies in C++ (owned by the
 caller: the next infer cannot overwrite them), in the compiled model's output order; reading each output
 tensor back from Python and copying it costs ~1.1 µs more per output. Giving each call fresh output tensors
-(``set_output_tensor``) pays off only from ~256 KiB per output, and only for static shapes, so it is not done.
-``start_async`` + ``wait`` was slower in wall time on the small models (8.8 µs against 4.5 µs for a one-op
-model): the run moves to OpenVINO's own thread and back.
+(``set_output_tensor``) pays off only from ~256 KiB per output (1 MiB: 85 against 150 µs), and only for static
+shapes, so it is not done. ``start_async`` + ``wait`` was slower in wall time on small models (8.8 µs against
+4.5 µs for a one-op model): the run moves to OpenVINO's own thread and back (and leaves the calling thread's
+CPU clock, which would flatter it).
 """
 
 from __future__ import annotations
