@@ -1,10 +1,10 @@
 """A compiled OpenVINO model as the framework calls it: numpy arrays in, numpy arrays out.
 
 Everything is decided once: the order of the compiled model's inputs and outputs against the partition's
-(matched by name), and one infer request per calling thread (OpenVINO's requests are not re-entrant). A call
-wraps each input in an ``ov.Tensor`` that shares its memory (a copy only for arrays OpenVINO cannot share:
-read-only or non-contiguous ones), runs the request synchronously and copies the outputs out of the
-request's buffers, which the next call reuses.
+(matched by name), and one infer request per calling thread (OpenVINO's requests are not re-entrant), with
+the memory bound to it (``request.py``). A call copies each small input into the buffer its request already
+reads (a large one is shared, not copied), runs the request synchronously and hands over the fresh arrays
+OpenVINO copies its outputs into: no result is overwritten by a later call.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from epctx.errors import InvalidGraph
+from epctx.providers.openvino.request import RequestState
 
 __all__ = ["CompiledOpenVINO"]
 
@@ -50,15 +51,12 @@ class CompiledOpenVINO:
         keep_alive: Any = None,
         weights: Any = None,
     ) -> None:
-        import openvino as ov
-
         self.compiled_model: Any = None
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
         self.where = where
         self._keep_alive = keep_alive  # memory OpenVINO may read: source weights, the imported blob
         self.source_file: Any = None  # EXTERNAL_ONLY: the source's data file the blob references (SourceFile)
-        self._tensor = ov.Tensor
         self.rebind(compiled_model, weights=weights)
 
     def release(self) -> None:
@@ -84,25 +82,45 @@ class CompiledOpenVINO:
                 f"not only the partition's inputs {list(self.input_names)}"
             )
         self._outputs = _order(self.output_names, compiled_model.outputs, "output", where)
+        ports = compiled_model.outputs
+        # the same port for two partition outputs (OpenVINO merged them): each gets an array of its own
+        self._aliased = len(set(self._outputs)) < len(self._outputs) or len(set(ports)) < len(ports)
+        self._all_outputs = not self._aliased and self._outputs == tuple(range(len(ports)))
         self._local = threading.local()
 
-    def _request(self) -> Any:
-        request = self.compiled_model.create_infer_request()
-        self._local.request = request
-        return request
+    def _state(self) -> RequestState:
+        compiled_model = self.compiled_model
+        state = RequestState(
+            compiled_model.create_infer_request(), len(compiled_model.inputs), compiled_model.outputs
+        )
+        self._local.state = state
+        return state
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         try:
-            request = self._local.request
+            state = self._local.state
         except AttributeError:
-            request = self._request()
-        tensor = self._tensor
+            state = self._state()
+        buffers = state.buffers
         for k, port in self._feeds:
             array = inputs[k]
-            try:
-                request.set_input_tensor(port, tensor(array, shared_memory=True))
-            except (ValueError, RuntimeError, TypeError):  # read-only, non-contiguous or a scalar
-                # a C-ordered copy that keeps the rank (np.ascontiguousarray makes a scalar shape (1,))
-                request.set_input_tensor(port, tensor(np.array(array, order="C")))
-        request.infer()
-        return [request.get_output_tensor(i).data.copy() for i in self._outputs]
+            buffer = buffers[port]
+            if buffer is not None and array.shape == buffer.shape and array.dtype == buffer.dtype:
+                buffer[...] = array  # small, and the shape the request already reads: a copy, no new binding
+            else:
+                state.bind(port, array)
+        results = state.run()
+        if self._all_outputs:
+            return results
+        picked = [results[i] for i in self._outputs]
+        return _unaliased(picked) if self._aliased else picked
+
+
+def _unaliased(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """A copy of each array already in the list: two outputs never share memory, as in onnxruntime."""
+    seen: set[int] = set()
+    out = []
+    for array in arrays:
+        out.append(array.copy() if id(array) in seen else array)
+        seen.add(id(array))
+    return out
