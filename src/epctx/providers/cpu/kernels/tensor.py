@@ -11,6 +11,8 @@ import numpy as np
 
 from epctx.ep import Kernel
 from epctx.providers.cpu.fallback import reference_kernel
+from epctx.providers.cpu.kernels.pad_index import index_pad
+from epctx.providers.cpu.kernels.reshaping import by_reshape
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []
@@ -78,11 +80,16 @@ def _flatten(info: NodeInfo) -> Kernel:
 def _squeeze_attr(info: NodeInfo) -> Kernel:
     axes = info.get("axes")
     axes = None if not axes else tuple(int(a) for a in axes)
-    return lambda x: (np.squeeze(x, axis=axes),)
+    return by_reshape(lambda x: np.squeeze(x, axis=axes))
 
 
 @kernel("Squeeze", since=13)
 def _squeeze(info: NodeInfo) -> Kernel:
+    const = info.const_input(1) if info.has_input(1) else None
+    if const is not None and const.size:
+        fixed = by_reshape(lambda x: np.squeeze(x, axis=tuple(_ints(const))))
+        return lambda x, a: fixed(x)
+
     def run(x: Any, axes: Any = None) -> tuple[Any]:
         if axes is None or axes.size == 0:
             return (np.squeeze(x),)
@@ -94,7 +101,7 @@ def _squeeze(info: NodeInfo) -> Kernel:
 @kernel("Unsqueeze", since=1)
 def _unsqueeze_attr(info: NodeInfo) -> Kernel:
     axes = tuple(int(a) for a in info.get("axes", []))
-    return lambda x: (np.expand_dims(x, axes),)
+    return by_reshape(lambda x: np.expand_dims(x, axes))
 
 
 @kernel("Unsqueeze", since=13)
@@ -102,7 +109,8 @@ def _unsqueeze(info: NodeInfo) -> Kernel:
     const = info.const_input(1)
     if const is not None:
         axes = tuple(_ints(const))
-        return lambda x, a: (np.expand_dims(x, axes),)
+        fixed = by_reshape(lambda x: np.expand_dims(x, axes))
+        return lambda x, a: fixed(x)
     return lambda x, a: (np.expand_dims(x, tuple(_ints(a))),)
 
 
@@ -424,7 +432,7 @@ def _pad(x: Any, pads: list[int], axes: list[int] | None, mode: str, value: Any)
         out = np.full(shape, value, dtype=x.dtype)
         out[tuple(slice(b, b + dim) for b, dim in zip(before, x.shape))] = x
         return out
-    return np.pad(x, list(zip(before, after)), mode=_PAD_MODES[mode])
+    return index_pad(x, before, after, _PAD_MODES[mode])
 
 
 @kernel("Pad", since=2)
