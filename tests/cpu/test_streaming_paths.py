@@ -292,3 +292,30 @@ def test_silero_over_50_chunks_matches_onnxruntime(name: str, rate: int, tmp_pat
         # per-call paths, measured, 1.3e-6 .. 7.4e-6 relative to the state's largest entry).
         np.testing.assert_allclose(state_ours, state_theirs, atol=2e-4, rtol=0)
     assert np.abs(state_theirs).max() > 0.01  # the sequence moved the state
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("shape", "axes", "keepdims"),
+    [((1, 1), [1], 1), ((3, 7, 5), [0, 2], 0), ((3, 7, 5), [], 1), ((4, 6), [-1], 0), ((2, 3), [0, 1], 0)],
+)
+def test_reduce_mean_is_numpys_mean(
+    shape: tuple[int, ...], axes: list[int], keepdims: int, dtype: Any
+) -> None:
+    """ReduceMean computes np.mean's values bit for bit (its add.reduce and division), onnxruntime's within
+    rounding."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    names = ["x", "axes"] if axes else ["x"]
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", names, ["y"], keepdims=keepdims)],
+        "g",
+        [helper.make_tensor_value_info("x", elem, list(shape))],
+        [helper.make_tensor_value_info("y", elem, None)],
+        initializer=[numpy_helper.from_array(np.array(axes, np.int64), "axes")] if axes else [],
+    )
+    ours, theirs = _sessions(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    x = np.random.default_rng(7).standard_normal(shape).astype(dtype)
+    (y,) = ours.run(None, {"x": x})
+    expected = np.mean(x, axis=tuple(axes) if axes else None, keepdims=bool(keepdims))
+    assert y.dtype == expected.dtype and y.shape == expected.shape and np.array_equal(y, expected)
+    _same([y], theirs.run(None, {"x": x}))
