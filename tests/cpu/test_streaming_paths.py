@@ -319,3 +319,23 @@ def test_reduce_mean_is_numpys_mean(
     expected = np.mean(x, axis=tuple(axes) if axes else None, keepdims=bool(keepdims))
     assert y.dtype == expected.dtype and y.shape == expected.shape and np.array_equal(y, expected)
     _same([y], theirs.run(None, {"x": x}))
+
+
+def test_gemm_bias_call_after_call_with_rows_changing() -> None:
+    """Gemm keeps, per (product, C) shape pair, whether C adds in place: rows change from call to call."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((6, 5)).astype(F32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=1)],
+        "g",
+        [
+            helper.make_tensor_value_info("a", FLOAT, ["m", 5]),
+            helper.make_tensor_value_info("c", FLOAT, None),
+        ],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )
+    ours, theirs = _sessions(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    for m, c_shape in [(1, (6,)), (3, (6,)), (3, (3, 6)), (1, (6,)), (4, (4, 1)), (3, (1, 6))]:
+        feed = {"a": rng.standard_normal((m, 5)).astype(F32), "c": rng.standard_normal(c_shape).astype(F32)}
+        _same(ours.run(None, feed), theirs.run(None, feed))
