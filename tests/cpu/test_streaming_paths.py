@@ -339,3 +339,35 @@ def test_gemm_bias_call_after_call_with_rows_changing() -> None:
     for m, c_shape in [(1, (6,)), (3, (6,)), (3, (3, 6)), (1, (6,)), (4, (4, 1)), (3, (1, 6))]:
         feed = {"a": rng.standard_normal((m, 5)).astype(F32), "c": rng.standard_normal(c_shape).astype(F32)}
         _same(ours.run(None, feed), theirs.run(None, feed))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+def test_pad_with_fed_pads_and_axes_call_after_call(mode: str) -> None:
+    """Pads and axes fed at run time (the plan's folded values in silero-vad): each (shape, pads, axes) keeps
+    its gathers; negative pads crop as before."""
+    node = helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], mode=mode)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", FLOAT, None),
+            helper.make_tensor_value_info("pads", onnx.TensorProto.INT64, [4]),
+            helper.make_tensor_value_info("axes", onnx.TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+    )
+    ours, theirs = _sessions(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+    rng = np.random.default_rng(9)
+    cases = [
+        ((1, 512), [0, 64, 0, 64], [0, 1]),
+        ((3, 6), [1, 2, 0, 3], [-2, -1]),
+        ((1, 512), [0, 64, 0, 64], [0, 1]),
+    ]
+    cases += [((4, 7), [0, -2, 1, 3], [0, 1]), ((2, 5), [2, 0, 2, 0], [1, 0])]
+    for shape, pads, axes in cases:
+        feed = {
+            "x": rng.standard_normal(shape).astype(F32),
+            "pads": np.array(pads, np.int64),
+            "axes": np.array(axes, np.int64),
+        }
+        _same(ours.run(None, feed), theirs.run(None, feed), atol=0)

@@ -11,7 +11,7 @@ import numpy as np
 
 from epctx.ep import Kernel
 from epctx.providers.cpu.fallback import reference_kernel
-from epctx.providers.cpu.kernels.pad_index import index_pad
+from epctx.providers.cpu.kernels.pad_index import PadGathers, index_pad, sides
 from epctx.providers.cpu.kernels.reshaping import by_reshape
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
@@ -415,14 +415,7 @@ _PAD_MODES: dict[str, Any] = {"constant": "constant", "reflect": "reflect", "edg
 
 
 def _pad(x: Any, pads: list[int], axes: list[int] | None, mode: str, value: Any) -> Any:
-    ndim = x.ndim
-    n = len(pads) // 2
-    before = [0] * ndim
-    after = [0] * ndim
-    for i in range(n):
-        a = i if axes is None else axes[i] % ndim
-        before[a] = pads[i]
-        after[a] = pads[i + n]
+    before, after = sides(pads, axes, x.ndim)
     if min(before, default=0) < 0 or min(after, default=0) < 0:  # negative pads crop
         x = x[tuple(slice(max(-b, 0), dim - max(-e, 0)) for b, e, dim in zip(before, after, x.shape))]
         before = [max(b, 0) for b in before]
@@ -450,8 +443,13 @@ def _pad_input(info: NodeInfo) -> Kernel:
     mode = str(info.get("mode", "constant"))
     if mode not in _PAD_MODES:
         return reference_kernel(info)
+    gathers = None if mode == "constant" else PadGathers(_PAD_MODES[mode])
 
     def run(x: Any, pads: Any, value: Any = None, axes: Any = None) -> tuple[Any]:
+        if gathers is not None and pads.ndim == 1 and (axes is None or axes.ndim == 1):
+            y = gathers(x, tuple(pads.tolist()), None if axes is None else tuple(axes.tolist()))
+            if y is not None:
+                return (y,)
         fill = 0 if value is None or value.size == 0 else _scalar(value)
         return (_pad(x, _ints(pads), None if axes is None else _ints(axes), mode, fill),)
 
