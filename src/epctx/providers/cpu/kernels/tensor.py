@@ -291,7 +291,8 @@ def _tile(info: NodeInfo) -> Kernel:
 @kernel("Gather", since=1)
 def _gather(info: NodeInfo) -> Kernel:
     axis = int(info.get("axis", 0))
-    return lambda data, indices: (np.take(data, indices, axis=axis),)
+    # the array's own take: np.take's Python wrapper cost 0.5 us of 0.7 on silero-vad's Shape -> Gather pairs
+    return lambda data, indices: (np.asarray(data).take(indices, axis=axis),)
 
 
 @kernel("GatherElements", since=11)
