@@ -371,3 +371,29 @@ def test_pad_with_fed_pads_and_axes_call_after_call(mode: str) -> None:
             "axes": np.array(axes, np.int64),
         }
         _same(ours.run(None, feed), theirs.run(None, feed), atol=0)
+
+
+@pytest.mark.parametrize("given", ["h0", "c0"])
+def test_lstm_single_step_with_one_initial_state(given: str) -> None:
+    """Only h0 or only c0 given: the other starts at zero, as in onnxruntime."""
+    hid, width, batch = 8, 5, 2
+    rng = np.random.default_rng(10)
+    w = (rng.standard_normal((1, 4 * hid, width)) * 0.5).astype(F32)
+    r = (rng.standard_normal((1, 4 * hid, hid)) * 0.5).astype(F32)
+    names = ["x", "w", "r", "", "", "h0" if given == "h0" else "", "c0" if given == "c0" else ""]
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=hid)],
+        "g",
+        [
+            helper.make_tensor_value_info("x", FLOAT, [1, batch, width]),
+            helper.make_tensor_value_info(given, FLOAT, [1, batch, hid]),
+        ],
+        [helper.make_tensor_value_info(o, FLOAT, None) for o in ("y", "yh", "yc")],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")],
+    )
+    ours, theirs = _sessions(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))
+    feed = {
+        "x": rng.standard_normal((1, batch, width)).astype(F32),
+        given: rng.standard_normal((1, batch, hid)).astype(F32),
+    }
+    _same(ours.run(None, feed), theirs.run(None, feed))
