@@ -397,3 +397,28 @@ def test_lstm_single_step_with_one_initial_state(given: str) -> None:
         given: rng.standard_normal((1, batch, hid)).astype(F32),
     }
     _same(ours.run(None, feed), theirs.run(None, feed))
+
+
+def test_sigmoid_of_large_negatives_is_zero_without_warnings() -> None:
+    """exp(-x) overflows for x < -88 in float32: the result is 0 (as the limit) and no RuntimeWarning leaks
+    from a run or from folding (the plan's errstate covers the kernel)."""
+    import warnings
+
+    big = np.array([-1000.0, -100.0, 0.0, 100.0], F32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sigmoid", ["x"], ["y"]),
+            helper.make_node("Sigmoid", ["k"], ["folded"]),
+            helper.make_node("Add", ["y", "folded"], ["z"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", FLOAT, [4])],
+        [helper.make_tensor_value_info("z", FLOAT, None)],
+        initializer=[numpy_helper.from_array(big, "k")],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours, theirs = _sessions(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+        (z,) = ours.run(None, {"x": big})
+    np.testing.assert_allclose(z, [0.0, 0.0, 1.0, 2.0], atol=1e-7)
+    _same([z], theirs.run(None, {"x": big}))
