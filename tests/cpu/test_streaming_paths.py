@@ -422,3 +422,29 @@ def test_sigmoid_of_large_negatives_is_zero_without_warnings() -> None:
         (z,) = ours.run(None, {"x": big})
     np.testing.assert_allclose(z, [0.0, 0.0, 1.0, 2.0], atol=1e-7)
     _same([z], theirs.run(None, {"x": big}))
+
+
+def test_conv1d_float64_matches_a_direct_sum() -> None:
+    """float64 (onnxruntime has no double Conv): against the definition, pads (1, 2) and stride 2."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((8, 6, 3))
+    b = rng.standard_normal(8)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 2], strides=[2])],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.DOUBLE, [1, 6, 9])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.DOUBLE, None)],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    ours = epctx.InferenceSession(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
+    for _ in range(3):
+        x = rng.standard_normal((1, 6, 9))
+        xp = np.pad(x[0], ((0, 0), (1, 2)))
+        expected = np.array(
+            [[w[m].ravel() @ xp[:, 2 * t : 2 * t + 3].ravel() + b[m] for t in range(5)] for m in range(8)]
+        )
+        (y,) = ours.run(None, {"x": x})
+        assert y.dtype == np.float64 and y.shape == (1, 8, 5)
+        np.testing.assert_allclose(y[0], expected, rtol=1e-12, atol=1e-12)
