@@ -1,5 +1,5 @@
 """The CPU EP's per-call paths of a streaming model (silero-vad, issue 21) against onnxruntime: the short 1-D
-conv (``conv_short.py``), the one-step LSTM (``lstm_step.py``), Pad's gathers (``pad_index.py``),
+conv (``conv_short.py``), the one-step LSTM (``lstm_step.py``), Pad's gathers (``pad.py``),
 Squeeze/Unsqueeze as reshapes (``reshaping.py``) and If bodies run many times; then silero-vad itself over 50
 chunks fed back to back, at 16 and 8 kHz."""
 

@@ -1,5 +1,5 @@
-"""CPU kernels: shape and data movement (Reshape, Transpose, Concat, Gather*, Slice, Pad, Split, Scatter*,
-TopK, ...) and tensor creation (Constant, ConstantOfShape, Range, OneHot)."""
+"""CPU kernels: shape and data movement (Reshape, Transpose, Concat, Gather*, Slice, Split, Scatter*,
+TopK, ...) and tensor creation (Constant, ConstantOfShape, Range, OneHot). Pad is in ``pad.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import numpy as np
 
 from epctx.ep import Kernel
 from epctx.providers.cpu.fallback import reference_kernel
-from epctx.providers.cpu.kernels.pad_index import PadGathers, index_pad, sides
 from epctx.providers.cpu.kernels.reshaping import by_reshape
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
@@ -407,52 +406,6 @@ def _scatter_nd(info: NodeInfo) -> Kernel:
     def run(data: Any, indices: Any, updates: Any) -> tuple[Any]:
         key = tuple(np.moveaxis(indices, -1, 0))
         return (_scatter_into(data.copy(), key, updates, reduction),)
-
-    return run
-
-
-# --------------------------------------------------------------------------------------- padding
-_PAD_MODES: dict[str, Any] = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
-
-
-def _pad(x: Any, pads: list[int], axes: list[int] | None, mode: str, value: Any) -> Any:
-    before, after = sides(pads, axes, x.ndim)
-    if min(before, default=0) < 0 or min(after, default=0) < 0:  # negative pads crop
-        x = x[tuple(slice(max(-b, 0), dim - max(-e, 0)) for b, e, dim in zip(before, after, x.shape))]
-        before = [max(b, 0) for b in before]
-        after = [max(e, 0) for e in after]
-    if mode == "constant":
-        shape = tuple(dim + b + e for dim, b, e in zip(x.shape, before, after))
-        out = np.full(shape, value, dtype=x.dtype)
-        out[tuple(slice(b, b + dim) for b, dim in zip(before, x.shape))] = x
-        return out
-    return index_pad(x, before, after, _PAD_MODES[mode])
-
-
-@kernel("Pad", since=2)
-def _pad_attr(info: NodeInfo) -> Kernel:
-    pads = _ints(info.get("pads", []))
-    mode = str(info.get("mode", "constant"))
-    value = float(info.get("value", 0.0))
-    if mode not in _PAD_MODES:
-        return reference_kernel(info)
-    return lambda x: (_pad(x, pads, None, mode, value),)
-
-
-@kernel("Pad", since=11)
-def _pad_input(info: NodeInfo) -> Kernel:
-    mode = str(info.get("mode", "constant"))
-    if mode not in _PAD_MODES:
-        return reference_kernel(info)
-    gathers = None if mode == "constant" else PadGathers(_PAD_MODES[mode])
-
-    def run(x: Any, pads: Any, value: Any = None, axes: Any = None) -> tuple[Any]:
-        if gathers is not None and pads.ndim == 1 and (axes is None or axes.ndim == 1):
-            y = gathers(x, tuple(pads.tolist()), None if axes is None else tuple(axes.tolist()))
-            if y is not None:
-                return (y,)
-        fill = 0 if value is None or value.size == 0 else _scalar(value)
-        return (_pad(x, _ints(pads), None if axes is None else _ints(axes), mode, fill),)
 
     return run
 
