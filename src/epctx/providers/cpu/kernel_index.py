@@ -112,6 +112,7 @@ KERNEL_MODULES: dict[str, tuple[str, ...]] = {
         "ReduceSum",
         "ReduceSumSquare",
     ),
+    "pad": ("Pad",),
     "resize": ("Resize", "Upsample"),
     "rnn": ("GRU", "LSTM", "RNN"),
     "tensor": (
@@ -127,7 +128,6 @@ KERNEL_MODULES: dict[str, tuple[str, ...]] = {
         "GatherND",
         "NonZero",
         "OneHot",
-        "Pad",
         "Range",
         "Reshape",
         "Scatter",

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from epctx.providers.cpu import fusion
+from epctx.providers.cpu.kernels.conv_short import short_conv, short_fits
 
 __all__ = ["Route", "gate_of", "route_for"]
 
@@ -29,6 +30,12 @@ class _Plan(Protocol):
     """What a route reads of ``conv._ConvPlan``."""
 
     channels_last: Any
+    depthwise: bool
+    geo: Any
+    group: int
+    pointwise: bool
+    w_shape: tuple[int, ...]
+    x_shape: tuple[int, ...]
     lean: bool
     nhwc: str
     out_shape: tuple[int, ...]
@@ -73,6 +80,8 @@ def route_for(
     the epilogue's, ``handing`` whether the conv hands its result over channels-last (``layout.py``)."""
     if handing and plan.nhwc:
         return _channels_last(plan, prep, bias, activation, constant_bias)
+    if _short(plan, prep):
+        return short_conv(plan.x_shape, plan.geo, prep["w2"], bias, activation)
     general = _general(plan, prep, bias, activation)
     if not (handing and plan.pointwise_one):
         return general
@@ -85,6 +94,13 @@ def route_for(
         return general(x)
 
     return either
+
+
+def _short(plan: _Plan, prep: dict[str, Any]) -> bool:
+    """A small dense 1-D conv of one signal (``conv_short.py``), its weights float32 or float64."""
+    if plan.pointwise or plan.depthwise or "w2" not in prep or prep["w2"].dtype.kind != "f":
+        return False
+    return prep["w2"].dtype.itemsize >= 4 and short_fits(plan.x_shape, plan.w_shape, plan.geo, plan.group)
 
 
 def _channels_last(

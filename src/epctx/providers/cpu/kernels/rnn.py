@@ -15,6 +15,7 @@ import numpy as np
 
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument, InvalidGraph
+from epctx.providers.cpu.kernels.lstm_step import lstm_step
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
 __all__: list[str] = []
@@ -235,6 +236,14 @@ def _lstm(info: NodeInfo) -> Kernel:
     driver = _Run(spec)
     want_c = info.has_output(2)
     n_out = info.num_outputs
+    plain = _names(info, ["sigmoid", "tanh", "tanh"], len(spec.directions)) == [
+        "sigmoid",
+        "tanh",
+        "tanh",
+    ] * len(spec.directions)
+    step = None
+    if plain and spec.layout == 0 and spec.clip is None and not input_forget:
+        step = lstm_step(len(spec.directions), spec.want_y, want_c, n_out)
 
     def run(
         x: np.ndarray,
@@ -246,6 +255,8 @@ def _lstm(info: NodeInfo) -> Kernel:
         c0: Any = None,
         p: Any = None,
     ) -> list[Any]:
+        if step is not None and seq_lens is None and p is None and x.ndim == 3 and x.shape[0] == 1:
+            return step(x, w, r, b, h0, c0)
         xw, lens, valid, steps, seq, batch = driver.prepare(x, w, seq_lens)
         hid = r.shape[-1]
         ys: list[np.ndarray | None] = []
