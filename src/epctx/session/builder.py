@@ -19,6 +19,7 @@ from epctx.ep._partition import ir_nodes
 from epctx.epcontext.load import ContextLoader
 from epctx.errors import InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
+from epctx.model.tensors import to_numpy
 from epctx.partition import Unit
 from epctx.partition.placement import BodyPartitioning
 from epctx.session.compile_guard import NO_COMPILE_ENV, no_compile
@@ -163,8 +164,20 @@ class StepBuilder:
             steps = self._partitioned_steps(graph)
         else:
             steps = [self.node_step(self.kernel_ep, node) for node in graph]
-        plan = build_plan((*graph.inputs, *outer), graph.outputs, steps, fold_constants=self.fold)
-        return _SubgraphRunner(plan, len(graph.inputs))
+        # An outer value that is a constant (an initializer of an enclosing graph that cannot be fed, or a
+        # Constant node's output there) is one in the body's plan, not an input taken at each call: the body's
+        # steps over constants fold once (silero-vad's nested LSTM branches sliced and concatenated the weights
+        # of their enclosing branch's Constant nodes at every chunk).
+        constants = {value: array for value in outer if (array := _outer_constant(value)) is not None}
+        fed = tuple(k for k, value in enumerate(outer) if value not in constants)
+        plan = build_plan(
+            (*graph.inputs, *(outer[k] for k in fed)),
+            graph.outputs,
+            steps,
+            fold_constants=self.fold,
+            constants=constants,
+        )
+        return _SubgraphRunner(plan, len(graph.inputs), None if len(fed) == len(outer) else fed)
 
     def _partitioned_steps(self, graph: ir.Graph) -> list[PlanStep]:
         """The body partitioned among ``body_providers`` (capability asked with the session's guard), partitions
@@ -214,12 +227,27 @@ def _no_target() -> BinaryLayout | None:
     return None
 
 
-class _SubgraphRunner:
-    __slots__ = ("num_inputs", "plan")
+def _outer_constant(value: ir.Value) -> Any:
+    """The array of an outer value a body may read as a constant: an initializer that is not a graph input of
+    its graph (a fed initializer is not constant, as in onnxruntime) or a Constant node's output; else None."""
+    if value.is_graph_input():
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    return None if tensor is None else to_numpy(tensor)
 
-    def __init__(self, plan: ExecutionPlan, num_inputs: int) -> None:
+
+class _SubgraphRunner:
+    """A body's plan called with its inputs and the outer values its node reads; ``fed``: the indices of the
+    outer values the plan takes as inputs (None: all; the others are constants in the plan)."""
+
+    __slots__ = ("fed", "num_inputs", "plan")
+
+    def __init__(self, plan: ExecutionPlan, num_inputs: int, fed: tuple[int, ...] | None = None) -> None:
         self.plan = plan
         self.num_inputs = num_inputs
+        self.fed = fed
 
     def __call__(self, inputs: Sequence[Any], outer: Sequence[Any]) -> list[Any]:
-        return self.plan.run((*inputs, *outer))
+        if self.fed is None:
+            return self.plan.run((*inputs, *outer))
+        return self.plan.run((*inputs, *(outer[k] for k in self.fed)))

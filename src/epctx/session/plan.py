@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -174,9 +174,13 @@ def build_plan(
     steps: Sequence[PlanStep],
     *,
     fold_constants: bool = True,
+    constants: Mapping[Any, Any] | None = None,  # ValueView -> array (Mapping's key is invariant)
 ) -> ExecutionPlan:
-    """Lay out slots: slot 0 is always None (omitted optional inputs); then inputs, constants, results."""
+    """Lay out slots: slot 0 is always None (omitted optional inputs); then inputs, constants, results.
+    ``constants``: arrays of values that are constants though neither initializers nor folded here (a body's
+    outer values that are constants in an enclosing graph)."""
     slots = _Slots(inputs)
+    slots.constant.update(constants or {})
     input_slots = tuple(slots.slot(v) for v in inputs)
     live_steps = [step for step in steps if not (fold_constants and _folded(step, slots))]
     live_steps = _aliased(live_steps, slots, inputs, outputs)
