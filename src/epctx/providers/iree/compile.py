@@ -30,9 +30,11 @@ from epctx.providers.iree.options import (
     FAST_CODEGEN,
     MATMUL_DATA_TILING,
     REWRITE_DEPTHWISE,
+    REWRITE_STRIDED_STEMS,
     STATIC_DATA_TILING,
     with_flags,
 )
+from epctx.providers.iree.space_to_depth import MAX_CHANNELS
 
 __all__ = ["CompileResult", "compile_partitions"]
 
@@ -43,7 +45,10 @@ _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external d
 _TIMEOUT_S = 3600
 CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
 # markers among the flags, never for iree-compile
-REWRITES = frozenset({REWRITE_DEPTHWISE, FAST_1D_CONVS, CONV_TILING_FALLBACK, STATIC_DATA_TILING})
+REWRITES = frozenset(
+    {REWRITE_DEPTHWISE, REWRITE_STRIDED_STEMS, FAST_1D_CONVS, CONV_TILING_FALLBACK, STATIC_DATA_TILING}
+)
+_CONV_TILING = CONV_DATA_TILING[-2]  # the flag that asks for the data tiling of convolutions
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
 # second session of the same model, or the compile after a capability check, does not compile again.
 _CACHE: dict[str, CompileResult] = {}
@@ -80,11 +85,13 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
     # Channels-last convolutions: their filters are stored in that layout (``worker.prelayout_filters``), not
     # transposed by the module at each load.
     prelayout = any(CHANNELS_LAST_PASS in f for f in flags)
+    job_flags = _job_flags(partition, flags)
     job = {
-        "flags": _job_flags(partition, flags),
+        "flags": job_flags,
         "min_opset": MIN_OPSET,
         "prelayout": prelayout,
         "depthwise": REWRITE_DEPTHWISE in flags,
+        "space_to_depth": _strided_stems(partition, flags, job_flags),
     }
     (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
 
@@ -102,6 +109,32 @@ def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
         grouped = any(_grouped(n) for n in ir_nodes(partition.nodes))
         kept = with_flags(kept, MATMUL_DATA_TILING if grouped else CONV_DATA_TILING)
     return kept
+
+
+def _strided_stems(partition: Partition, flags: Sequence[str], job_flags: Sequence[str]) -> bool:
+    """Whether a job rewrites strided stems (``space_to_depth``): asked for, its convolutions data-tiled (the
+    rewrite is what makes a stem fast under that tiling; untiled, the stem is fast as it is), and one in it."""
+    return (
+        REWRITE_STRIDED_STEMS in flags
+        and _CONV_TILING in job_flags
+        and any(_strided_stem(n) for n in ir_nodes(partition.nodes))
+    )
+
+
+def _strided_stem(node: Any) -> bool:
+    """A Conv of stride 2 over at most ``space_to_depth.MAX_CHANNELS`` channels (the worker checks the rest)."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return False
+    strides = node.attributes.get("strides")
+    shape = getattr(node.inputs[1], "shape", None)
+    return (
+        strides is not None
+        and list(strides.value) == [2, 2]
+        and shape is not None
+        and len(shape) == 4
+        and isinstance(shape[1], int)
+        and shape[1] <= MAX_CHANNELS
+    )
 
 
 _PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger"})
@@ -163,7 +196,14 @@ def _job_key(folder: Path) -> str:
 
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     result = _run_job(partition, flags, label)
-    tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in _job_flags(partition, flags)
+    job_flags = _job_flags(partition, flags)
+    if not result.ok and _strided_stems(
+        partition, flags, job_flags
+    ):  # the stems' rewrite is an option, not a need
+        logger.info("%s: IREE %s failed with the strided stems rewritten, again without", label, result.stage)
+        flags = [f for f in flags if f != REWRITE_STRIDED_STEMS]
+        result = _run_job(partition, flags, label)
+    tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in job_flags
     if not result.ok and result.stage == "compile" and tiled:  # the data tiling is an option, not a need
         logger.info("%s: IREE compile failed with data tiling, again without it", label)
         return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label)

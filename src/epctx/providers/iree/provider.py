@@ -45,6 +45,7 @@ from epctx.providers.iree.options import (
     FAST_1D_CONVS,
     FAST_CODEGEN,
     REWRITE_DEPTHWISE,
+    REWRITE_STRIDED_STEMS,
     STATIC_DATA_TILING,
     parse,
 )
@@ -143,6 +144,8 @@ class IREEExecutionProvider(ExecutionProvider):
             flags += [FAST_1D_CONVS, STATIC_DATA_TILING]
         if self.config.channels_last and self.config.fast_codegen != "0":
             flags.append(CONV_TILING_FALLBACK)
+        if self.config.fast_codegen != "0":  # in the jobs whose convolutions are data-tiled
+            flags.append(REWRITE_STRIDED_STEMS)
         return flags + shlex.split(self.config.compile_flags)
 
     # -- capability -----------------------------------------------------------------------------------

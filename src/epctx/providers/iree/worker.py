@@ -3,7 +3,8 @@ module of this EP that imports ``iree.compiler``, never in the process that aske
 
 The job folder holds ``model.onnx`` (the partition; large weights as external data next to it) and
 ``job.json`` (``flags``: iree-compile flags; ``min_opset``; ``prelayout``: store conv filters channels-last, see
-``prelayout_filters``; ``depthwise``: depthwise convolutions as shifted products, see ``depthwise``). The worker (``worker <job folder> <caller pid>``)
+``prelayout_filters``; ``depthwise``: depthwise convolutions as shifted products, see ``depthwise``;
+``space_to_depth``: strided stems over the space-to-depth of their input, see ``space_to_depth``). The worker (``worker <job folder> <caller pid>``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
@@ -69,6 +70,7 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     import onnx
 
     from epctx.providers.iree.depthwise import constants_as_initializers, decompose_depthwise
+    from epctx.providers.iree.space_to_depth import strided_stems_to_depth
 
     model = onnx.load(str(folder / "model.onnx"))
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -76,8 +78,11 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     if version is not None and version < min_opset:
         model = onnx.version_converter.convert_version(model, min_opset)
     transposed: dict[str, list[int]] = {}
-    if job.get("depthwise"):
+    if job.get("depthwise") or job.get("space_to_depth"):  # the rewrites read filters from initializers
         constants_as_initializers(model.graph)
+    if job.get("space_to_depth"):
+        strided_stems_to_depth(model)
+    if job.get("depthwise"):
         transposed.update(decompose_depthwise(model.graph, nhwc=bool(job.get("prelayout"))))
     if job.get("prelayout"):
         transposed.update(prelayout_filters(model.graph))
