@@ -30,6 +30,7 @@ from epctx.providers.iree.options import (
     FAST_CODEGEN,
     MATMUL_DATA_TILING,
     REWRITE_DEPTHWISE,
+    REWRITE_NHWC_POOLS,
     REWRITE_STRIDED_STEMS,
     STATIC_DATA_TILING,
     with_flags,
@@ -46,7 +47,14 @@ _TIMEOUT_S = 3600
 CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
 # markers among the flags, never for iree-compile
 REWRITES = frozenset(
-    {REWRITE_DEPTHWISE, REWRITE_STRIDED_STEMS, FAST_1D_CONVS, CONV_TILING_FALLBACK, STATIC_DATA_TILING}
+    {
+        REWRITE_DEPTHWISE,
+        REWRITE_STRIDED_STEMS,
+        REWRITE_NHWC_POOLS,
+        FAST_1D_CONVS,
+        CONV_TILING_FALLBACK,
+        STATIC_DATA_TILING,
+    }
 )
 _CONV_TILING = CONV_DATA_TILING[-2]  # the flag that asks for the data tiling of convolutions
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
@@ -84,14 +92,14 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
     (folder / "model.onnx").write_bytes(model.SerializeToString())
     # Channels-last convolutions: their filters are stored in that layout (``worker.prelayout_filters``), not
     # transposed by the module at each load.
-    prelayout = any(CHANNELS_LAST_PASS in f for f in flags)
-    job_flags = _job_flags(partition, flags)
+    optional = _optional_rewrites(partition, flags)
     job = {
-        "flags": job_flags,
+        "flags": _job_flags(partition, flags),
         "min_opset": MIN_OPSET,
-        "prelayout": prelayout,
+        "prelayout": any(CHANNELS_LAST_PASS in f for f in flags),
         "depthwise": REWRITE_DEPTHWISE in flags,
-        "space_to_depth": _strided_stems(partition, flags, job_flags),
+        "space_to_depth": REWRITE_STRIDED_STEMS in optional,
+        "nhwc_pools": REWRITE_NHWC_POOLS in optional,
     }
     (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
 
@@ -111,14 +119,21 @@ def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
     return kept
 
 
-def _strided_stems(partition: Partition, flags: Sequence[str], job_flags: Sequence[str]) -> bool:
-    """Whether a job rewrites strided stems (``space_to_depth``): asked for, its convolutions data-tiled (the
-    rewrite is what makes a stem fast under that tiling; untiled, the stem is fast as it is), and one in it."""
-    return (
-        REWRITE_STRIDED_STEMS in flags
-        and _CONV_TILING in job_flags
-        and any(_strided_stem(n) for n in ir_nodes(partition.nodes))
-    )
+def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
+    """The rewrites asked for among ``flags`` that a job of ``partition`` makes, each a speed-up its compile may do
+    without (a failed job is tried again without them):
+
+    - strided stems over the space-to-depth of their input (``space_to_depth``): where its convolutions are
+      data-tiled (the rewrite is what makes a stem fast under that tiling; untiled, a stem is fast as it is) and a
+      stem is in it;
+    - global average pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool."""
+    nodes = list(ir_nodes(partition.nodes))
+    found = []
+    if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
+        found += [REWRITE_STRIDED_STEMS] if any(_strided_stem(n) for n in nodes) else []
+    if REWRITE_NHWC_POOLS in flags and any(CHANNELS_LAST_PASS in f for f in flags):
+        found += [REWRITE_NHWC_POOLS] if any(n.op_type == "GlobalAveragePool" for n in nodes) else []
+    return found
 
 
 def _strided_stem(node: Any) -> bool:
@@ -196,14 +211,12 @@ def _job_key(folder: Path) -> str:
 
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     result = _run_job(partition, flags, label)
-    job_flags = _job_flags(partition, flags)
-    if not result.ok and _strided_stems(
-        partition, flags, job_flags
-    ):  # the stems' rewrite is an option, not a need
-        logger.info("%s: IREE %s failed with the strided stems rewritten, again without", label, result.stage)
-        flags = [f for f in flags if f != REWRITE_STRIDED_STEMS]
+    optional = _optional_rewrites(partition, flags)
+    if not result.ok and optional:  # speed-ups, not needs
+        logger.info("%s: IREE %s failed with %s, again without", label, result.stage, ", ".join(optional))
+        flags = [f for f in flags if f not in optional]
         result = _run_job(partition, flags, label)
-    tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in job_flags
+    tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in _job_flags(partition, flags)
     if not result.ok and result.stage == "compile" and tiled:  # the data tiling is an option, not a need
         logger.info("%s: IREE compile failed with data tiling, again without it", label)
         return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label)

@@ -51,6 +51,7 @@ __all__ = [
     "OPTIONS",
     "REWRITE_DEPTHWISE",
     "REWRITE_STRIDED_STEMS",
+    "REWRITE_NHWC_POOLS",
     "IREEOptions",
     "parse",
     "with_flags",
@@ -62,6 +63,8 @@ REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shift
 # In a job compiled with the data tiling of convolutions: strided stems (stride 2 over at most 4 channels) as stride-1
 # convolutions over the space-to-depth of their input (``space_to_depth``): ResNet-18's stem 9.1 -> 3.3 ms
 REWRITE_STRIDED_STEMS = "epctx:rewrite-strided-stems"
+# In a job compiled channels-last: global average pools over the NHWC data (``nhwc_pools``): MobileNetV3 4.18 -> 3.02 ms
+REWRITE_NHWC_POOLS = "epctx:rewrite-nhwc-pools"
 FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
 CONV_TILING_FALLBACK = "epctx:conv-tiling-fallback"  # CONV_DATA_TILING where channels-last fails
 # CONV_DATA_TILING (MATMUL_DATA_TILING with grouped convolutions) for a partition whose inputs' shapes are known

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MAX_CHANNELS", "strided_stems_to_depth"]
+__all__ = ["MAX_CHANNELS", "strided_stems_to_depth", "value_shapes"]
 
 MAX_CHANNELS = 4  # input channels of the convolutions rewritten (an image's 1, 3 or 4)
 
@@ -29,7 +29,8 @@ def _attr(node: Any, name: str, default: Any) -> Any:
     return default if found is None else helper.get_attribute_value(found)
 
 
-def _shapes(model: Any) -> dict[str, list[int | None]]:
+def value_shapes(model: Any) -> dict[str, list[int | None]]:
+    """The shapes ONNX's shape inference gives the inputs and values of ``model`` (None: a dimension unknown)."""
     import onnx
 
     inferred = onnx.shape_inference.infer_shapes(model)
@@ -112,7 +113,7 @@ def _nodes(node: Any, dims: list[int], name: str) -> tuple[list[Any], list[Any]]
 def strided_stems_to_depth(model: Any) -> int:
     """Rewrite each strided stem of ``model`` (an onnx ModelProto; see ``_stem``) in place; returns how many."""
     graph = model.graph
-    shapes = _shapes(model)
+    shapes = value_shapes(model)
     initializers = {t.name: t for t in graph.initializer}
     rewritten: list[Any] = []
     count = 0

@@ -4,7 +4,8 @@ module of this EP that imports ``iree.compiler``, never in the process that aske
 The job folder holds ``model.onnx`` (the partition; large weights as external data next to it) and
 ``job.json`` (``flags``: iree-compile flags; ``min_opset``; ``prelayout``: store conv filters channels-last, see
 ``prelayout_filters``; ``depthwise``: depthwise convolutions as shifted products, see ``depthwise``;
-``space_to_depth``: strided stems over the space-to-depth of their input, see ``space_to_depth``). The worker (``worker <job folder> <caller pid>``)
+``space_to_depth``: strided stems over the space-to-depth of their input, see ``space_to_depth``;
+``nhwc_pools``: global average pools over channels-last data, see ``nhwc_pools``). The worker (``worker <job folder> <caller pid>``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
@@ -70,6 +71,7 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     import onnx
 
     from epctx.providers.iree.depthwise import constants_as_initializers, decompose_depthwise
+    from epctx.providers.iree.nhwc_pools import global_pools_channels_last
     from epctx.providers.iree.space_to_depth import strided_stems_to_depth
 
     model = onnx.load(str(folder / "model.onnx"))
@@ -86,6 +88,8 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
         transposed.update(decompose_depthwise(model.graph, nhwc=bool(job.get("prelayout"))))
     if job.get("prelayout"):
         transposed.update(prelayout_filters(model.graph))
+    if job.get("nhwc_pools"):
+        global_pools_channels_last(model)
     # the shapes recorded for the filters stored transposed (a Constant's output has one) are the source's
     stale = [v for v in model.graph.value_info if v.name in transposed]
     for value in stale:
