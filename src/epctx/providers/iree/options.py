@@ -10,15 +10,17 @@
 | ``channels_last`` | ``1`` | convolutions converted to channels-last (NHWC) before IREE compiles them: ResNet-18 \
 runs about 3x faster here; 2-D ungrouped conv filters are stored in that layout at compile (flagged per weight in \
 the binary), so loading transposes nothing and sessions share them; depthwise filters are stored in the \
-layout of their rewrite (``depthwise_rewrite``); other grouped filters are still transposed by the module at load; dropped for a model whose dynamic dimensions IREE's conversion fails on; 0: the \
-model's layout |
+layout of their rewrite (``depthwise_rewrite``); other grouped filters are still transposed by the module at load; \
+global average pools read the NHWC data (``nhwc_pools``: MobileNetV3 2.61 -> 1.78x onnxruntime); dropped for a \
+model whose dynamic dimensions IREE's conversion fails on; 0: the model's layout |
 | ``depthwise_rewrite`` | ``1`` | depthwise convolutions rewritten as shifted products before IREE imports \
 them (``depthwise``): IREE's depthwise code is slow in every layout and flag set measured (three 3x3 over \
 1x64x64x64: 33-46 ms, rewritten 0.83 ms); their filters are stored in that layout at compile |
 | ``fast_codegen`` | ``auto`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
 --iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``). \
 ``auto``: data tiling and microkernels (``CONV_DATA_TILING``) for the partitions with matrix products or \
-convolutions whose shapes are all known, and all three for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
+convolutions whose shapes are all known (their strided stems over the space-to-depth of their input: \
+``space_to_depth``, ResNet-18 1.94 -> 1.66x onnxruntime), and all three for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
 input and kernel are 1 wide along one axis), where IREE's direct convolution code is slowest (magika's 5x1 \
 convolution over a 1-wide image: 538 ms alone, 7.9 ms so; magika 243 -> 34 ms a run); ``1``: every partition \
 (ResNet-18 and a YOLO slower, the YOLO's compile 19 -> 128 s, PP-OCRv4 det does not compile: \
