@@ -82,14 +82,15 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     transposed: dict[str, list[int]] = {}
     if job.get("depthwise") or job.get("space_to_depth"):  # the rewrites read filters from initializers
         constants_as_initializers(model.graph)
+    # the rewrites that infer shapes first, before filters are stored transposed (their recorded shapes then stale)
     if job.get("space_to_depth"):
         strided_stems_to_depth(model)
+    if job.get("nhwc_pools"):
+        global_pools_channels_last(model)
     if job.get("depthwise"):
         transposed.update(decompose_depthwise(model.graph, nhwc=bool(job.get("prelayout"))))
     if job.get("prelayout"):
         transposed.update(prelayout_filters(model.graph))
-    if job.get("nhwc_pools"):
-        global_pools_channels_last(model)
     # the shapes recorded for the filters stored transposed (a Constant's output has one) are the source's
     stale = [v for v in model.graph.value_info if v.name in transposed]
     for value in stale:
