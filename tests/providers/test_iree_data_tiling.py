@@ -292,12 +292,13 @@ def test_a_compile_that_fails_with_the_stems_rewritten_is_tried_again_without(
 
 
 def test_a_real_detector_with_its_stem_rewritten_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
-    """nudenet's YOLOv8n (its 3x3 stride-2 stem over the RGB image), sizes stated: whole on IREE, the stem
-    rewritten, max error against onnxruntime as the corpus bounds it (1e-3)."""
+    """nudenet's YOLOv8n (its 3x3 stride-2 stem over the RGB image, its neck's nearest Resize x2), sizes stated:
+    whole on IREE, the stem and the upsampling rewritten, max error against onnxruntime as the corpus bounds it
+    (1e-3)."""
     import importlib.util
     from pathlib import Path
 
-    from epctx.providers.iree.options import REWRITE_STRIDED_STEMS
+    from epctx.providers.iree.options import REWRITE_NEAREST_UPSAMPLES, REWRITE_STRIDED_STEMS
 
     spec = importlib.util.find_spec("nudenet")
     if spec is None or not spec.submodule_search_locations:
@@ -308,7 +309,7 @@ def test_a_real_detector_with_its_stem_rewritten_matches_onnxruntime(monkeypatch
 
     def spy(partition: object, flags: list[str]) -> list[str]:
         found = real(partition, flags)  # type: ignore[arg-type]
-        decided.append(REWRITE_STRIDED_STEMS in found)
+        decided.append(REWRITE_STRIDED_STEMS in found and REWRITE_NEAREST_UPSAMPLES in found)
         return found
 
     monkeypatch.setattr(iree_compile, "_optional_rewrites", spy)
@@ -380,3 +381,24 @@ def test_a_real_squeeze_and_excitation_net_with_its_pools_rewritten_matches_onnx
     (got,) = sess.run(None, {"x": x})
     (expected,) = run_ort(data, {"x": x})
     assert float(np.max(np.abs(got - expected))) <= 1e-3
+
+
+def test_nearest_upsamples_are_rewritten_in_the_jobs_that_hold_a_resize() -> None:
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import REWRITE_NEAREST_UPSAMPLES
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])
+    with_resize = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [scales]))
+    for model, expected in ((with_resize, True), (onnx.load_from_string(_static_resnet_style()), False)):
+        graph = ir.from_proto(onnx.load_from_string(model.SerializeToString())).graph
+        partition = make_partition("p", EP, graph, list(graph), {"": 17})
+        flags = IREEExecutionProvider().flags()
+        assert (REWRITE_NEAREST_UPSAMPLES in iree_compile._optional_rewrites(partition, flags)) == expected
+        assert REWRITE_NEAREST_UPSAMPLES not in iree_compile._job_flags(partition, flags)

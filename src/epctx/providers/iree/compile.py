@@ -30,6 +30,7 @@ from epctx.providers.iree.options import (
     FAST_CODEGEN,
     MATMUL_DATA_TILING,
     REWRITE_DEPTHWISE,
+    REWRITE_NEAREST_UPSAMPLES,
     REWRITE_NHWC_POOLS,
     REWRITE_STRIDED_STEMS,
     STATIC_DATA_TILING,
@@ -51,6 +52,7 @@ REWRITES = frozenset(
         REWRITE_DEPTHWISE,
         REWRITE_STRIDED_STEMS,
         REWRITE_NHWC_POOLS,
+        REWRITE_NEAREST_UPSAMPLES,
         FAST_1D_CONVS,
         CONV_TILING_FALLBACK,
         STATIC_DATA_TILING,
@@ -100,6 +102,7 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
         "depthwise": REWRITE_DEPTHWISE in flags,
         "space_to_depth": REWRITE_STRIDED_STEMS in optional,
         "nhwc_pools": REWRITE_NHWC_POOLS in optional,
+        "upsamples": REWRITE_NEAREST_UPSAMPLES in optional,
     }
     (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
 
@@ -126,13 +129,16 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
     - strided stems over the space-to-depth of their input (``space_to_depth``): where its convolutions are
       data-tiled (the rewrite is what makes a stem fast under that tiling; untiled, a stem is fast as it is) and a
       stem is in it;
-    - global average pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool."""
+    - global average pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
+    - nearest upsampling as a broadcast (``upsample``): with a ``Resize``."""
     nodes = list(ir_nodes(partition.nodes))
     found = []
     if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
         found += [REWRITE_STRIDED_STEMS] if any(_strided_stem(n) for n in nodes) else []
     if REWRITE_NHWC_POOLS in flags and any(CHANNELS_LAST_PASS in f for f in flags):
         found += [REWRITE_NHWC_POOLS] if any(n.op_type == "GlobalAveragePool" for n in nodes) else []
+    if REWRITE_NEAREST_UPSAMPLES in flags and any(n.op_type == "Resize" for n in nodes):
+        found.append(REWRITE_NEAREST_UPSAMPLES)
     return found
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "REWRITE_DEPTHWISE",
     "REWRITE_STRIDED_STEMS",
     "REWRITE_NHWC_POOLS",
+    "REWRITE_NEAREST_UPSAMPLES",
     "IREEOptions",
     "parse",
     "with_flags",
@@ -67,6 +68,8 @@ REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shift
 REWRITE_STRIDED_STEMS = "epctx:rewrite-strided-stems"
 # In a job compiled channels-last: global average pools over the NHWC data (``nhwc_pools``): MobileNetV3 4.18 -> 3.02 ms
 REWRITE_NHWC_POOLS = "epctx:rewrite-nhwc-pools"
+# Nearest upsampling by whole factors as a broadcast (``upsample``): the YOLO's two Resize 0.53 ms of a 13 ms run
+REWRITE_NEAREST_UPSAMPLES = "epctx:rewrite-nearest-upsamples"
 FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
 CONV_TILING_FALLBACK = "epctx:conv-tiling-fallback"  # CONV_DATA_TILING where channels-last fails
 # CONV_DATA_TILING (MATMUL_DATA_TILING with grouped convolutions) for a partition whose inputs' shapes are known

@@ -5,7 +5,8 @@ The job folder holds ``model.onnx`` (the partition; large weights as external da
 ``job.json`` (``flags``: iree-compile flags; ``min_opset``; ``prelayout``: store conv filters channels-last, see
 ``prelayout_filters``; ``depthwise``: depthwise convolutions as shifted products, see ``depthwise``;
 ``space_to_depth``: strided stems over the space-to-depth of their input, see ``space_to_depth``;
-``nhwc_pools``: global average pools over channels-last data, see ``nhwc_pools``). The worker (``worker <job folder> <caller pid>``)
+``nhwc_pools``: global average pools over channels-last data, see ``nhwc_pools``; ``upsamples``: nearest
+upsampling as a broadcast, see ``upsample``). The worker (``worker <job folder> <caller pid>``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
@@ -73,6 +74,7 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     from epctx.providers.iree.depthwise import constants_as_initializers, decompose_depthwise
     from epctx.providers.iree.nhwc_pools import global_pools_channels_last
     from epctx.providers.iree.space_to_depth import strided_stems_to_depth
+    from epctx.providers.iree.upsample import nearest_upsamples_as_broadcasts
 
     model = onnx.load(str(folder / "model.onnx"))
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -80,13 +82,15 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     if version is not None and version < min_opset:
         model = onnx.version_converter.convert_version(model, min_opset)
     transposed: dict[str, list[int]] = {}
-    if job.get("depthwise") or job.get("space_to_depth"):  # the rewrites read filters from initializers
+    if job.get("depthwise") or job.get("space_to_depth") or job.get("upsamples"):  # they read initializers
         constants_as_initializers(model.graph)
     # the rewrites that infer shapes first, before filters are stored transposed (their recorded shapes then stale)
     if job.get("space_to_depth"):
         strided_stems_to_depth(model)
     if job.get("nhwc_pools"):
         global_pools_channels_last(model)
+    if job.get("upsamples"):
+        nearest_upsamples_as_broadcasts(model)
     if job.get("depthwise"):
         transposed.update(decompose_depthwise(model.graph, nhwc=bool(job.get("prelayout"))))
     if job.get("prelayout"):
