@@ -275,7 +275,9 @@ def test_a_compile_that_fails_with_the_stems_rewritten_is_tried_again_without(
         job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
         rewritten.append(job["space_to_depth"])
         if job["space_to_depth"]:  # as IREE would, failing on the rewritten graph
-            return iree_compile.CompileResult(False, stage="compile", error="error: failed to legalize")
+            return iree_compile.CompileResult(
+                False, stage="compile", error="error: failed to legalize", rewritten=("space_to_depth",)
+            )
         return real(folder, label, start)
 
     monkeypatch.setattr(iree_compile, "_compile_job", failing_when_rewritten)

@@ -79,6 +79,8 @@ class CompileResult:
     stage: str = ""
     error: str = ""
     seconds: float = 0.0
+    # the optional rewrites (job keys) a failed job made: it is tried again without them (``_run_one``)
+    rewritten: tuple[str, ...] = ()
 
 
 def entry_name(partition: Partition) -> str:
@@ -122,9 +124,17 @@ def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
     return kept
 
 
+# the job key of each optional rewrite -> its marker among the flags
+_JOB_KEYS = {
+    "space_to_depth": REWRITE_STRIDED_STEMS,
+    "nhwc_pools": REWRITE_NHWC_POOLS,
+    "upsamples": REWRITE_NEAREST_UPSAMPLES,
+}
+
+
 def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
     """The rewrites asked for among ``flags`` that a job of ``partition`` makes, each a speed-up its compile may do
-    without (a failed job is tried again without them):
+    without (a failed job is tried again without those it made: ``worker._optional``):
 
     - strided stems over the space-to-depth of their input (``space_to_depth``): where its convolutions are
       data-tiled (the rewrite is what makes a stem fast under that tiling; untiled, a stem is fast as it is) and a
@@ -217,8 +227,8 @@ def _job_key(folder: Path) -> str:
 
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     result = _run_job(partition, flags, label)
-    optional = _optional_rewrites(partition, flags)
-    if not result.ok and optional:  # speed-ups, not needs
+    optional = [_JOB_KEYS[key] for key in result.rewritten] if not result.ok else []
+    if optional:  # speed-ups, not needs: again without those the failed job made
         logger.info("%s: IREE %s failed with %s, again without", label, result.stage, ", ".join(optional))
         flags = [f for f in flags if f not in optional]
         result = _run_job(partition, flags, label)
@@ -265,7 +275,8 @@ def _compile_job(folder: Path, label: str, start: float) -> CompileResult:
     if not doc["ok"]:
         logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)
         _refuse_bad_flags(doc["error"])
-        return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds)
+        made = tuple(str(key) for key in doc.get("rewritten", ()))
+        return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds, rewritten=made)
     vmfb = (folder / "module.vmfb").read_bytes()
     logger.info("%s: compiled in %.1f s (%d bytes of code)", label, seconds, len(vmfb))
     params = tuple((str(a), str(b)) for a, b in doc["params"])

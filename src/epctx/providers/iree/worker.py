@@ -58,17 +58,27 @@ RUNTIME_EXPONENT = (
 )
 
 
-def _fail(folder: Path, stage: str, error: str) -> int:
+def _fail(folder: Path, stage: str, error: str, rewritten: list[str]) -> int:
     text = error.strip()
     if len(text) > _ERROR_CHARS:
         text = text[:_ERROR_CHARS] + " [...]"
-    (folder / "result.json").write_text(
-        json.dumps({"ok": False, "stage": stage, "error": text}), encoding="utf-8"
-    )
+    doc = {"ok": False, "stage": stage, "error": text, "rewritten": rewritten}
+    (folder / "result.json").write_text(json.dumps(doc), encoding="utf-8")
     return 0
 
 
-def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]:
+def _optional(job: dict[str, Any], key: str, rewrite: Any, model: Any, rewritten: list[str]) -> None:
+    """Make the optional rewrite ``key`` when the job asks for it, noting it in ``rewritten`` when it changed the
+    graph (or raised): a failed job is tried again without the optional rewrites it made, only those."""
+    if job.get(key):
+        rewritten.append(key)
+        if not rewrite(model):
+            rewritten.pop()
+
+
+def _load(
+    folder: Path, job: dict[str, Any], rewritten: list[str] | None = None
+) -> tuple[Any, dict[str, list[int]]]:
     import onnx
 
     from epctx.providers.iree.depthwise import constants_as_initializers, decompose_depthwise
@@ -85,12 +95,10 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     if job.get("depthwise") or job.get("space_to_depth") or job.get("upsamples"):  # they read initializers
         constants_as_initializers(model.graph)
     # the rewrites that infer shapes first, before filters are stored transposed (their recorded shapes then stale)
-    if job.get("space_to_depth"):
-        strided_stems_to_depth(model)
-    if job.get("nhwc_pools"):
-        global_pools_channels_last(model)
-    if job.get("upsamples"):
-        nearest_upsamples_as_broadcasts(model)
+    made = [] if rewritten is None else rewritten
+    _optional(job, "space_to_depth", strided_stems_to_depth, model, made)
+    _optional(job, "nhwc_pools", global_pools_channels_last, model, made)
+    _optional(job, "upsamples", nearest_upsamples_as_broadcasts, model, made)
     if job.get("depthwise"):
         transposed.update(decompose_depthwise(model.graph, nhwc=bool(job.get("prelayout"))))
     if job.get("prelayout"):
@@ -196,11 +204,12 @@ def main(argv: list[str]) -> int:
         die_with_parent(int(argv[1]))
     folder = Path(argv[0])
     job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
+    rewritten: list[str] = []  # the optional rewrites made (see _optional)
     try:
-        model, transposed = _load(folder, job)
+        model, transposed = _load(folder, job, rewritten)
         asm, keys = _import(model)
     except Exception as exc:  # the importer raises whatever its ops raise: all are "cannot import"
-        return _fail(folder, "import", f"{type(exc).__name__}: {exc}")
+        return _fail(folder, "import", f"{type(exc).__name__}: {exc}", rewritten)
     mlir = folder / "module.mlir"
     mlir.write_text(asm, encoding="utf-8")
     del asm, model
@@ -209,7 +218,9 @@ def main(argv: list[str]) -> int:
     command = with_parent([_compile_tool(), mlir.name, *job["flags"], "-o", "module.vmfb"])
     done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ), cwd=folder)
     if done.returncode != 0:
-        return _fail(folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}")
+        return _fail(
+            folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}", rewritten
+        )
     (folder / "result.json").write_text(
         json.dumps({"ok": True, "params": keys, "transposed": transposed}), encoding="utf-8"
     )
