@@ -225,3 +225,182 @@ def test_static_partitions_with_grouped_convolutions_tile_only_their_matrix_prod
     conv_tiling = [f for f in CONV_DATA_TILING if f not in MATMUL_DATA_TILING]
     assert all(f in job for f in MATMUL_DATA_TILING)
     assert all(f in job for f in conv_tiling) == (group == 1)
+
+
+def _static_resnet_style() -> bytes:
+    import onnx
+
+    model = onnx.load_from_string(_resnet_style())
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_value = 1
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("group", "options", "rewritten"), [(1, {}, True), (8, {}, False), (1, {"fast_codegen": "0"}, False)]
+)
+def test_strided_stems_are_rewritten_in_the_jobs_whose_convolutions_are_data_tiled(
+    group: int, options: dict[str, str], rewritten: bool
+) -> None:
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import REWRITE_STRIDED_STEMS
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    w = numpy_helper.from_array(np.ones((8, 3, 7, 7), np.float32), "w")
+    g = numpy_helper.from_array(np.ones((8, 8 // group, 3, 3), np.float32), "g")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["s"], strides=[2, 2], pads=[3, 3, 3, 3], name="stem"),
+             helper.make_node("Conv", ["s", "g"], ["y"], group=group, pads=[1, 1, 1, 1], name="conv")]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w, g]))
+    graph = ir.from_proto(onnx.load_from_string(model.SerializeToString())).graph
+    partition = make_partition("p", EP, graph, list(graph), {"": 17})
+    flags = IREEExecutionProvider(options).flags()
+    assert (REWRITE_STRIDED_STEMS in iree_compile._optional_rewrites(partition, flags)) == rewritten
+
+
+def test_a_compile_that_fails_with_the_stems_rewritten_is_tried_again_without(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import json
+    from pathlib import Path
+
+    real = iree_compile._compile_job
+    rewritten: list[bool] = []
+
+    def failing_when_rewritten(folder: Path, label: str, start: float) -> object:
+        job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
+        rewritten.append(job["space_to_depth"])
+        if job["space_to_depth"]:  # as IREE would, failing on the rewritten graph
+            return iree_compile.CompileResult(
+                False, stage="compile", error="error: failed to legalize", rewritten=("space_to_depth",)
+            )
+        return real(folder, label, start)
+
+    monkeypatch.setattr(iree_compile, "_compile_job", failing_when_rewritten)
+    monkeypatch.setattr(iree_compile, "_CACHE", {})
+    data = _static_resnet_style()
+    with caplog.at_level(logging.INFO, logger="epctx"):
+        sess = epctx.InferenceSession(data, providers=[EP])
+    assert rewritten[:2] == [True, False]  # the data tiling kept: only the rewrite dropped
+    retried = [r.getMessage() for r in caplog.records if "again without" in r.getMessage()]
+    assert retried and "epctx:rewrite-strided-stems" in retried[0]
+    assert [ep for ep, _ in sess.get_partitions()] == [EP]
+    x = np.random.default_rng(4).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], run_ort(data, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_real_detector_with_its_stem_rewritten_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nudenet's YOLOv8n (its 3x3 stride-2 stem over the RGB image, its neck's nearest Resize x2), sizes stated:
+    whole on IREE, the stem and the upsampling rewritten, max error against onnxruntime as the corpus bounds it
+    (1e-3)."""
+    import importlib.util
+    from pathlib import Path
+
+    from epctx.providers.iree.options import REWRITE_NEAREST_UPSAMPLES, REWRITE_STRIDED_STEMS
+
+    spec = importlib.util.find_spec("nudenet")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("nudenet is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "320n.onnx"
+    decided: list[bool] = []
+    real = iree_compile._optional_rewrites
+
+    def spy(partition: object, flags: list[str]) -> list[str]:
+        found = real(partition, flags)  # type: ignore[arg-type]
+        decided.append(REWRITE_STRIDED_STEMS in found and REWRITE_NEAREST_UPSAMPLES in found)
+        return found
+
+    monkeypatch.setattr(iree_compile, "_optional_rewrites", spy)
+    so = epctx.SessionOptions()
+    for name, size in (("batch", 1), ("height", 320), ("width", 320)):
+        so.add_free_dimension_override_by_name(name, size)
+    sess = epctx.InferenceSession(str(path), so, providers=[EP])
+    assert [ep for ep, _ in sess.get_partitions()] == [EP] and decided and all(decided)
+    x = np.random.default_rng(5).random((1, 3, 320, 320), dtype=np.float32)
+    got = sess.run(None, {"images": x})
+    expected = run_ort(path.read_bytes(), {"images": x})
+    assert max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected)) <= 1e-3
+
+
+@pytest.mark.parametrize(("options", "rewritten"), [({}, True), ({"channels_last": "0"}, False)])
+def test_global_pools_are_rewritten_over_nhwc_data_in_the_jobs_compiled_channels_last(
+    options: dict[str, str], rewritten: bool
+) -> None:
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import REWRITE_NHWC_POOLS
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    graph = ir.from_proto(onnx.load_from_string(_static_resnet_style())).graph
+    partition = make_partition("p", EP, graph, list(graph), {"": 17})
+    flags = IREEExecutionProvider(options).flags()
+    assert (REWRITE_NHWC_POOLS in iree_compile._optional_rewrites(partition, flags)) == rewritten
+    assert REWRITE_NHWC_POOLS not in iree_compile._job_flags(
+        partition, flags
+    )  # a marker, never for iree-compile
+
+
+def test_a_real_squeeze_and_excitation_net_with_its_pools_rewritten_matches_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PP-OCR's direction classifier (Paddle's MobileNetV3: ten squeeze-and-excitation blocks, every weight a
+    Constant node), its input's size stated as rapidocr feeds it: whole on IREE, its pools rewritten, max error
+    against onnxruntime as the corpus bounds it (1e-3)."""
+    import importlib.util
+    from pathlib import Path
+
+    import onnx
+
+    from epctx.providers.iree.options import REWRITE_NHWC_POOLS
+
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("rapidocr_onnxruntime is not installed")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    model = onnx.load(folder / "models" / "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+    for dim, size in zip(model.graph.input[0].type.tensor_type.shape.dim, (1, 3, 48, 192)):
+        dim.Clear()
+        dim.dim_value = size
+    decided: list[bool] = []
+    real = iree_compile._optional_rewrites
+
+    def spy(partition: object, flags: list[str]) -> list[str]:
+        found = real(partition, flags)  # type: ignore[arg-type]
+        decided.append(REWRITE_NHWC_POOLS in found)
+        return found
+
+    monkeypatch.setattr(iree_compile, "_optional_rewrites", spy)
+    data = model.SerializeToString()
+    sess = epctx.InferenceSession(data, providers=[EP])
+    assert [ep for ep, _ in sess.get_partitions()] == [EP] and decided and all(decided)
+    x = np.random.default_rng(6).random((1, 3, 48, 192), dtype=np.float32)
+    (got,) = sess.run(None, {"x": x})
+    (expected,) = run_ort(data, {"x": x})
+    assert float(np.max(np.abs(got - expected))) <= 1e-3
+
+
+def test_nearest_upsamples_are_rewritten_in_the_jobs_that_hold_a_resize() -> None:
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import REWRITE_NEAREST_UPSAMPLES
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])
+    with_resize = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [scales]))
+    for model, expected in ((with_resize, True), (onnx.load_from_string(_static_resnet_style()), False)):
+        graph = ir.from_proto(onnx.load_from_string(model.SerializeToString())).graph
+        partition = make_partition("p", EP, graph, list(graph), {"": 17})
+        flags = IREEExecutionProvider().flags()
+        assert (REWRITE_NEAREST_UPSAMPLES in iree_compile._optional_rewrites(partition, flags)) == expected
+        assert REWRITE_NEAREST_UPSAMPLES not in iree_compile._job_flags(partition, flags)

@@ -30,9 +30,13 @@ from epctx.providers.iree.options import (
     FAST_CODEGEN,
     MATMUL_DATA_TILING,
     REWRITE_DEPTHWISE,
+    REWRITE_NEAREST_UPSAMPLES,
+    REWRITE_NHWC_POOLS,
+    REWRITE_STRIDED_STEMS,
     STATIC_DATA_TILING,
     with_flags,
 )
+from epctx.providers.iree.space_to_depth import MAX_CHANNELS
 
 __all__ = ["CompileResult", "compile_partitions"]
 
@@ -43,7 +47,18 @@ _EXTERNAL_MIN_BYTES = 1024  # larger initializers reach the worker as external d
 _TIMEOUT_S = 3600
 CHANNELS_LAST_PASS = "iree-preprocessing-convert-conv-to-channels-last"
 # markers among the flags, never for iree-compile
-REWRITES = frozenset({REWRITE_DEPTHWISE, FAST_1D_CONVS, CONV_TILING_FALLBACK, STATIC_DATA_TILING})
+REWRITES = frozenset(
+    {
+        REWRITE_DEPTHWISE,
+        REWRITE_STRIDED_STEMS,
+        REWRITE_NHWC_POOLS,
+        REWRITE_NEAREST_UPSAMPLES,
+        FAST_1D_CONVS,
+        CONV_TILING_FALLBACK,
+        STATIC_DATA_TILING,
+    }
+)
+_CONV_TILING = CONV_DATA_TILING[-2]  # the flag that asks for the data tiling of convolutions
 # Compile results of this process by the content of the job (the partition's model, its weights, the flags): a
 # second session of the same model, or the compile after a capability check, does not compile again.
 _CACHE: dict[str, CompileResult] = {}
@@ -64,6 +79,8 @@ class CompileResult:
     stage: str = ""
     error: str = ""
     seconds: float = 0.0
+    # the optional rewrites (job keys) a failed job made: it is tried again without them (``_run_one``)
+    rewritten: tuple[str, ...] = ()
 
 
 def entry_name(partition: Partition) -> str:
@@ -79,12 +96,15 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
     (folder / "model.onnx").write_bytes(model.SerializeToString())
     # Channels-last convolutions: their filters are stored in that layout (``worker.prelayout_filters``), not
     # transposed by the module at each load.
-    prelayout = any(CHANNELS_LAST_PASS in f for f in flags)
+    optional = _optional_rewrites(partition, flags)
     job = {
         "flags": _job_flags(partition, flags),
         "min_opset": MIN_OPSET,
-        "prelayout": prelayout,
+        "prelayout": any(CHANNELS_LAST_PASS in f for f in flags),
         "depthwise": REWRITE_DEPTHWISE in flags,
+        "space_to_depth": REWRITE_STRIDED_STEMS in optional,
+        "nhwc_pools": REWRITE_NHWC_POOLS in optional,
+        "upsamples": REWRITE_NEAREST_UPSAMPLES in optional,
     }
     (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
 
@@ -102,6 +122,50 @@ def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
         grouped = any(_grouped(n) for n in ir_nodes(partition.nodes))
         kept = with_flags(kept, MATMUL_DATA_TILING if grouped else CONV_DATA_TILING)
     return kept
+
+
+# the job key of each optional rewrite -> its marker among the flags
+_JOB_KEYS = {
+    "space_to_depth": REWRITE_STRIDED_STEMS,
+    "nhwc_pools": REWRITE_NHWC_POOLS,
+    "upsamples": REWRITE_NEAREST_UPSAMPLES,
+}
+
+
+def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
+    """The rewrites asked for among ``flags`` that a job of ``partition`` makes, each a speed-up its compile may do
+    without (a failed job is tried again without those it made: ``worker._optional``):
+
+    - strided stems over the space-to-depth of their input (``space_to_depth``): where its convolutions are
+      data-tiled (the rewrite is what makes a stem fast under that tiling; untiled, a stem is fast as it is) and a
+      stem is in it;
+    - global average pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
+    - nearest upsampling as a broadcast (``upsample``): with a ``Resize``."""
+    nodes = list(ir_nodes(partition.nodes))
+    found = []
+    if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
+        found += [REWRITE_STRIDED_STEMS] if any(_strided_stem(n) for n in nodes) else []
+    if REWRITE_NHWC_POOLS in flags and any(CHANNELS_LAST_PASS in f for f in flags):
+        found += [REWRITE_NHWC_POOLS] if any(n.op_type == "GlobalAveragePool" for n in nodes) else []
+    if REWRITE_NEAREST_UPSAMPLES in flags and any(n.op_type == "Resize" for n in nodes):
+        found.append(REWRITE_NEAREST_UPSAMPLES)
+    return found
+
+
+def _strided_stem(node: Any) -> bool:
+    """A Conv of stride 2 over at most ``space_to_depth.MAX_CHANNELS`` channels (the worker checks the rest)."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return False
+    strides = node.attributes.get("strides")
+    shape = getattr(node.inputs[1], "shape", None)
+    return (
+        strides is not None
+        and list(strides.value) == [2, 2]
+        and shape is not None
+        and len(shape) == 4
+        and isinstance(shape[1], int)
+        and shape[1] <= MAX_CHANNELS
+    )
 
 
 _PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger"})
@@ -163,6 +227,11 @@ def _job_key(folder: Path) -> str:
 
 def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
     result = _run_job(partition, flags, label)
+    optional = [_JOB_KEYS[key] for key in result.rewritten] if not result.ok else []
+    if optional:  # speed-ups, not needs: again without those the failed job made
+        logger.info("%s: IREE %s failed with %s, again without", label, result.stage, ", ".join(optional))
+        flags = [f for f in flags if f not in optional]
+        result = _run_job(partition, flags, label)
     tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in _job_flags(partition, flags)
     if not result.ok and result.stage == "compile" and tiled:  # the data tiling is an option, not a need
         logger.info("%s: IREE compile failed with data tiling, again without it", label)
@@ -206,7 +275,8 @@ def _compile_job(folder: Path, label: str, start: float) -> CompileResult:
     if not doc["ok"]:
         logger.info("%s: IREE %s failed after %.1f s", label, doc["stage"], seconds)
         _refuse_bad_flags(doc["error"])
-        return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds)
+        made = tuple(str(key) for key in doc.get("rewritten", ()))
+        return CompileResult(False, stage=doc["stage"], error=doc["error"], seconds=seconds, rewritten=made)
     vmfb = (folder / "module.vmfb").read_bytes()
     logger.info("%s: compiled in %.1f s (%d bytes of code)", label, seconds, len(vmfb))
     params = tuple((str(a), str(b)) for a, b in doc["params"])

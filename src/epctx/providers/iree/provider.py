@@ -45,6 +45,9 @@ from epctx.providers.iree.options import (
     FAST_1D_CONVS,
     FAST_CODEGEN,
     REWRITE_DEPTHWISE,
+    REWRITE_NEAREST_UPSAMPLES,
+    REWRITE_NHWC_POOLS,
+    REWRITE_STRIDED_STEMS,
     STATIC_DATA_TILING,
     parse,
 )
@@ -133,8 +136,9 @@ class IREEExecutionProvider(ExecutionProvider):
 
     def flags(self) -> list[str]:
         flags = [*self.target.compile_flags(), f"--iree-opt-level={self.config.opt_level}", STACK_LIMIT]
+        flags.append(REWRITE_NEAREST_UPSAMPLES)
         if self.config.channels_last:
-            flags.append(CHANNELS_LAST)
+            flags += [CHANNELS_LAST, REWRITE_NHWC_POOLS]
         if self.config.depthwise_rewrite:
             flags.append(REWRITE_DEPTHWISE)
         if self.config.fast_codegen == "1":
@@ -143,6 +147,8 @@ class IREEExecutionProvider(ExecutionProvider):
             flags += [FAST_1D_CONVS, STATIC_DATA_TILING]
         if self.config.channels_last and self.config.fast_codegen != "0":
             flags.append(CONV_TILING_FALLBACK)
+        if self.config.fast_codegen != "0":  # in the jobs whose convolutions are data-tiled
+            flags.append(REWRITE_STRIDED_STEMS)
         return flags + shlex.split(self.config.compile_flags)
 
     # -- capability -----------------------------------------------------------------------------------

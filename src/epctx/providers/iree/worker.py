@@ -3,7 +3,10 @@ module of this EP that imports ``iree.compiler``, never in the process that aske
 
 The job folder holds ``model.onnx`` (the partition; large weights as external data next to it) and
 ``job.json`` (``flags``: iree-compile flags; ``min_opset``; ``prelayout``: store conv filters channels-last, see
-``prelayout_filters``; ``depthwise``: depthwise convolutions as shifted products, see ``depthwise``). The worker (``worker <job folder> <caller pid>``)
+``prelayout_filters``; ``depthwise``: depthwise convolutions as shifted products, see ``depthwise``;
+``space_to_depth``: strided stems over the space-to-depth of their input, see ``space_to_depth``;
+``nhwc_pools``: global average pools over channels-last data, see ``nhwc_pools``; ``upsamples``: nearest
+upsampling as a broadcast, see ``upsample``). The worker (``worker <job folder> <caller pid>``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
@@ -55,20 +58,33 @@ RUNTIME_EXPONENT = (
 )
 
 
-def _fail(folder: Path, stage: str, error: str) -> int:
+def _fail(folder: Path, stage: str, error: str, rewritten: list[str]) -> int:
     text = error.strip()
     if len(text) > _ERROR_CHARS:
         text = text[:_ERROR_CHARS] + " [...]"
-    (folder / "result.json").write_text(
-        json.dumps({"ok": False, "stage": stage, "error": text}), encoding="utf-8"
-    )
+    doc = {"ok": False, "stage": stage, "error": text, "rewritten": rewritten}
+    (folder / "result.json").write_text(json.dumps(doc), encoding="utf-8")
     return 0
 
 
-def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]:
+def _optional(job: dict[str, Any], key: str, rewrite: Any, model: Any, rewritten: list[str]) -> None:
+    """Make the optional rewrite ``key`` when the job asks for it, noting it in ``rewritten`` when it changed the
+    graph (or raised): a failed job is tried again without the optional rewrites it made, only those."""
+    if job.get(key):
+        rewritten.append(key)
+        if not rewrite(model):
+            rewritten.pop()
+
+
+def _load(
+    folder: Path, job: dict[str, Any], rewritten: list[str] | None = None
+) -> tuple[Any, dict[str, list[int]]]:
     import onnx
 
     from epctx.providers.iree.depthwise import constants_as_initializers, decompose_depthwise
+    from epctx.providers.iree.nhwc_pools import global_pools_channels_last
+    from epctx.providers.iree.space_to_depth import strided_stems_to_depth
+    from epctx.providers.iree.upsample import nearest_upsamples_as_broadcasts
 
     model = onnx.load(str(folder / "model.onnx"))
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -76,8 +92,14 @@ def _load(folder: Path, job: dict[str, Any]) -> tuple[Any, dict[str, list[int]]]
     if version is not None and version < min_opset:
         model = onnx.version_converter.convert_version(model, min_opset)
     transposed: dict[str, list[int]] = {}
-    if job.get("depthwise"):
+    if job.get("depthwise") or job.get("space_to_depth") or job.get("upsamples"):  # they read initializers
         constants_as_initializers(model.graph)
+    # the rewrites that infer shapes first, before filters are stored transposed (their recorded shapes then stale)
+    made = [] if rewritten is None else rewritten
+    _optional(job, "space_to_depth", strided_stems_to_depth, model, made)
+    _optional(job, "nhwc_pools", global_pools_channels_last, model, made)
+    _optional(job, "upsamples", nearest_upsamples_as_broadcasts, model, made)
+    if job.get("depthwise"):
         transposed.update(decompose_depthwise(model.graph, nhwc=bool(job.get("prelayout"))))
     if job.get("prelayout"):
         transposed.update(prelayout_filters(model.graph))
@@ -182,11 +204,12 @@ def main(argv: list[str]) -> int:
         die_with_parent(int(argv[1]))
     folder = Path(argv[0])
     job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
+    rewritten: list[str] = []  # the optional rewrites made (see _optional)
     try:
-        model, transposed = _load(folder, job)
+        model, transposed = _load(folder, job, rewritten)
         asm, keys = _import(model)
     except Exception as exc:  # the importer raises whatever its ops raise: all are "cannot import"
-        return _fail(folder, "import", f"{type(exc).__name__}: {exc}")
+        return _fail(folder, "import", f"{type(exc).__name__}: {exc}", rewritten)
     mlir = folder / "module.mlir"
     mlir.write_text(asm, encoding="utf-8")
     del asm, model
@@ -195,7 +218,9 @@ def main(argv: list[str]) -> int:
     command = with_parent([_compile_tool(), mlir.name, *job["flags"], "-o", "module.vmfb"])
     done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ), cwd=folder)
     if done.returncode != 0:
-        return _fail(folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}")
+        return _fail(
+            folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}", rewritten
+        )
     (folder / "result.json").write_text(
         json.dumps({"ok": True, "params": keys, "transposed": transposed}), encoding="utf-8"
     )
