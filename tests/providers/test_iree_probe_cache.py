@@ -327,3 +327,23 @@ def test_recorded_groups_get_their_code_with_the_flags_they_passed_with(
     assert sorted(fake.compiled, key=lambda c: len(c[0])) == [(frozenset({"r3"}), False),
                                                               (frozenset({"r0", "r1"}), False)]  # fmt: skip
     assert flags_of[frozenset({"r0", "r1"})] == (LAYOUT,) and flags_of[frozenset({"r3"})] == ()
+
+
+def test_the_rewrite_version_covers_every_module_the_worker_imports() -> None:
+    """A change to any module that makes IREE's input (the worker's rewrites) changes the records' version: a
+    rewrite module left out of ``_REWRITE_MODULES`` would let records of the old rewrite answer for the new."""
+    import ast
+
+    from epctx.providers.iree import probe_cache
+
+    here = Path(probe_cache.__file__).resolve().parent
+    tree = ast.parse((here / "worker.py").read_text(encoding="utf-8"))
+    imported = {
+        node.module.rsplit(".", 1)[-1] + ".py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("epctx.providers.iree.")
+    }
+    helpers = {"lifeline.py"}  # the worker's process lifetime, not its input
+    assert imported - helpers <= set(probe_cache._REWRITE_MODULES), imported - set(
+        probe_cache._REWRITE_MODULES
+    )
