@@ -221,19 +221,24 @@ def test_the_graph_digest_follows_the_loaded_graph() -> None:
 
 @pytest.mark.slow
 @requires("iree.runtime", "iree.compiler")
-def test_iree_second_session_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """IREE itself: ten element-wise ops on a 4x4 tensor, slower on IREE than on the CPU EP (a call into an IREE
-    module costs more than the numpy kernels; tests/providers/test_iree_measured_rule.py), handed back; the
-    second session runs under ``no_compile()``: IREE is neither asked to compile nor to probe, nothing is
-    measured."""
+def test_iree_second_session_compiles_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """IREE itself: ten element-wise ops on a 4x4 tensor, compiled and measured, handed back (the verdict is
+    forced: how much slower IREE is on them is tests/providers/test_iree_measured_rule.py's business, and since
+    IREE's calls got cheaper the margin is the machine's load); the second session runs under ``no_compile()``:
+    IREE is neither asked to compile nor to probe, nothing is measured."""
+    from epctx.partition import measured
     from epctx.testing import no_compile
     from tests.providers.test_iree_measured_rule import _elementwise
 
+    monkeypatch.setattr(measured.Measurement, "slower", property(lambda self: True))
     model = _elementwise().SerializeToString()
     so = epctx.SessionOptions()
     so.add_session_config_entry(RULE, "1")
-    first = epctx.InferenceSession(model, so, providers=["IREEExecutionProvider", CPU])
-    assert {ep for ep, _ in first.get_partitions()} == {CPU}
+    with caplog.at_level("INFO", logger="epctx"):
+        first = epctx.InferenceSession(model, so, providers=["IREEExecutionProvider", CPU])
+    assert {ep for ep, _ in first.get_partitions()} == {CPU}, caplog.text
     shapes = _spy_shapes(monkeypatch)
     with no_compile():
         second = epctx.InferenceSession(model, so, providers=["IREEExecutionProvider", CPU])
