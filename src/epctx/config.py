@@ -59,6 +59,7 @@ __all__ = [
     "UNAVAILABLE_EP_IS_ERROR",
     "check_config_entry",
     "input_shapes",
+    "parse_shapes",
     "weightless_mode",
 ]
 
@@ -349,30 +350,35 @@ _SHAPE_ITEM = re.compile(r"\s*([^\[\],]+?)\s*\[([^\]\[]*)\]\s*(?:,|$)")
 
 def input_shapes(key: str, value: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """``epctx.input_shapes``: ``NAME[d0,d1,...]`` items separated by commas ("" none, ``NAME[]`` a scalar),
-    each size an integer >= 0. Malformed text, a negative size, a range (OpenVINO's ``1..10``: epctx compiles
-    for static sizes) or a name given twice is InvalidArgument. Whether the names and ranks fit the model is
-    checked at load (``epctx.model.dims``)."""
+    each size an integer >= 0 (``parse_shapes``). Whether the names and ranks fit the model is checked at load
+    (``epctx.model.dims``)."""
+    return parse_shapes(value, f"session config {key!r}")
+
+
+def parse_shapes(value: str, what: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``NAME[d0,d1,...]`` items separated by commas as (name, sizes) pairs; malformed text, a negative size, a
+    range (OpenVINO's ``1..10``: epctx compiles for static sizes) or a name given twice is InvalidArgument,
+    its message starting with ``what`` (the key, or the CLI's ``--shape``)."""
     shapes: dict[str, tuple[int, ...]] = {}
     rest = value.strip()
     while rest:
         match = _SHAPE_ITEM.match(rest)
         if match is None:
             raise InvalidArgument(
-                f"session config {key!r}: expected NAME[d0,d1,...] items separated by commas, got {rest!r} "
-                f"(in {value!r})"
+                f"{what}: expected NAME[d0,d1,...] items separated by commas, got {rest!r} (in {value!r})"
             )
         name, text = match.group(1), match.group(2).strip()
         if name in shapes:
-            raise InvalidArgument(f"session config {key!r} gives the shape of {name!r} twice")
-        shapes[name] = tuple(_size(key, name, d.strip()) for d in text.split(",")) if text else ()
+            raise InvalidArgument(f"{what} gives the shape of {name!r} twice")
+        shapes[name] = tuple(_size(what, name, d.strip()) for d in text.split(",")) if text else ()
         rest = rest[match.end() :].strip()
         if match.group(0).rstrip().endswith(",") and not rest:
-            raise InvalidArgument(f"session config {key!r}: a comma ends {value!r}")
+            raise InvalidArgument(f"{what}: a comma ends {value!r}")
     return tuple(shapes.items())
 
 
-def _size(key: str, name: str, text: str) -> int:
-    """One size of an epctx.input_shapes item."""
+def _size(what: str, name: str, text: str) -> int:
+    """One size of a ``NAME[d0,d1,...]`` item."""
     if text.isdigit():
         return int(text)
     if ".." in text:
@@ -381,7 +387,7 @@ def _size(key: str, name: str, text: str) -> int:
         why = "a negative size"
     else:
         why = "not a size (an integer >= 0)"
-    raise InvalidArgument(f"session config {key!r}: {name!r} has {text!r}, {why}")
+    raise InvalidArgument(f"{what}: {name!r} has {text!r}, {why}")
 
 
 def _paths(key: str, value: str) -> tuple[str, ...]:

@@ -58,19 +58,20 @@ def state_input_shapes(
     shapes: Sequence[tuple[str, tuple[int, ...]]],
     by_name: Mapping[str, int],
     by_denotation: Mapping[str, int],
+    what: str = INPUT_SHAPES,
 ) -> bool:
     """Give each input named in ``shapes`` that shape (its dynamic dimensions set, an input of unknown rank
     given one); whether any changed. InvalidArgument, naming the input, for a name the graph's inputs lack, a
     rank other than the model's, a size other than a fixed dimension's or than a free dimension override of the
-    same dimension (by its name, its ``INPUT:AXIS`` or its denotation)."""
+    same dimension (by its name, its ``INPUT:AXIS`` or its denotation); messages start with ``what``."""
     inputs = {value.name: value for value in graph.input}
     changed = False
     for name, sizes in shapes:
         value = inputs.get(name)
         if value is None or not value.type.HasField("tensor_type"):
             there = ", ".join(inputs) or "none"
-            what = "is not a tensor input" if value is not None else "is not an input of the model"
-            raise InvalidArgument(f"{INPUT_SHAPES}: {name!r} {what} (its inputs: {there})")
+            why = "is not a tensor input" if value is not None else "is not an input of the model"
+            raise InvalidArgument(f"{what}: {name!r} {why} (its inputs: {there})")
         tensor = value.type.tensor_type
         if not tensor.HasField("shape"):
             tensor.shape.dim.extend(onnx.TensorShapeProto.Dimension(dim_value=size) for size in sizes)
@@ -78,11 +79,11 @@ def state_input_shapes(
             continue
         if len(tensor.shape.dim) != len(sizes):
             raise InvalidArgument(
-                f"{INPUT_SHAPES}: {name!r} has rank {len(tensor.shape.dim)} in the model, the shape stated "
+                f"{what}: {name!r} has rank {len(tensor.shape.dim)} in the model, the shape stated "
                 f"{list(sizes)} has rank {len(sizes)}"
             )
         for axis, (dim, size) in enumerate(zip(tensor.shape.dim, sizes, strict=True)):
-            _check_stated(name, axis, dim, size, by_name, by_denotation)
+            _check_stated(what, name, axis, dim, size, by_name, by_denotation)
             if not (dim.HasField("dim_value") and dim.dim_value == size):
                 dim.dim_value = size  # clears dim_param (a oneof)
                 changed = True
@@ -90,6 +91,7 @@ def state_input_shapes(
 
 
 def _check_stated(
+    what: str,
     name: str,
     axis: int,
     dim: onnx.TensorShapeProto.Dimension,
@@ -102,7 +104,7 @@ def _check_stated(
     if dim.HasField("dim_value") and dim.dim_value >= 0:
         if dim.dim_value != size:
             raise InvalidArgument(
-                f"{INPUT_SHAPES}: {name!r} dimension {axis} is fixed at {dim.dim_value} in the model, the shape "
+                f"{what}: {name!r} dimension {axis} is fixed at {dim.dim_value} in the model, the shape "
                 f"stated has {size}"
             )
         return
@@ -114,6 +116,6 @@ def _check_stated(
     for which, override in overrides:
         if override is not None and override != size:
             raise InvalidArgument(
-                f"{INPUT_SHAPES}: {name!r} dimension {axis} is stated {size}, a free dimension override of "
+                f"{what}: {name!r} dimension {axis} is stated {size}, a free dimension override of "
                 f"{which} sets it to {override}"
             )
