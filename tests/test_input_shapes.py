@@ -166,3 +166,17 @@ def test_a_context_model_on_the_lean_path_still_checks_the_shapes(tmp_path: obje
     assert warm.get_inputs()[0].shape == [2, 3, 4, 5]
     with pytest.raises(InvalidArgument, match="'x' dimension 2 is fixed at 4 in the model"):
         epctx.InferenceSession(str(ctx), _options("x[2,3,6,5]"), providers=["ExampleExecutionProvider"])
+
+
+def test_the_measured_rule_says_how_to_state_the_sizes() -> None:
+    """A partition measured at chosen sizes names --dim and, for anonymous dimensions, --shape; one measured at
+    static shapes says nothing of the kind."""
+    from epctx.partition.measured import Measurement
+
+    chosen = Measurement("IREEExecutionProvider", 2.0, "CPUExecutionProvider", 1.0, 10, sizes="x[2]=48")
+    assert "synthetic inputs, x[2]=48;" in chosen.reason()
+    assert (
+        "--dim NAME=N" in chosen.reason() and "--shape INPUT[d0,...] (epctx.input_shapes)" in chosen.reason()
+    )
+    static = Measurement("IREEExecutionProvider", 2.0, "CPUExecutionProvider", 1.0, 10)
+    assert "--shape" not in static.reason() and "--dim" not in static.reason()
