@@ -25,9 +25,11 @@ baseline. Per cell:
 Both runtimes use their default threads unless ``--threads N`` sets both (``intra_op_num_threads``; on a busy
 machine ``--threads 1`` gives steadier ratios); ``--openblas-coretype auto`` unsets an inherited OPENBLAS_CORETYPE
 (and OPENBLAS_L2_SIZE) in the children so numpy's OpenBLAS picks its kernel as on a user's machine (see
-``benchmarks/bench_cpu.py``). ``--state-dims`` states the size of each named dynamic dimension of the model's
-inputs as the feed has it, to both runtimes (``add_free_dimension_override_by_name``, the CLI's ``--dim``): the
-code a compiling EP makes for the shapes a deployment states, against the model as shipped without it.
+``benchmarks/bench_cpu.py``). ``--state-dims`` states the shapes the model is fed: to epctx each fed input's whole
+shape (``epctx.input_shapes``, the CLI's ``--shape``: anonymous dimensions too, as PP-OCR's ``?`` and ``-1``) and
+each named dynamic dimension's size (``add_free_dimension_override_by_name``, the CLI's ``--dim``); to
+onnxruntime, which has no whole-shape option on its CPU EP, the named sizes only: the code a compiling EP makes
+for the shapes a deployment states, against the model as shipped without it.
 
 Each cell runs with a cache folder of its own (``EPCTX_CACHE_DIR``, a temporary folder): what a user's first
 process sees, not IREE's probe records nor the measured rule's verdicts that an earlier cell or run left in the
@@ -124,7 +126,16 @@ def stated_dims(model: Path, feed: dict[str, np.ndarray]) -> dict[str, int]:
     return {name: next(iter(found)) for name, found in sizes.items() if len(found) == 1}
 
 
-def _options(threads: int, dims: dict[str, int] | None = None) -> Any:
+def stated_shapes(model: Path, feed: dict[str, np.ndarray]) -> str:
+    """The ``epctx.input_shapes`` value of ``--state-dims``: each input of the model that ``feed`` gives, at the
+    shape it is fed ("" when none)."""
+    import onnx
+
+    names = [v.name for v in onnx.load(str(model), load_external_data=False).graph.input if v.name in feed]
+    return ",".join(f"{name}[{','.join(map(str, feed[name].shape))}]" for name in names)
+
+
+def _options(threads: int, dims: dict[str, int] | None = None, shapes: str = "") -> Any:
     import epctx
 
     so = epctx.SessionOptions()
@@ -132,17 +143,19 @@ def _options(threads: int, dims: dict[str, int] | None = None) -> Any:
         so.intra_op_num_threads = threads
     for name, size in (dims or {}).items():
         so.add_free_dimension_override_by_name(name, size)
+    if shapes:
+        so.add_session_config_entry("epctx.input_shapes", shapes)
     return so
 
 
 def _sessions(
-    model: Path, ep: str, work: Path, threads: int, dims: dict[str, int] | None = None
+    model: Path, ep: str, work: Path, threads: int, dims: dict[str, int] | None = None, shapes: str = ""
 ) -> tuple[Any, dict[str, Any]]:
     """The compile (source + ep.context_enable) and the warm load; returns the warm session and times."""
     import epctx
 
     row: dict[str, Any] = {}
-    so = _options(threads, dims)
+    so = _options(threads, dims, shapes)
     ctx = work / f"{model.stem}_ctx.onnx"
     if ep != EPS["cpu"]:
         so.add_session_config_entry("ep.context_enable", "1")
@@ -154,7 +167,7 @@ def _sessions(
     source = ctx if ctx.exists() else model
     del first
     start = time.perf_counter()
-    warm = epctx.InferenceSession(str(source), _options(threads, dims), providers=[ep])
+    warm = epctx.InferenceSession(str(source), _options(threads, dims, shapes), providers=[ep])
     row["warm_ms"] = (time.perf_counter() - start) * 1e3
     return warm, row
 
@@ -225,6 +238,7 @@ def run_cell(
 
     feed = feeds(name)
     dims = stated_dims(model, feed) if state_dims else {}
+    shapes = stated_shapes(model, feed) if state_dims else ""
     ort_options = ort.SessionOptions()
     if threads:
         ort_options.intra_op_num_threads = threads
@@ -235,7 +249,7 @@ def run_cell(
     row: dict[str, Any] = {"model": name, "ep": SHORT[ep]}
     with tempfile.TemporaryDirectory(prefix="epctx-corpus-") as tmp:
         try:
-            warm, times = _sessions(model, ep, Path(tmp), threads, dims)
+            warm, times = _sessions(model, ep, Path(tmp), threads, dims, shapes)
             row.update(times)
             got = warm.run(None, feed)
         except Exception as exc:
@@ -342,7 +356,11 @@ def _environment(args: argparse.Namespace) -> str:
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     threads = args.threads or "default"
     budget = f"budget {args.budget:g} s/cell"
-    dims = "  dynamic dims stated as fed" if args.state_dims else ""
+    dims = (
+        "  input shapes stated as fed (epctx: whole shapes; onnxruntime: named dims)"
+        if args.state_dims
+        else ""
+    )
     return f"cpus {os.cpu_count()}  threads {threads}  openblas core {core}  {budget}{dims}  load {load}"
 
 
@@ -361,7 +379,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--state-dims",
         action="store_true",
-        help="state each named dynamic input dimension as the feed has it",
+        help="state the inputs' shapes as fed (epctx: whole shapes, anonymous dims too; onnxruntime: named dims)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--out", metavar="PATH", help="also write the table to PATH")

@@ -5,6 +5,7 @@ all of it beside SessionOptions."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -36,6 +37,7 @@ __all__ = [
     "EP_ENABLE_WEIGHTLESS_MODE",
     "EXTERNAL_INITIALIZERS_FOLDER",
     "FAIL_ON_SUBOPTIMAL_COMPILED_MODEL",
+    "INPUT_SHAPES",
     "PARTITION_CONTROL_FLOW_BODIES",
     "PARTITION_COST_RULE",
     "PARTITION_MEASURED_RULE",
@@ -56,6 +58,8 @@ __all__ = [
     "TRUST_SIGSTORE_ROOT",
     "UNAVAILABLE_EP_IS_ERROR",
     "check_config_entry",
+    "input_shapes",
+    "parse_shapes",
     "weightless_mode",
 ]
 
@@ -127,6 +131,11 @@ TRUST_SIGSTORE_ISSUER = "epctx.trust.sigstore_issuer"
 # graph's; off by default (measured: OpenVINO's partitions inside silero-vad's If bodies run no faster than
 # the CPU EP there), never in a context model (its bodies were not compiled when it was made).
 PARTITION_CONTROL_FLOW_BODIES = "session.partition_control_flow_bodies"
+# epctx's own: whole input shapes to compile and run for, as onnxruntime's OpenVINO EP's ``reshape_input``
+# ("x[1,3,48,192],mask[1,128]", static sizes only), for every EP: set at load before type inference
+# (epctx.model.dims), so every value has static sizes, anonymous dimensions ('?', -1) included; a feed of
+# another shape is then refused as for any static input. Free dimension overrides can state only named ones.
+INPUT_SHAPES = "epctx.input_shapes"
 
 
 class SessionConfig:
@@ -159,6 +168,8 @@ class SessionConfig:
     - ``partition_measured_rule`` (epctx.partition.measured_rule, bool, True): time each compiled partition
       against the kernel EP and hand it back when slower (``epctx.partition.measured``); "0" turns it off
       (``ModelCompiler`` sets "0" unless the key is given: a compiled model is the same wherever it is compiled);
+    - ``input_shapes`` (epctx.input_shapes, tuple of (input name, tuple of sizes), ()): whole input shapes
+      set at load (``input_shapes``);
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_reuse`` (epctx.context_reuse, bool): reuse (or compile again) the context at the context path;
@@ -193,6 +204,7 @@ class SessionConfig:
         "ep_enable_weightless_mode",
         "external_initializers_folder",
         "fail_on_suboptimal_compiled_model",
+        "input_shapes",
         "partition_control_flow_bodies",
         "partition_cost_rule",
         "partition_measured_rule",
@@ -227,6 +239,7 @@ class SessionConfig:
     ep_context_source_model_path: str
     refit_context: str
     self_heal: str
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...]
     partition_cost_rule: bool
     partition_measured_rule: bool
     context_cache: str
@@ -331,6 +344,52 @@ def weightless_mode(key: str, value: str) -> int:
     return int(value)
 
 
+# One ``NAME[d0,d1,...]`` item of epctx.input_shapes, and the comma after it (or the end).
+_SHAPE_ITEM = re.compile(r"\s*([^\[\],]+?)\s*\[([^\]\[]*)\]\s*(?:,|$)")
+
+
+def input_shapes(key: str, value: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``epctx.input_shapes``: ``NAME[d0,d1,...]`` items separated by commas ("" none, ``NAME[]`` a scalar),
+    each size an integer >= 0 (``parse_shapes``). Whether the names and ranks fit the model is checked at load
+    (``epctx.model.dims``)."""
+    return parse_shapes(value, f"session config {key!r}")
+
+
+def parse_shapes(value: str, what: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``NAME[d0,d1,...]`` items separated by commas as (name, sizes) pairs; malformed text, a negative size, a
+    range (OpenVINO's ``1..10``: epctx compiles for static sizes) or a name given twice is InvalidArgument,
+    its message starting with ``what`` (the key, or the CLI's ``--shape``)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    rest = value.strip()
+    while rest:
+        match = _SHAPE_ITEM.match(rest)
+        if match is None:
+            raise InvalidArgument(
+                f"{what}: expected NAME[d0,d1,...] items separated by commas, got {rest!r} (in {value!r})"
+            )
+        name, text = match.group(1), match.group(2).strip()
+        if name in shapes:
+            raise InvalidArgument(f"{what} gives the shape of {name!r} twice")
+        shapes[name] = tuple(_size(what, name, d.strip()) for d in text.split(",")) if text else ()
+        rest = rest[match.end() :].strip()
+        if match.group(0).rstrip().endswith(",") and not rest:
+            raise InvalidArgument(f"{what}: a comma ends {value!r}")
+    return tuple(shapes.items())
+
+
+def _size(what: str, name: str, text: str) -> int:
+    """One size of a ``NAME[d0,d1,...]`` item."""
+    if text.isdigit():
+        return int(text)
+    if ".." in text:
+        why = "a range (epctx compiles for static sizes: state one)"
+    elif text.startswith("-") and text[1:].isdigit():
+        why = "a negative size"
+    else:
+        why = "not a size (an integer >= 0)"
+    raise InvalidArgument(f"{what}: {name!r} has {text!r}, {why}")
+
+
 def _paths(key: str, value: str) -> tuple[str, ...]:
     return tuple(p for p in value.split(os.pathsep) if p)
 
@@ -356,6 +415,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     SELF_HEAL: ("self_heal", _one_of(SELF_HEAL_POLICIES), "off"),
     PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
     PARTITION_MEASURED_RULE: ("partition_measured_rule", _flag, True),
+    INPUT_SHAPES: ("input_shapes", input_shapes, ()),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_REUSE: ("context_reuse", _flag, False),

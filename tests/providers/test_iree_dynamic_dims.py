@@ -127,7 +127,14 @@ def test_the_dims_hint_suggests_sizes() -> None:
     graph = ir.Graph([x], [], nodes=[], name="g")
     graph.metadata_props["height"] = "48"
     hint = _dims_hint(graph, "to try")
-    assert "epctx compile --dim batch=1 --dim height=48 --dim x:3=N " in hint, hint
+    assert "epctx compile --dim batch=1 --dim height=48 --dim x:3=N," in hint, hint
+    # x's last dimension is anonymous: the hint gives x's whole shape too (epctx.input_shapes)
+    assert "anonymous dimensions: --shape x[1,3,48,N] " in hint and "epctx.input_shapes" in hint, hint
+    paddle = ir.Value(name="x", shape=ir.Shape([None, 3, "?", "?"]), type=ir.TensorType(ir.DataType.FLOAT))
+    hint = _dims_hint(ir.Graph([paddle], [], nodes=[], name="p"), "to try")  # '?' names unrelated dims
+    assert "--dim x:0=1 --dim x:2=N --dim x:3=N, " in hint and "--shape x[1,3,N,N] " in hint, hint
+    named = ir.Value(name="x", shape=ir.Shape(["N", 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    assert "--shape" not in _dims_hint(ir.Graph([named], [], nodes=[], name="n"), "to try")
     assert "a batch of one" in hint and "N: no size known here" in hint, hint
     static = ir.Value(name="y", shape=ir.Shape([1, 3]), type=ir.TensorType(ir.DataType.FLOAT))
     assert _dims_hint(ir.Graph([static], [], nodes=[], name="s"), "to try") == ""

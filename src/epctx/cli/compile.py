@@ -1,9 +1,12 @@
-"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [--dim NAME=N]... [-o OUT] [--embed] [--prefix P]
-[--force]``: write a context model.
+"""``epctx compile MODEL [-p EP[:k=v,...] [--option k=v]...]... [--dim NAME=N]... [--shape NAME[d0,...]]...
+[-o OUT] [--embed] [--prefix P] [--force]``: write a context model.
 
 ``--dim NAME=N`` compiles for a stated size of a dynamic dimension (onnxruntime's free dimension override by
 name; ``INPUT:AXIS=N`` for a dimension without a name): a compiler then sees static shapes (IREE takes a model
-with dynamic dimensions whole only where it can; the log names the ``--dim`` that would help).
+with dynamic dimensions whole only where it can; the log names the ``--dim`` or ``--shape`` that would help).
+``--shape NAME[d0,d1,...]`` states an input's whole shape (session config ``epctx.input_shapes``, as
+onnxruntime's OpenVINO EP's ``reshape_input``), anonymous dimensions included (Paddle's ``?``, ``-1``). The
+context model's inputs carry the stated sizes, so a warm load states nothing.
 
 The output (default ``<stem>_ctx.onnx`` beside MODEL) is checked before compiling: its folder must exist (it is
 not created) and an existing output is replaced only with ``--force``. Without ``-p`` the compiling EP is the one
@@ -45,6 +48,13 @@ def add_parser(sub: Any) -> None:
         default=[],
         metavar="NAME=N",
         help="compile for this size of a dynamic dimension (repeatable): NAME=N or INPUT:AXIS=N",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME[d0,d1,...]",
+        help="compile for this whole shape of an input (repeatable), anonymous dimensions included",
     )
     p.add_argument("--embed", action="store_true", help="embed binaries in the model (embed mode 1)")
     p.add_argument("--prefix", default="", help="ep.context_node_name_prefix (for merging)")
@@ -110,6 +120,33 @@ def check_dimension_names(source: Path, sizes: dict[str, int]) -> None:
         )
 
 
+def input_shapes(source: Path, items: list[str], sizes: dict[str, int]) -> str:
+    """``--shape NAME[d0,...]`` arguments as the ``epctx.input_shapes`` value, checked against the model's inputs
+    and the ``--dim`` sizes: malformed text, an input the model lacks, a wrong rank, a size other than a fixed
+    dimension's or than a ``--dim`` of the same dimension is a usage error."""
+    import onnx
+
+    from epctx.cli.failures import UsageError
+    from epctx.config import parse_shapes
+    from epctx.errors import InvalidArgument
+    from epctx.model.dims import state_input_shapes
+
+    try:
+        shapes = parse_shapes(",".join(items), "--shape")
+        graph = onnx.load(str(source), load_external_data=False).graph
+    except InvalidArgument as exc:
+        raise UsageError(str(exc.args[0]), "epctx compile") from exc
+    except Exception:  # the compile itself reports an unreadable model, with its own message
+        return ",".join(items)
+    try:
+        state_input_shapes(graph, shapes, sizes, {}, what="--shape")
+    except InvalidArgument as exc:
+        raise UsageError(
+            str(exc.args[0]).replace("free dimension override", "--dim"), "epctx compile"
+        ) from exc
+    return ",".join(f"{name}[{','.join(map(str, dims))}]" for name, dims in shapes)
+
+
 def default_compiling_providers() -> list[str]:
     """The compiling EPs the selection policy picks here (the CPU EP is appended by the session)."""
     import epctx
@@ -153,6 +190,8 @@ def compile_model(args: argparse.Namespace) -> int:
         check_dimension_names(source, sizes)
     for name, size in sizes.items():
         so.add_free_dimension_override_by_name(name, size)
+    if args.shape:
+        so.add_session_config_entry("epctx.input_shapes", input_shapes(source, args.shape, sizes))
     providers = providers_from_args(args)
     talk = not (args.quiet or args.json)
     if not providers:

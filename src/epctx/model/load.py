@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import onnx_ir.passes.common
 from google.protobuf.message import DecodeError
 
 from epctx.errors import InvalidArgument, InvalidGraph
-from epctx.model.dims import override_proto_dims
+from epctx.model.dims import override_proto_dims, state_input_shapes
 from epctx.model.external import allowed_folders, confine_external_file
 from epctx.model.source import read_model_file
 from epctx.model.type_check import check_types
@@ -59,15 +59,19 @@ def load_model(
     infer_types: bool = False,
     data: bytes | None = None,
     free_dims: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
+    input_shapes: Sequence[tuple[str, tuple[int, ...]]] = (),
 ) -> LoadedModel:
     """Parse, check and convert a model. External tensors stay on disk (onnx-ir memory-maps them on use).
     ``infer_types`` runs ONNX shape inference so intermediate values carry types (compiling EPs need them).
     ``data``: the file's bytes when the caller has read them already (``source`` is then its path).
-    ``free_dims``: (by name, by denotation) free dimension overrides, set before type inference (``dims``)."""
+    ``free_dims``: (by name, by denotation) free dimension overrides, set before type inference (``dims``);
+    ``input_shapes``: whole input shapes (epctx.input_shapes), set before them, checked against the model."""
     data, path, base_dir, lookup_dir, what = _source(source, external_data_folder, data)
     proto = parse_model_proto(data, what)
     payloads = _take_payloads(proto)
+    stated = bool(input_shapes) and state_input_shapes(proto.graph, input_shapes, *(free_dims or ({}, {})))
     overridden = free_dims is not None and override_proto_dims(proto.graph, *free_dims)
+    overridden = overridden or stated
     checkable, inferable = _checkable(proto, data, stripped=bool(payloads) or overridden)
     del data  # parsed: the file's bytes would be a second copy of the weights from here on
     if len(checkable) < _CHECKER_LIMIT:

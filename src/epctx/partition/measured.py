@@ -136,7 +136,16 @@ class Measurement:
             f"partition (median of {self.runs} runs each, best {self.best_ms or self.ms:.3g} vs "
             f"{self.fallback_best_ms or self.fallback_ms:.3g} ms, CPU time {self.cpu_ms:.3g} vs "
             f"{self.fallback_cpu_ms:.3g} ms; synthetic inputs, {self.sizes}; handed back when slower by more than "
-            f"{MARGIN:g}x in the best run and in the median or the CPU time)"
+            f"{MARGIN:g}x in the best run and in the median or the CPU time){self._sizes_hint()}"
+        )
+
+    def _sizes_hint(self) -> str:
+        """Where dynamic dimensions were sized here: how to state the sizes that run (measured at those)."""
+        if self.sizes == "static shapes":
+            return ""
+        return (
+            "; to measure and compile at the sizes that run, state them: --dim NAME=N (free dimension "
+            "overrides), or --shape INPUT[d0,...] (epctx.input_shapes) for anonymous dimensions"
         )
 
 

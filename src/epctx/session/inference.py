@@ -367,10 +367,12 @@ class InferenceSession:
 
 def _lean_allowed(options: opt.SessionOptions, config: opt.SessionConfig) -> bool:
     """Whether a context model may take the lean path: nothing asked of the session needs the model's graph
-    (generating a context model, writing the optimized model, overriding dimensions or initializers)."""
+    (generating a context model, writing the optimized model, stating shapes, overriding dimensions or
+    initializers)."""
     by_name, by_denotation = options.free_dimension_overrides
     return not (
         config.ep_context_enable
+        or config.input_shapes
         or options.optimized_model_filepath
         or by_name
         or by_denotation

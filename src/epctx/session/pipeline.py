@@ -355,14 +355,15 @@ def _load(
     *,
     compiles: bool,
 ) -> LoadedModel:
-    """The loading stage: the model loaded (types inferred when an EP compiles), its free dimensions and
-    initializers overridden as ``options`` say, Conv + BatchNormalization / Mul / Add folded from the basic level up."""
+    """The loading stage: the model loaded (types inferred when an EP compiles), its input shapes stated as
+    ``config`` says, its free dimensions and initializers overridden as ``options`` say, Conv + BatchNormalization / Mul / Add folded from the basic level up."""
     loaded = load_model(
         source,
         data=data,
         external_data_folder=config.external_initializers_folder or None,
         infer_types=compiles,
         free_dims=options.free_dimension_overrides,  # before type inference: sizes reach every value
+        input_shapes=config.input_shapes,  # whole shapes (epctx.input_shapes), anonymous dimensions too
     )
     graph = loaded.model.graph
     apply_dimension_overrides(graph, *options.free_dimension_overrides)

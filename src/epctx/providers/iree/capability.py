@@ -119,8 +119,18 @@ def dynamic_dims(graph: ir.Graph) -> list[str]:
             continue
         for axis, dim in enumerate(value.shape):
             if not isinstance(dim, int):
-                keys.setdefault(dim.value if dim.value else f"{value.name}:{axis}", None)
+                keys.setdefault(_dim_key(value, axis, dim), None)
     return list(keys)
+
+
+def _dim_key(value: ir.Value, axis: int, dim: ir.SymbolicDim) -> str:
+    """A dynamic dimension's ``--dim`` key: its name, or ``INPUT:AXIS`` when anonymous (no name, or Paddle's
+    ``?``, which names unrelated dimensions)."""
+    return dim.value if _named(dim) else f"{value.name}:{axis}"  # type: ignore[return-value]
+
+
+def _named(dim: ir.SymbolicDim) -> bool:
+    return bool(dim.value) and dim.value != "?"
 
 
 def unfit_boundary(partition: Partition) -> str | None:
@@ -166,29 +176,37 @@ def has_dynamic_dims(graph: ir.Graph) -> bool:
 def dims_hint(graph: ir.Graph, why: str) -> str:
     """Which ``--dim`` would state the graph inputs' dynamic sizes, each with a size to start from: 1 for an
     input's first axis (a batch, as a session runs it most often), else a size the model's metadata gives for
-    that name (``metadata_props``), else none: the size the model is fed, said so."""
+    that name (``metadata_props``), else none: the size the model is fed, said so. An input with anonymous
+    dimensions (no name, or Paddle's ``?``) is also given as a whole shape, ``--shape NAME[d0,...]``
+    (``epctx.input_shapes``), the way to state it where its ``INPUT:AXIS`` keys are not known."""
     found: dict[str, str] = {}
+    shapes: list[str] = []
     for value in graph.inputs:
         if value.const_value is not None or value.shape is None:
             continue
+        sizes: list[str] = []
         for axis, dim in enumerate(value.shape):
             if isinstance(dim, int):
+                sizes.append(str(dim))
                 continue
-            key = dim.value if dim.value else f"{value.name}:{axis}"
-            if key not in found:
-                found[key] = _suggested_size(graph, key, axis)
+            key = _dim_key(value, axis, dim)
+            found.setdefault(key, _suggested_size(graph, key, axis))
+            sizes.append(found[key])
+        if any(not isinstance(d, int) and not _named(d) for d in value.shape):
+            shapes.append(f"--shape {value.name}[{','.join(sizes)}]")
     if not found:
         return ""
     dims = " ".join(f"--dim {k}={size}" for k, size in found.items())
+    if shapes:
+        dims += f", or with whole shapes for the inputs with anonymous dimensions: {' '.join(shapes)}"
     legend = []
     if any(size == "1" for size in found.values()):
         legend.append("1 for a first axis: a batch of one, or the batch the model runs")
     if any(size == "N" for size in found.values()):
         legend.append("N: no size known here, the one the model is fed")
-    return (
-        f"State the sizes {why}: epctx compile {dims} ({'; '.join(legend) or 'from the model'}) "
-        "(SessionOptions.add_free_dimension_override_by_name)."
-    )
+    api = "SessionOptions.add_free_dimension_override_by_name"
+    api += "; session config epctx.input_shapes for --shape" if shapes else ""
+    return f"State the sizes {why}: epctx compile {dims} ({'; '.join(legend) or 'from the model'}) ({api})."
 
 
 def _suggested_size(graph: ir.Graph, key: str, axis: int) -> str:
