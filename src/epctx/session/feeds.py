@@ -80,12 +80,14 @@ class FeedBinder:
 
     def bind(self, feed: Mapping[str, Any]) -> list[Any]:
         checks = self._checks
-        if checks is not None and len(feed) == self._count:
-            bound = []
-            ndarray = np.ndarray
+        if checks is None or len(feed) != self._count:
+            return self._bind(feed)
+        bound = []
+        ndarray = np.ndarray
+        try:
             for name, dtype, rank, dims in checks:
-                value = feed.get(name, _MISSING)
-                if type(value) is not ndarray or value.dtype != dtype or value.ndim != rank:
+                value = feed[name]
+                if type(value) is not ndarray or value.ndim != rank or value.dtype != dtype:
                     return self._bind(feed)
                 if dims:
                     shape = value.shape
@@ -93,8 +95,9 @@ class FeedBinder:
                         if shape[i] != d:
                             return self._bind(feed)
                 bound.append(value)
-            return bound
-        return self._bind(feed)
+        except KeyError:  # a name the feed lacks (and another it has instead)
+            return self._bind(feed)
+        return bound
 
     def _bind(self, feed: Mapping[str, Any]) -> list[Any]:
         bound = []

@@ -41,6 +41,7 @@ class ExecutionPlan:
 
     __slots__ = (
         "_direct",
+        "_loop",
         "info",
         "input_slots",
         "labels",
@@ -69,6 +70,7 @@ class ExecutionPlan:
         self.output_slots = output_slots
         self.steps = steps
         self._direct = _direct_call(template, input_slots, output_slots, steps)
+        self._loop = tuple(_loop_step(step) for step in steps)
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings: numpy's
@@ -86,11 +88,14 @@ class ExecutionPlan:
             slots = self.template.copy()
             for slot, value in zip(self.input_slots, inputs):
                 slots[slot] = value
-            for step in self.steps:
-                fn, ins, outs, frees = step
-                results = fn(*[slots[i] for i in ins])
-                for slot, value in zip(outs, results):
-                    slots[slot] = value
+            for step in self._loop:
+                fn, get, out, outs, frees = step
+                results = fn(*get(slots))
+                if out >= 0:
+                    slots[out] = results[0]
+                else:
+                    for slot, value in zip(outs, results):
+                        slots[slot] = value
                 for slot in frees:
                     slots[slot] = None
             return [slots[i] for i in self.output_slots]
@@ -113,13 +118,16 @@ class ExecutionPlan:
         token = None if _ERRORS.get() is _IGNORED else _ERRORS.set(_IGNORED)
         step: Any = None
         try:
-            for k, step in enumerate(self.steps):
-                fn, ins, outs, frees = step
+            for k, step in enumerate(self._loop):
+                fn, get, out, outs, frees = step
                 before(k)
-                results = fn(*[slots[i] for i in ins])
+                results = fn(*get(slots))
                 after(k)
-                for slot, value in zip(outs, results):
-                    slots[slot] = value
+                if out >= 0:
+                    slots[out] = results[0]
+                else:
+                    for slot, value in zip(outs, results):
+                        slots[slot] = value
                 for slot in frees:
                     slots[slot] = None
         except EPCtxError:
@@ -133,7 +141,9 @@ class ExecutionPlan:
 
     def _step_failed(self, step: Any, exc: Exception) -> Fail:
         """A kernel or compiled partition raised: Fail naming it, in onnxruntime's words."""
-        index = next((k for k, s in enumerate(self.steps) if s is step), -1)
+        index = next((k for k, s in enumerate(self._loop) if s is step), -1)
+        if index < 0:
+            index = next((k for k, s in enumerate(self.steps) if s is step), -1)
         label = self.labels[index] if 0 <= index < len(self.labels) else f"step {index}"
         return Fail(f"Non-zero status code returned while running {label} Status Message: {_message(exc)}")
 
@@ -179,6 +189,31 @@ def _picker(positions: tuple[int, ...]) -> _Pick:
         return lambda seq: [seq[i]]
     get = operator.itemgetter(*positions)
     return lambda seq: list(get(seq))
+
+
+def _loop_step(
+    step: tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+) -> Any:
+    """A step as the loop runs it: (fn, get, out, outs, frees); ``get(slots)`` its arguments (C speed: Python
+    3.11's list comprehension made a function call a step), ``out`` its one output's slot (-1: several)."""
+    fn, ins, outs, frees = step
+    get: _Pick | Callable[[Sequence[Any]], tuple[Any, ...]]
+    if not ins:
+        get = _no_arguments
+    elif len(ins) == 1:
+        (i,) = ins
+        get = _one_argument(i)
+    else:
+        get = operator.itemgetter(*ins)
+    return fn, get, outs[0] if len(outs) == 1 else -1, outs, frees
+
+
+def _no_arguments(slots: Sequence[Any]) -> tuple[Any, ...]:
+    return ()
+
+
+def _one_argument(i: int) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    return lambda slots: (slots[i],)
 
 
 class _ErrstateVar:
