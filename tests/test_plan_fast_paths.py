@@ -251,3 +251,21 @@ def test_the_fallback_guard_enters_numpys_errstate() -> None:
     assert var.get() is None and set(np.geterr().values()) == {"ignore"}
     var.reset(state)
     assert np.geterr() == before
+
+
+def test_the_loop_takes_steps_of_no_one_or_several_inputs_and_outputs_and_names_a_failing_one() -> None:
+    x, c, s, d, m, y = _values("x", "c", "s", "d", "m", "y")
+    steps = [
+        PlanStep(lambda: (np.float64(10),), (), (c,)),  # no input
+        PlanStep(lambda a, b: (a + b, a - b), (x, c), (s, d)),  # two in, two out
+        PlanStep(lambda a: (a * 2,), (s,), (m,)),  # one in, one out
+        PlanStep(lambda a, b, omitted: (a + b + (0 if omitted is None else 1),), (m, d, None), (y,)),
+    ]
+    plan = build_plan([x], [y, s], steps, fold_constants=False)
+    assert plan._direct is None
+    assert plan.run([np.float64(1)]) == [(1 + 10) * 2 + (1 - 10), 11]
+    failing = [*steps[:2], PlanStep(_failing, (s,), (m,), label="third"), steps[3]]
+    with pytest.raises(
+        Fail, match=r"running compiled partition 'third' Status Message: ValueError: bad shapes$"
+    ):
+        build_plan([x], [y], failing, fold_constants=False).run([np.float64(1)])
