@@ -179,3 +179,23 @@ def test_a_one_step_session_never_returns_its_inputs_or_constants() -> None:
     assert not np.shares_memory(y, x) and not np.shares_memory(z, z2)
     z[0] = 99.0
     np.testing.assert_array_equal(sess.run(None, {"x": x})[1], [1.0, 2.0])
+
+
+def test_concurrent_runs_of_one_session_each_get_their_own_results() -> None:
+    """Threads share the session (its plan, binder and direct call) and never each other's values."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sess = epctx.InferenceSession(_model(), providers=["CPUExecutionProvider"])
+    assert sess._plan._direct is not None
+    b = np.ones(3, np.float32)
+
+    def work(k: int) -> bool:
+        for j in range(200):
+            x = np.full((1, 3), k * 1000 + j, np.float32)
+            (y,) = sess.run(None, {"x": x, "b": b})
+            if not np.array_equal(y, x + 1):
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
