@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import epctx
 from epctx.errors import Fail
-from epctx.session import plan as plan_module
+from epctx.session import plan_calls
 from epctx.session.plan import ExecutionPlan, PlanStep, build_plan
 
 
@@ -236,16 +236,16 @@ def test_numpy_2_sets_its_error_state_through_its_context_variable() -> None:
     np.errstate, and this test says so."""
     if int(np.__version__.split(".")[0]) < 2:
         pytest.skip("numpy < 2 has no error-state context variable")
-    assert not isinstance(plan_module._ERRORS, plan_module._ErrstateVar)
-    token = plan_module._ERRORS.set(plan_module._IGNORED)
+    assert not isinstance(plan_calls.ERRORS, plan_calls.ErrstateVar)
+    token = plan_calls.ERRORS.set(plan_calls.IGNORED)
     try:
         assert set(np.geterr().values()) == {"ignore"}
     finally:
-        plan_module._ERRORS.reset(token)
+        plan_calls.ERRORS.reset(token)
 
 
 def test_the_fallback_guard_enters_numpys_errstate() -> None:
-    var = plan_module._ErrstateVar()
+    var = plan_calls.ErrstateVar()
     before = np.geterr()
     state = var.set(object())
     assert var.get() is None and set(np.geterr().values()) == {"ignore"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from epctx.errors import EPCtxError, Fail
 from epctx.model.tensors import to_numpy
+from epctx.session.plan_calls import ERRORS, IGNORED, direct_call, loop_step
 
 if TYPE_CHECKING:
     from epctx.model.view import ValueView
@@ -69,14 +69,14 @@ class ExecutionPlan:
         self.input_slots = input_slots
         self.output_slots = output_slots
         self.steps = steps
-        self._direct = _direct_call(template, input_slots, output_slots, steps)
-        self._loop = tuple(_loop_step(step) for step in steps)
+        self._direct = direct_call(template, input_slots, output_slots, steps)
+        self._loop = tuple(loop_step(step) for step in steps)
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings: numpy's
         # error state is "ignore" for the outermost run (a body's plan runs inside its node's step, under it).
         # The try costs nothing while nothing is raised (CPython 3.11+ zero-cost exceptions).
-        token = None if _ERRORS.get() is _IGNORED else _ERRORS.set(_IGNORED)
+        token = None if ERRORS.get() is IGNORED else ERRORS.set(IGNORED)
         step: Any = None
         try:
             direct = self._direct
@@ -105,7 +105,7 @@ class ExecutionPlan:
             raise self._step_failed(self.steps[0] if direct is not None else step, exc) from exc
         finally:
             if token is not None:
-                _ERRORS.reset(token)
+                ERRORS.reset(token)
 
     def run_observed(
         self, inputs: Sequence[Any], before: Callable[[int], None], after: Callable[[int], None]
@@ -115,7 +115,7 @@ class ExecutionPlan:
         slots = self.template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
-        token = None if _ERRORS.get() is _IGNORED else _ERRORS.set(_IGNORED)
+        token = None if ERRORS.get() is IGNORED else ERRORS.set(IGNORED)
         step: Any = None
         try:
             for k, step in enumerate(self._loop):
@@ -136,7 +136,7 @@ class ExecutionPlan:
             raise self._step_failed(step, exc) from exc
         finally:
             if token is not None:
-                _ERRORS.reset(token)
+                ERRORS.reset(token)
         return [slots[i] for i in self.output_slots]
 
     def _step_failed(self, step: Any, exc: Exception) -> Fail:
@@ -146,106 +146,6 @@ class ExecutionPlan:
             index = next((k for k, s in enumerate(self.steps) if s is step), -1)
         label = self.labels[index] if 0 <= index < len(self.labels) else f"step {index}"
         return Fail(f"Non-zero status code returned while running {label} Status Message: {_message(exc)}")
-
-
-_Pick = Callable[[Sequence[Any]], list[Any]]
-# A one-step plan's call: (fn, pick of its arguments or None, constants, pick of the plan's outputs).
-_Direct = tuple[Callable[..., Sequence[Any]], _Pick | None, tuple[Any, ...], _Pick]
-
-
-def _direct_call(
-    template: list[Any],
-    input_slots: tuple[int, ...],
-    output_slots: tuple[int, ...],
-    steps: tuple[tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...],
-) -> _Direct | None:
-    """For a plan of one step whose every output is one of the step's results: (fn, pick, constants,
-    out_pick), so that ``run`` calls ``fn`` on its inputs straight away. ``pick`` takes the step's arguments from
-    ``(*inputs, *constants)`` (None: the step takes the inputs as they come), ``constants`` are the template's
-    values of the other slots the step reads (constants, None for an omitted input), ``out_pick`` takes the
-    plan's outputs from the step's results (a list).
-    None when the plan needs its slots (several steps, or an output that is an input or a constant)."""
-    if len(steps) != 1:
-        return None
-    fn, ins, outs, _ = steps[0]
-    if not all(slot in outs for slot in output_slots):
-        return None
-    position = {slot: k for k, slot in enumerate(input_slots)}
-    others = [slot for slot in dict.fromkeys(ins) if slot not in position]
-    for k, slot in enumerate(others):
-        position[slot] = len(input_slots) + k
-    picks = tuple(position[slot] for slot in ins)
-    plain = picks == tuple(range(len(input_slots)))
-    out_picks = tuple(outs.index(slot) for slot in output_slots)
-    return fn, None if plain else _picker(picks), tuple(template[slot] for slot in others), _picker(out_picks)
-
-
-def _picker(positions: tuple[int, ...]) -> _Pick:
-    """``lambda seq: [seq[i] for i in positions]``, at C speed (``operator.itemgetter``)."""
-    if not positions:
-        return lambda seq: []
-    if len(positions) == 1:
-        (i,) = positions
-        return lambda seq: [seq[i]]
-    get = operator.itemgetter(*positions)
-    return lambda seq: list(get(seq))
-
-
-def _loop_step(
-    step: tuple[Callable[..., Sequence[Any]], tuple[int, ...], tuple[int, ...], tuple[int, ...]],
-) -> Any:
-    """A step as the loop runs it: (fn, get, out, outs, frees); ``get(slots)`` its arguments (C speed: Python
-    3.11's list comprehension made a function call a step), ``out`` its one output's slot (-1: several)."""
-    fn, ins, outs, frees = step
-    get: _Pick | Callable[[Sequence[Any]], tuple[Any, ...]]
-    if not ins:
-        get = _no_arguments
-    elif len(ins) == 1:
-        (i,) = ins
-        get = _one_argument(i)
-    else:
-        get = operator.itemgetter(*ins)
-    return fn, get, outs[0] if len(outs) == 1 else -1, outs, frees
-
-
-def _no_arguments(slots: Sequence[Any]) -> tuple[Any, ...]:
-    return ()
-
-
-def _one_argument(i: int) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    return lambda slots: (slots[i],)
-
-
-class _ErrstateVar:
-    """Stands in for numpy's error-state context variable where numpy has none (numpy < 2): each outermost run
-    enters ``np.errstate(all="ignore")``."""
-
-    def get(self) -> None:
-        return None
-
-    def set(self, _: Any) -> Any:
-        state = np.errstate(all="ignore")
-        state.__enter__()
-        return state
-
-    def reset(self, state: Any) -> None:
-        state.__exit__(None, None, None)
-
-
-def _numpy_errors() -> tuple[Any, Any]:
-    """numpy's error-state context variable and its "ignore all" value: setting them is what
-    ``np.errstate(all="ignore")`` does on entry (numpy 2), at 0.2 us a run instead of 0.75 us (the object and
-    its state made at each entry). The value is made once, here: numpy's buffer size and error callback as they
-    are now (an "ignore all" state calls no callback; the buffer size only tunes speed)."""
-    try:
-        from numpy._core._multiarray_umath import _extobj_contextvar, _make_extobj
-
-        return _extobj_contextvar, _make_extobj(all="ignore")
-    except (ImportError, TypeError):
-        return _ErrstateVar(), object()
-
-
-_ERRORS, _IGNORED = _numpy_errors()
 
 
 def _message(exc: BaseException) -> str:
