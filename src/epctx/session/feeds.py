@@ -64,13 +64,42 @@ class InputSpec:
 
 
 class FeedBinder:
-    __slots__ = ("_names", "_specs")
+    """Checks a feed against the graph inputs and orders it for the plan. The common feed (every input given as
+    an array of its dtype, rank and static sizes) takes a fast path over per-input (name, dtype, rank, static
+    dims) tuples made once; anything else (a missing, unknown or converted input, a wrong one) takes the full
+    check, which converts what it may and words each refusal as onnxruntime."""
+
+    __slots__ = ("_checks", "_count", "_names", "_specs")
 
     def __init__(self, specs: Sequence[InputSpec]) -> None:
         self._specs = list(specs)
         self._names = {s.name for s in self._specs}
+        self._count = len(self._specs)
+        tensors = all(s.dtype is not None and s.rank is not None for s in self._specs)
+        self._checks = tuple((s.name, s.dtype, s.rank, s.dims) for s in self._specs) if tensors else None
 
     def bind(self, feed: Mapping[str, Any]) -> list[Any]:
+        checks = self._checks
+        if checks is None or len(feed) != self._count:
+            return self._bind(feed)
+        bound = []
+        ndarray = np.ndarray
+        try:
+            for name, dtype, rank, dims in checks:
+                value = feed[name]
+                if type(value) is not ndarray or value.ndim != rank or value.dtype != dtype:
+                    return self._bind(feed)
+                if dims:
+                    shape = value.shape
+                    for i, d in dims:
+                        if shape[i] != d:
+                            return self._bind(feed)
+                bound.append(value)
+        except KeyError:  # a name the feed lacks (and another it has instead)
+            return self._bind(feed)
+        return bound
+
+    def _bind(self, feed: Mapping[str, Any]) -> list[Any]:
         bound = []
         used = 0
         for spec in self._specs:

@@ -17,7 +17,7 @@ from epctx.session.iobinding import SessionIOBinding
 from epctx.session.lifecycle import heal_options, prepare_source
 from epctx.session.logs import severity_scope
 from epctx.session.node_arg import ModelMetadata, NodeArg
-from epctx.session.ortvalue import OrtValue, owned_array
+from epctx.session.ortvalue import OrtValue, owned_array, owned_arrays
 from epctx.session.profiling import Profiler
 from epctx.session.run_hooks import run_observed
 
@@ -234,8 +234,8 @@ class InferenceSession:
         else:
             results = self._execute(inputs, run_options)
         if not output_names:
-            return [owned_array(r) for r in results]
-        return [owned_array(results[i]) for i in self._pick(output_names)]
+            return owned_arrays(results)
+        return owned_arrays([results[i] for i in self._pick(output_names)])
 
     def _pick(self, output_names: Sequence[str] | None) -> list[int]:
         if not output_names:

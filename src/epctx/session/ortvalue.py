@@ -16,7 +16,7 @@ from epctx.errors import InvalidArgument
 from epctx.model.dtypes import onnx_elem_type
 from epctx.session.node_arg import tensor_type_string
 
-__all__ = ["OrtValue", "array_from_pointer", "check_cpu", "owned_array"]
+__all__ = ["OrtValue", "array_from_pointer", "check_cpu", "owned_array", "owned_arrays"]
 
 
 def check_cpu(device_type: str, device_id: int, what: str) -> None:
@@ -38,6 +38,15 @@ def owned_array(value: Any) -> Any:
     if value is None or isinstance(value, list):
         return value
     return np.asarray(value)
+
+
+def owned_arrays(values: Sequence[Any]) -> list[Any]:
+    """``[owned_array(v) for v in values]``, the test for a fresh array inlined (run()'s hot path: a session's
+    results are fresh arrays in the common case)."""
+    ndarray = np.ndarray
+    return [
+        v if type(v) is ndarray and v.base is None and v.flags.writeable else owned_array(v) for v in values
+    ]
 
 
 def array_from_pointer(ptr: int, element_type: Any, shape: Sequence[int], what: str) -> np.ndarray:

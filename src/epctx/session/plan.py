@@ -10,6 +10,7 @@ import numpy as np
 
 from epctx.errors import EPCtxError, Fail
 from epctx.model.tensors import to_numpy
+from epctx.session.plan_calls import ERRORS, IGNORED, direct_call, loop_step
 
 if TYPE_CHECKING:
     from epctx.model.view import ValueView
@@ -38,7 +39,17 @@ class PlanStep:
 class ExecutionPlan:
     """Integer value slots, one step per kernel or compiled partition, slots freed after their last use."""
 
-    __slots__ = ("info", "input_slots", "labels", "num_slots", "output_slots", "steps", "template")
+    __slots__ = (
+        "_direct",
+        "_loop",
+        "info",
+        "input_slots",
+        "labels",
+        "num_slots",
+        "output_slots",
+        "steps",
+        "template",
+    )
 
     def __init__(
         self,
@@ -58,28 +69,43 @@ class ExecutionPlan:
         self.input_slots = input_slots
         self.output_slots = output_slots
         self.steps = steps
+        self._direct = direct_call(template, input_slots, output_slots, steps)
+        self._loop = tuple(loop_step(step) for step in steps)
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
-        slots = self.template.copy()
-        for slot, value in zip(self.input_slots, inputs):
-            slots[slot] = value
-        # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings.
+        # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings: numpy's
+        # error state is "ignore" for the outermost run (a body's plan runs inside its node's step, under it).
         # The try costs nothing while nothing is raised (CPython 3.11+ zero-cost exceptions).
+        token = None if ERRORS.get() is IGNORED else ERRORS.set(IGNORED)
         step: Any = None
         try:
-            with np.errstate(all="ignore"):
-                for step in self.steps:
-                    fn, ins, outs, frees = step
-                    results = fn(*[slots[i] for i in ins])
+            direct = self._direct
+            if direct is not None:  # one step (a whole-model partition): no slot list, no loop
+                fn, pick, constants, out_pick = direct
+                if pick is None:
+                    return out_pick(fn(*inputs))
+                return out_pick(fn(*pick((*inputs, *constants) if constants else inputs)))
+            slots = self.template.copy()
+            for slot, value in zip(self.input_slots, inputs):
+                slots[slot] = value
+            for step in self._loop:
+                fn, get, out, outs, frees = step
+                results = fn(*get(slots))
+                if out >= 0:
+                    slots[out] = results[0]
+                else:
                     for slot, value in zip(outs, results):
                         slots[slot] = value
-                    for slot in frees:
-                        slots[slot] = None
+                for slot in frees:
+                    slots[slot] = None
+            return [slots[i] for i in self.output_slots]
         except EPCtxError:
             raise
         except Exception as exc:
-            raise self._step_failed(step, exc) from exc
-        return [slots[i] for i in self.output_slots]
+            raise self._step_failed(self.steps[0] if direct is not None else step, exc) from exc
+        finally:
+            if token is not None:
+                ERRORS.reset(token)
 
     def run_observed(
         self, inputs: Sequence[Any], before: Callable[[int], None], after: Callable[[int], None]
@@ -89,27 +115,35 @@ class ExecutionPlan:
         slots = self.template.copy()
         for slot, value in zip(self.input_slots, inputs):
             slots[slot] = value
+        token = None if ERRORS.get() is IGNORED else ERRORS.set(IGNORED)
         step: Any = None
         try:
-            with np.errstate(all="ignore"):
-                for k, step in enumerate(self.steps):
-                    fn, ins, outs, frees = step
-                    before(k)
-                    results = fn(*[slots[i] for i in ins])
-                    after(k)
+            for k, step in enumerate(self._loop):
+                fn, get, out, outs, frees = step
+                before(k)
+                results = fn(*get(slots))
+                after(k)
+                if out >= 0:
+                    slots[out] = results[0]
+                else:
                     for slot, value in zip(outs, results):
                         slots[slot] = value
-                    for slot in frees:
-                        slots[slot] = None
+                for slot in frees:
+                    slots[slot] = None
         except EPCtxError:
             raise
         except Exception as exc:
             raise self._step_failed(step, exc) from exc
+        finally:
+            if token is not None:
+                ERRORS.reset(token)
         return [slots[i] for i in self.output_slots]
 
     def _step_failed(self, step: Any, exc: Exception) -> Fail:
         """A kernel or compiled partition raised: Fail naming it, in onnxruntime's words."""
-        index = next((k for k, s in enumerate(self.steps) if s is step), -1)
+        index = next((k for k, s in enumerate(self._loop) if s is step), -1)
+        if index < 0:
+            index = next((k for k, s in enumerate(self.steps) if s is step), -1)
         label = self.labels[index] if 0 <= index < len(self.labels) else f"step {index}"
         return Fail(f"Non-zero status code returned while running {label} Status Message: {_message(exc)}")
 
