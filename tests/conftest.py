@@ -113,3 +113,34 @@ def _measured_rule_default(request: pytest.FixtureRequest, monkeypatch: pytest.M
         from epctx import config
 
         monkeypatch.setitem(config._CONFIG_KEYS, config.PARTITION_MEASURED_RULE, _SHIPPED[0])
+
+
+KERNEL_EP_DELAY_S = 0.002  # what ``kernel_ep_delayed`` adds to each run of the kernel EP's side
+
+
+@pytest.fixture
+def kernel_ep_delayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measured rule's kernel-EP side of each measurement 2 ms slower, for tests whose test EP runs the same
+    numpy kernels as the CPU EP: "not slower" is then a verdict the load cannot flip (the two sides were equal to
+    a few microseconds, and the rule's margin is 10 %), while a test EP that sleeps 20 ms stays slower."""
+    import time
+
+    from epctx.session import measured_rule
+
+    real = measured_rule.kernel_runner
+
+    def kernel_runner(builder: Any) -> Any:
+        make = real(builder)
+
+        def runner(partition: Any) -> Any:
+            run = make(partition)
+
+            def delayed(*inputs: Any) -> Any:
+                time.sleep(KERNEL_EP_DELAY_S)
+                return run(*inputs)
+
+            return delayed
+
+        return runner
+
+    monkeypatch.setattr(measured_rule, "kernel_runner", kernel_runner)

@@ -33,6 +33,9 @@ from epctx.partition.synthetic import (
 from tests.fusing_ep import FusingEP, make_fusing_ep, registered
 from tests.oracle import run_ort
 
+# the kernel EP's side 2 ms slower: a test EP that runs the same kernels is "not slower" whatever the load
+pytestmark = pytest.mark.usefixtures("kernel_ep_delayed")
+
 RULE = "epctx.partition.measured_rule"
 
 
