@@ -138,6 +138,7 @@ class Pipeline:
             bodies=bool(bodies),
             loader=loader,
             refused=frozen_mapping(refused),
+            compiling=frozenset(ep.name for ep in providers if ep.compiles),
         )
         pending = partitioning.to_compile
         if pending and config.disable_model_compile:  # before any context is loaded

@@ -55,6 +55,7 @@ class Partitioning:
     # node -> (EP name, why): the nodes refused to an EP that claims them, by the measured rule's hand-back or
     # by the record of a context model (``epctx.partition.measured``); a context model generated records them
     refused: Mapping[ir.Node, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    compiling: frozenset[str] = frozenset()  # the names of the session's EPs that compile
 
     @property
     def to_compile(self) -> tuple[Unit, ...]:
@@ -97,5 +98,25 @@ class CompiledUnits:
         loaded = self.partitioning.loaded
         partitioning = self.partitioning
         return CompiledModel(
-            loaded.model, loaded.path, partitioning.units, self.compiled, config, refused=partitioning.refused
+            loaded.model, loaded.path, partitioning.units, self.compiled, config, refused=_recorded(partitioning)
         )
+
+
+def _recorded(partitioning: Partitioning) -> dict[ir.Node, tuple[str, str]]:
+    """What a context model generated from ``partitioning`` records as refused (``epctx.partition.measured``'s
+    record): the refusals (hand-backs), and for each node left out of every compiled partition the first
+    compiling EP's reason to decline it (its capability, the cost rule, a probe budget). A warm load then asks no
+    compiling EP about nodes it declined when the context was made: IREE probed again for 16 s on a warm load
+    of ppocr_det's context model, whose every node it had declined. A node is recorded for one EP (the record's
+    form): a second compiling EP that declined it is asked again, as before."""
+    if not partitioning.compiling:
+        return dict(partitioning.refused)
+    placed = {node for unit in partitioning.units if unit.partition is not None for node in unit.nodes}
+    recorded: dict[ir.Node, tuple[str, str]] = {}
+    for node, reasons in partitioning.declined.items():
+        if node in placed:
+            continue
+        first = next(((ep, why) for ep, why in reasons if ep in partitioning.compiling), None)
+        if first is not None:
+            recorded[node] = first
+    return {**recorded, **partitioning.refused}
