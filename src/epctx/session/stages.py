@@ -98,7 +98,12 @@ class CompiledUnits:
         loaded = self.partitioning.loaded
         partitioning = self.partitioning
         return CompiledModel(
-            loaded.model, loaded.path, partitioning.units, self.compiled, config, refused=_recorded(partitioning)
+            loaded.model,
+            loaded.path,
+            partitioning.units,
+            self.compiled,
+            config,
+            refused=_recorded(partitioning),
         )
 
 
