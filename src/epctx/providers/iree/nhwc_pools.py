@@ -23,34 +23,29 @@ def global_pools_channels_last(model: Any) -> int:
     import numpy as np
     from onnx import helper, numpy_helper
 
-    from epctx.providers.iree.space_to_depth import value_shapes
+    from epctx.providers.iree.node_rewrites import Replacement, rewrite_nodes, value_shapes
 
-    graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     shapes = value_shapes(model)
-    rewritten: list[Any] = []
-    count = 0
-    for k, node in enumerate(graph.node):
+
+    def replace(k: int, node: Any) -> Replacement | None:
         shape = shapes.get(node.input[0]) if node.op_type == "GlobalAveragePool" else None
         if shape is None or len(shape) != 4 or node.domain not in ("", "ai.onnx"):
-            rewritten.append(node)
-            continue
+            return None
         name = f"epctx_gap{k}"
-        graph.initializer.append(numpy_helper.from_array(np.array([0, -1, 1, 1], np.int64), f"{name}_nchw"))
+        consts = [numpy_helper.from_array(np.array([0, -1, 1, 1], np.int64), f"{name}_nchw")]
         if opset >= 18:  # the axes an input
-            graph.initializer.append(numpy_helper.from_array(np.array([1, 2], np.int64), f"{name}_axes"))
+            consts.append(numpy_helper.from_array(np.array([1, 2], np.int64), f"{name}_axes"))
             mean = helper.make_node(
                 "ReduceMean", [f"{name}_nhwc", f"{name}_axes"], [f"{name}_mean"], keepdims=1
             )
         else:
             mean = helper.make_node("ReduceMean", [f"{name}_nhwc"], [f"{name}_mean"], axes=[1, 2], keepdims=1)
-        rewritten += [
+        nodes = [
             helper.make_node("Transpose", [node.input[0]], [f"{name}_nhwc"], perm=[0, 2, 3, 1]),
             mean,
             helper.make_node("Reshape", [f"{name}_mean", f"{name}_nchw"], list(node.output), name=node.name),
         ]
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(rewritten)
-    return count
+        return nodes, consts
+
+    return rewrite_nodes(model, replace)

@@ -44,12 +44,14 @@ ENABLE_ENV = "EPCTX_IREE_PROBE_CACHE"
 _FORMAT = 1
 _BYTES_BY_SHAPE = 1024
 # the modules that make IREE's input from a partition (the worker's graph rewrites, the flags chosen per job);
-# tests/providers/test_iree_probe_cache.py checks that every module the worker imports is here
+# tests/providers/test_iree_probe_cache.py checks that every module the worker imports is here (and node_rewrites,
+# which they import)
 _REWRITE_MODULES = (
     "compile.py",
     "options.py",
     "worker.py",
     "depthwise.py",
+    "node_rewrites.py",
     "nhwc_pools.py",
     "space_to_depth.py",
     "upsample.py",

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from epctx.providers.iree.node_rewrites import Replacement, rewrite_nodes, value_shapes
+
 __all__ = ["MAX_CHANNELS", "strided_stems_to_depth", "value_shapes"]
 
 MAX_CHANNELS = 4  # input channels of the convolutions rewritten (an image's 1, 3 or 4)
@@ -27,19 +29,6 @@ def _attr(node: Any, name: str, default: Any) -> Any:
 
     found = next((a for a in node.attribute if a.name == name), None)
     return default if found is None else helper.get_attribute_value(found)
-
-
-def value_shapes(model: Any) -> dict[str, list[int | None]]:
-    """The shapes ONNX's shape inference gives the inputs and values of ``model`` (None: a dimension unknown)."""
-    import onnx
-
-    inferred = onnx.shape_inference.infer_shapes(model)
-    shapes: dict[str, list[int | None]] = {}
-    for value in [*inferred.graph.input, *inferred.graph.value_info]:
-        tensor = value.type.tensor_type
-        if tensor.HasField("shape"):
-            shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-    return shapes
 
 
 def _stem(node: Any, initializers: dict[str, Any], shapes: dict[str, list[int | None]]) -> list[int] | None:
@@ -112,21 +101,11 @@ def _nodes(node: Any, dims: list[int], name: str) -> tuple[list[Any], list[Any]]
 
 def strided_stems_to_depth(model: Any) -> int:
     """Rewrite each strided stem of ``model`` (an onnx ModelProto; see ``_stem``) in place; returns how many."""
-    graph = model.graph
     shapes = value_shapes(model)
-    initializers = {t.name: t for t in graph.initializer}
-    rewritten: list[Any] = []
-    count = 0
-    for k, node in enumerate(graph.node):
+    initializers = {t.name: t for t in model.graph.initializer}
+
+    def replace(k: int, node: Any) -> Replacement | None:
         dims = _stem(node, initializers, shapes)
-        if dims is None:
-            rewritten.append(node)
-            continue
-        nodes, consts = _nodes(node, dims, f"epctx_s2d{k}")
-        graph.initializer.extend(consts)
-        rewritten += nodes
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(rewritten)
-    return count
+        return None if dims is None else _nodes(node, dims, f"epctx_s2d{k}")
+
+    return rewrite_nodes(model, replace)

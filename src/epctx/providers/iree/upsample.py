@@ -64,32 +64,27 @@ def nearest_upsamples_as_broadcasts(model: Any) -> int:
     import numpy as np
     from onnx import helper, numpy_helper
 
-    from epctx.providers.iree.space_to_depth import value_shapes
+    from epctx.providers.iree.node_rewrites import Replacement, rewrite_nodes, value_shapes
 
-    graph = model.graph
     shapes = value_shapes(model)
-    initializers = {t.name: t for t in graph.initializer}
-    rewritten: list[Any] = []
-    count = 0
-    for k, node in enumerate(graph.node):
+    initializers = {t.name: t for t in model.graph.initializer}
+
+    def replace(k: int, node: Any) -> Replacement | None:
         factors = _factors(node, initializers, shapes.get(node.input[0]))
         if factors is None:
-            rewritten.append(node)
-            continue
+            return None
         (fh, fw), (_, _, h, w) = factors, shapes[node.input[0]]
         name = f"epctx_up{k}"
-        graph.initializer.extend([
+        consts = [
             numpy_helper.from_array(np.array([3, 5], np.int64), f"{name}_axes"),
             numpy_helper.from_array(np.array([1, 1, 1, fh, 1, fw], np.int64), f"{name}_times"),
             numpy_helper.from_array(np.array([0, 0, int(h or 0) * fh, int(w or 0) * fw], np.int64), f"{name}_shape"),
-        ])  # fmt: skip
-        rewritten += [
+        ]  # fmt: skip
+        nodes = [
             helper.make_node("Unsqueeze", [node.input[0], f"{name}_axes"], [f"{name}_6d"]),
             helper.make_node("Expand", [f"{name}_6d", f"{name}_times"], [f"{name}_wide"]),
             helper.make_node("Reshape", [f"{name}_wide", f"{name}_shape"], list(node.output), name=node.name),
         ]
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(rewritten)
-    return count
+        return nodes, consts
+
+    return rewrite_nodes(model, replace)
