@@ -8,7 +8,7 @@ past ``sequence_lens`` give zero outputs, and a batch entry of length 0 gives ze
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -227,6 +227,41 @@ def _clipper(clip: float | None) -> Callable[[np.ndarray], object]:
     return lambda a: np.clip(a, -clip, clip, out=a)
 
 
+def _lstm_cell(clip: Callable[[np.ndarray], Any], input_forget: bool) -> Callable[..., tuple[Any, Any]]:
+    """One LSTM time step from its gate pre-activations (``iofc`` blocks, ``hid`` wide each) and the cell state:
+    ``cell(gates, c, (f, g, h), peep)`` -> (h, c) new; ``peep``: the peepholes (i, o, f) or None."""
+
+    def cell(gates: np.ndarray, c: np.ndarray, acts: Sequence[Any], peep: Any) -> tuple[Any, Any]:
+        f, g, h_act = acts
+        hid = c.shape[-1]
+        if peep is None:
+            clip(gates)
+            ifo = f(gates[:, : 3 * hid])
+            i, o, fg = ifo[:, :hid], ifo[:, hid : 2 * hid], ifo[:, 2 * hid :]
+            if input_forget:
+                fg = 1 - i
+            c_new = fg * c + i * g(gates[:, 3 * hid :])
+            return o * h_act(c_new), c_new
+        pi, po, pf = peep
+        pre_i = gates[:, :hid] + c * pi
+        clip(pre_i)
+        i = f(pre_i)
+        if input_forget:
+            fg = 1 - i
+        else:
+            pre_f = gates[:, 2 * hid : 3 * hid] + c * pf
+            clip(pre_f)
+            fg = f(pre_f)
+        pre_c = gates[:, 3 * hid :]
+        clip(pre_c)
+        c_new = fg * c + i * g(pre_c)
+        pre_o = gates[:, hid : 2 * hid] + c_new * po
+        clip(pre_o)
+        return f(pre_o) * h_act(c_new), c_new
+
+    return cell
+
+
 @kernel("LSTM", since=7)
 def _lstm(info: NodeInfo) -> Kernel:
     spec = _Spec(info)
@@ -244,6 +279,7 @@ def _lstm(info: NodeInfo) -> Kernel:
     step = None
     if plain and spec.layout == 0 and spec.clip is None and not input_forget:
         step = lstm_step(len(spec.directions), spec.want_y, want_c, n_out)
+    cell = _lstm_cell(clip, input_forget)
 
     def run(
         x: np.ndarray,
@@ -271,37 +307,12 @@ def _lstm(info: NodeInfo) -> Kernel:
             rt = r[d].T
             h = driver.state(h0, d, batch, hid, x.dtype)
             c = driver.state(c0, d, batch, hid, x.dtype)
-            pi = pf = po = None
-            if p is not None:
-                pi, po, pf = p[d, :hid], p[d, hid : 2 * hid], p[d, 2 * hid :]
+            peep = None if p is None else (p[d, :hid], p[d, hid : 2 * hid], p[d, 2 * hid :])  # i, o, f
             y = np.zeros((seq, batch, hid), dtype=x.dtype) if spec.want_y else None
             for t in range(steps):
                 gates = h @ rt
                 gates += xd[t]
-                if pi is None:
-                    clip(gates)
-                    ifo = f(gates[:, : 3 * hid])
-                    i, o, fg = ifo[:, :hid], ifo[:, hid : 2 * hid], ifo[:, 2 * hid :]
-                    if input_forget:
-                        fg = 1 - i
-                    c_new = fg * c + i * g(gates[:, 3 * hid :])
-                else:
-                    pre_i = gates[:, :hid] + c * pi
-                    clip(pre_i)
-                    i = f(pre_i)
-                    if input_forget:
-                        fg = 1 - i
-                    else:
-                        pre_f = gates[:, 2 * hid : 3 * hid] + c * pf
-                        clip(pre_f)
-                        fg = f(pre_f)
-                    pre_c = gates[:, 3 * hid :]
-                    clip(pre_c)
-                    c_new = fg * c + i * g(pre_c)
-                    pre_o = gates[:, hid : 2 * hid] + c_new * po
-                    clip(pre_o)
-                    o = f(pre_o)
-                h_new = o * h_act(c_new)
+                h_new, c_new = cell(gates, c, (f, g, h_act), peep)
                 if y is not None:
                     y[t] = h_new
                 if valid is None:
