@@ -9,19 +9,17 @@ backend (one class for both sessions: the same EP)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 import epctx
-from epctx.ep import Capability
 from epctx.partition.measured import FROM_CACHE, refusal_record
 from epctx.partition.verdicts import ENABLE_ENV, FOLDER, graph_digest
 from tests.fusing_ep import FusingEP, registered
 from tests.oracle import run_ort
 from tests.requires import requires
-from tests.test_partition_measured_rule import RULE, _model, _slow_ep, _spy_shapes
+from tests.test_partition_measured_rule import RULE, _model, _slow_ep, _spy_shapes, shifting_ep
 
 # the kernel EP's side 2 ms slower: a test EP that runs the same kernels is "not slower" whatever the load
 pytestmark = pytest.mark.usefixtures("kernel_ep_delayed")
@@ -178,13 +176,7 @@ def test_nodes_refused_after_a_hand_back_are_kept_too() -> None:
     """An EP that claims {matmul, relu} while matmul is offered, else {neg} (as IREE's capability check may):
     the rule hands {matmul, relu} back and refuses neg, claimed only then; the second session refuses all three
     from the record, so the EP compiles nothing (it would compile neg unmeasured otherwise)."""
-    base = _slow_ep()
-
-    class Shifting(base):  # type: ignore[misc, valid-type]
-        def get_capability(self, graph: Any, opset_imports: Any, ctx: Any) -> Any:
-            taken = {n.name for n in ctx.assigned}
-            wanted = {"matmul", "relu"} if "matmul" not in taken else {"neg"}
-            return Capability(tuple(n for n in graph if n.name in wanted and n.name not in taken))
+    Shifting = shifting_ep()
 
     model = _model()
     _open(Shifting, model)

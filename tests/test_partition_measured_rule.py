@@ -210,11 +210,8 @@ def test_the_measurement_runs_inside_the_eps_run_scopes() -> None:
     assert {ep for ep, _ in sess.get_partitions()} == {"CPUExecutionProvider"}
 
 
-def test_nodes_an_ep_claims_only_after_a_hand_back_are_left_to_the_next_ep() -> None:
-    """An EP whose claim depends on what it is offered (as IREE's capability check does): {matmul, relu} while
-    matmul is offered, else {neg}. The rule hands {matmul, relu} back; the EP then claims neg, which it did not
-    hold when measured: refused to it too (a partition formed then would run unmeasured: nudenet on IREE ran
-    6.8x slower that way)."""
+def shifting_ep() -> type[FusingEP]:
+    """The slow test EP (``_slow_ep``) claiming {matmul, relu} while matmul is offered, else {neg}."""
     base = _slow_ep()
 
     class Shifting(base):  # type: ignore[misc, valid-type]
@@ -225,6 +222,15 @@ def test_nodes_an_ep_claims_only_after_a_hand_back_are_left_to_the_next_ep() -> 
             wanted = {"matmul", "relu"} if "matmul" not in taken else {"neg"}
             return Capability(tuple(n for n in graph if n.name in wanted and n.name not in taken))
 
+    return Shifting
+
+
+def test_nodes_an_ep_claims_only_after_a_hand_back_are_left_to_the_next_ep() -> None:
+    """An EP whose claim depends on what it is offered (as IREE's capability check does): {matmul, relu} while
+    matmul is offered, else {neg}. The rule hands {matmul, relu} back; the EP then claims neg, which it did not
+    hold when measured: refused to it too (a partition formed then would run unmeasured: nudenet on IREE ran
+    6.8x slower that way)."""
+    Shifting = shifting_ep()
     so = epctx.SessionOptions()
     so.add_session_config_entry(RULE, "1")
     with registered(Shifting):
