@@ -30,6 +30,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_run_overhead import checkout_trees  # noqa: E402
+
 CASES = ("ort", "floor", "compiled", "run", "unscoped")
 
 _CHILD = r"""
@@ -111,11 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    trees = {"this": ROOT / "src"}
-    if args.baseline is not None:
-        if not (args.baseline / "src" / "epctx").is_dir():
-            parser.error(f"--baseline {args.baseline} is not an epctx checkout (no src/epctx)")
-        trees["baseline"] = args.baseline / "src"
+    trees = checkout_trees(parser, args.baseline)
     models = args.models.split(",")
     best: dict[tuple[str, str, str], float] = {}
     for _ in range(2 if len(trees) > 1 else 1):  # alternate the trees so both see the same load

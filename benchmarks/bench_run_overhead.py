@@ -132,6 +132,17 @@ def _child(src: Path, calls: int, repeat: int, iree: bool, corpus: bool = False)
     return {name: float(value) for name, value in (line.split() for line in out.stdout.splitlines())}
 
 
+def checkout_trees(parser: argparse.ArgumentParser, baseline: Path | None) -> dict[str, Path]:
+    """The src/ folders to import epctx from: this checkout's, and ``--baseline``'s (a usage error if it is not an
+    epctx checkout)."""
+    trees = {"this": ROOT / "src"}
+    if baseline is not None:
+        if not (baseline / "src" / "epctx").is_dir():
+            parser.error(f"--baseline {baseline} is not an epctx checkout (no src/epctx)")
+        trees["baseline"] = baseline / "src"
+    return trees
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -151,11 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "(_call) and onnxruntime's run (ort_) beside them",
     )
     args = parser.parse_args(argv)
-    trees = {"this": ROOT / "src"}
-    if args.baseline is not None:
-        if not (args.baseline / "src" / "epctx").is_dir():
-            parser.error(f"--baseline {args.baseline} is not an epctx checkout (no src/epctx)")
-        trees["baseline"] = args.baseline / "src"
+    trees = checkout_trees(parser, args.baseline)
     best: dict[tuple[str, str], float] = {}
     for round_ in range(args.rounds):
         for tree, src in trees.items():
