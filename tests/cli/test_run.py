@@ -1,4 +1,4 @@
-"""``epctx run``: every input from --input or --random (dynamic dimensions from --dim), nothing guessed; a context
+"""``epctx run``: every input from --input or --random (dynamic dimensions from --dim or --shape), nothing guessed; a context
 model runs on the EPs its EPContext nodes name; -p takes options with commas."""
 
 from __future__ import annotations
@@ -48,6 +48,25 @@ def test_random_needs_a_size_for_each_dynamic_dimension(cli: Cli, model: Path) -
         out = result.json()
         assert out["inputs"] == {"x": {"shape": [5, 8], "dtype": "float32"}}
         assert out["outputs"][0]["shape"] == [5, 4]
+
+
+def test_random_takes_whole_shapes(cli: Cli, model: Path) -> None:
+    result = cli("run", model, "--random", "--shape", "x[6,8]", "--json")
+    assert result.status == 0, result.err
+    out = result.json()
+    assert out["inputs"] == {"x": {"shape": [6, 8], "dtype": "float32"}}
+    assert out["outputs"][0]["shape"] == [6, 4]
+    x = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    assert out["outputs"][0]["mean"] == pytest.approx(_expected_mean(x), abs=1e-6)
+
+
+def test_shape_errors(cli: Cli, model: Path) -> None:
+    assert_one_error_line(cli("run", model, "--shape", "x[2,8]"), 2, "--shape", "--random")
+    assert_one_error_line(cli("run", model, "--random", "--shape", "x[2,9]"), 1, "axis 1", "fixed at 8")
+    assert_one_error_line(cli("run", model, "--random", "--shape", "x[2,8,1]"), 1, "rank 2")
+    assert_one_error_line(cli("run", model, "--random", "--shape", "y[2,8]", "--dim", "N=1"), 1, "'y'", "x")
+    assert_one_error_line(cli("run", model, "--random", "--shape", "x[2,-8]"), 2, "negative")
+    assert_one_error_line(cli("run", model, "--random", "--shape", "x[2,8]", "--shape", "x[3,8]"), 2, "twice")
 
 
 def test_random_is_seeded(cli: Cli, model: Path) -> None:

@@ -1,8 +1,11 @@
 """The inputs of ``epctx run``: ``--input NAME=FILE.npy`` for each model input, or ``--random`` for random data
 (floats from a standard normal, integers in [0, 4), booleans; seeded by ``--seed``). Dynamic dimensions of
 random inputs need a value: ``--dim NAME=N`` for a symbolic dimension (``batch``), ``--dim INPUT:AXIS=N`` for an
-unnamed one. Nothing is guessed: an input name the model lacks, a missing input, a dynamic dimension without a
-value and a ``--dim`` that no random input uses are errors."""
+unnamed one, or ``--shape NAME[d0,d1,...]`` for an input's whole shape (anonymous dimensions too, as Paddle's ``?``;
+its fixed dimensions must match the model's). Nothing is guessed: an input name the model lacks, a missing input, a
+dynamic dimension without a value, a ``--dim`` that no random input uses and a ``--shape`` of an input that is not
+random, of the wrong rank or against a fixed size are errors. (To compile for the shape too, add
+``-C epctx.input_shapes=NAME[d0,...]``.)"""
 
 from __future__ import annotations
 
@@ -52,10 +55,14 @@ def build_feed(
     random: bool,
     dims: Mapping[str, str],
     seed: int = 0,
+    shapes: Sequence[str] = (),
 ) -> dict[str, np.ndarray]:
-    """The feed for ``inputs`` (the session's NodeArgs) from .npy ``files`` and, with ``random``, random data."""
-    if dims and not random:
-        raise UsageError("--dim gives sizes for --random data; add --random", "epctx run")
+    """The feed for ``inputs`` (the session's NodeArgs) from .npy ``files`` and, with ``random``, random data
+    (sized by ``dims`` and the whole ``shapes``, ``--shape`` items)."""
+    for flag, given in (("--dim", dims), ("--shape", shapes)):
+        if given and not random:
+            raise UsageError(f"{flag} gives sizes for --random data; add --random", "epctx run")
+    whole = _whole_shapes(shapes)
     names = [arg.name for arg in inputs]
     unknown = [name for name in files if name not in names]
     if unknown:
@@ -73,8 +80,17 @@ def build_feed(
     used: set[str] = set()
     rng = np.random.default_rng(seed)
     feed = {name: np.load(path, allow_pickle=False) for name, path in files.items()}
+    stray = [name for name in whole if name not in {arg.name for arg in missing}]
+    if stray:
+        raise InvalidArgument(
+            f"--shape {', '.join(map(repr, stray))}: not an input made by --random; those are: "
+            f"{', '.join(a.name for a in missing) or 'none'}"
+        )
     for arg in missing:
-        shape = [_dim(arg, axis, d, sizes, used) for axis, d in enumerate(arg.shape or [])]
+        if arg.name in whole:
+            shape = _stated(arg, whole[arg.name])
+        else:
+            shape = [_dim(arg, axis, d, sizes, used) for axis, d in enumerate(arg.shape or [])]
         feed[arg.name] = _random(arg, shape, rng)
     unused = sorted(set(sizes) - used)
     if unused:
@@ -83,6 +99,31 @@ def build_feed(
             f"their inputs and shapes: {', '.join(f'{a.name} {a.shape}' for a in missing) or 'none'}"
         )
     return feed
+
+
+def _whole_shapes(items: Sequence[str]) -> dict[str, list[int]]:
+    """``--shape NAME[d0,...]`` items (each may hold several, comma-separated) by input name."""
+    from epctx.config import parse_shapes
+
+    try:
+        return {name: list(dims) for name, dims in parse_shapes(",".join(items), "--shape")}
+    except InvalidArgument as exc:
+        raise UsageError(str(exc.args[0]), "epctx run") from None
+
+
+def _stated(arg: Any, shape: list[int]) -> list[int]:
+    """A ``--shape`` for ``arg``: its rank, and its fixed dimensions, as the model's."""
+    model = list(arg.shape or [])
+    if len(shape) != len(model):
+        raise InvalidArgument(
+            f"--shape {arg.name}{shape}: input {arg.name!r} has rank {len(model)} {model}, not {len(shape)}"
+        )
+    for axis, (size, dim) in enumerate(zip(shape, model)):
+        if isinstance(dim, int) and dim >= 0 and dim != size:
+            raise InvalidArgument(
+                f"--shape {arg.name}{shape}: axis {axis} of input {arg.name!r} is fixed at {dim} ({model})"
+            )
+    return shape
 
 
 def _dim(arg: Any, axis: int, dim: Any, sizes: Mapping[str, int], used: set[str]) -> int:

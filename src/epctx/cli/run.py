@@ -1,4 +1,4 @@
-"""``epctx run MODEL [--input NAME=FILE.npy]... [--random [--dim NAME=N]... [--seed S]] [-p EP[:k=v,...]]...
+"""``epctx run MODEL [--input NAME=FILE.npy]... [--random [--dim NAME=N]... [--shape NAME[d0,...]]... [--seed S]] [-p EP[:k=v,...]]...
 [-o FILE.npz | --output-dir DIR [--force]] [-C KEY=VALUE]... [-q]``: run a model, print an output summary and
 timing, save the outputs.
 
@@ -51,6 +51,13 @@ def add_parser(sub: Any) -> None:
         default=[],
         metavar="NAME=N",
         help="size of a dynamic dimension of random inputs (repeatable): NAME=N or INPUT:AXIS=N",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME[d0,...]",
+        help="whole shape of a random input (repeatable), anonymous dimensions included",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
     add_provider_arguments(p)
@@ -144,7 +151,13 @@ def run(args: argparse.Namespace) -> int:
         chosen_by = "the model's EPContext nodes" if providers else "default"
     session, created = _create_session(args, providers)
     feed = feeds.build_feed(
-        args.model, session.get_inputs(), files, random=args.random, dims=dims, seed=args.seed
+        args.model,
+        session.get_inputs(),
+        files,
+        random=args.random,
+        dims=dims,
+        seed=args.seed,
+        shapes=args.shape,
     )
     names = [o.name for o in session.get_outputs()]
     saved = run_outputs.planned_files(args, names)
