@@ -1,8 +1,8 @@
 """Control flow OpenVINO declines carries OpenVINO's own reason: its ONNX frontend's words about the node inside
 the body it could not translate (partial conversion hides those placeholders inside the If / Loop, and the
 device's query then only says it does not support the If), or its plugin's words from a probe compile where
-the query leaves a control-flow operation out (the CPU plugin's query returns nothing for an If whose branches
-differ in rank, not even for the nodes beside it). onnxruntime CPU is the oracle for the results."""
+the query leaves a control-flow operation out (as the CPU plugin's query does, silently, for an If whose
+branches differ in rank). onnxruntime CPU is the oracle for the results."""
 
 from __future__ import annotations
 
@@ -49,6 +49,18 @@ def test_silero_vad_if_declined_with_the_frontends_words_from_its_body() -> None
     assert "(Core.query_model)" not in why and GENERIC not in why
     on_cpu = [n for ep, nodes in session.get_partitions() if ep != OV for n in nodes]
     assert on_cpu and all(reasons.get(n) for n in on_cpu)  # every node OpenVINO does not run says why
+    # silero's streaming use on this session: the state carried over chunks, both rates (both branches)
+    oracle = ort.InferenceSession(str(_silero()), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for sr, samples in ((16000, 576), (8000, 288)):  # 512 / 256 new samples behind 64 / 32 of context
+        state = expected_state = np.zeros((2, 1, 128), np.float32)
+        for _ in range(6):
+            chunk = (rng.standard_normal((1, samples)) * 0.3).astype(np.float32)
+            rate = np.array(sr, np.int64)
+            want, expected_state = oracle.run(None, {"input": chunk, "state": expected_state, "sr": rate})
+            got, state = session.run(None, {"input": chunk, "state": state, "sr": rate})
+            np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+            np.testing.assert_allclose(state, expected_state, atol=1e-5, rtol=1e-4)
 
 
 def _dynamic_rank_if() -> onnx.ModelProto:
@@ -86,10 +98,12 @@ def _capability(proto: onnx.ModelProto, ep: OpenVINOExecutionProvider) -> tuple[
 
 
 def test_dynamic_rank_if_declined_with_the_plugins_words() -> None:
-    """The CPU plugin's query_model returns nothing for this model (Exp and Relu included); its compile names
-    the If and says why. The If is declined with those words and the rest asked again: Exp is OpenVINO's."""
+    """The CPU plugin's query_model leaves out the If (and the Relu reading its output of unknown rank),
+    without a word; its compile names the If and says why. The If is declined with those words, the rest
+    asked again: Exp is OpenVINO's, Relu keeps the query's reason."""
     claimed, declined = _capability(_dynamic_rank_if(), OpenVINOExecutionProvider())
     assert "exp" in claimed and "squeeze_if" not in claimed
+    assert declined["relu"].startswith("OpenVINO's CPU device does not support its operation(s) Relu")
     assert declined["squeeze_if"] == (
         "OpenVINO's CPU plugin refused to compile it: CPU plug-in doesn't support If operation with dynamic "
         "rank (Core.compile_model)"
@@ -104,6 +118,46 @@ def test_dynamic_rank_if_declined_with_the_plugins_words() -> None:
         for got, want in zip(session.run(None, feeds), oracle.run(None, feeds)):
             assert got.shape == want.shape
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _scan_with_wrap_pad() -> onnx.ModelProto:
+    """Scan over the rows of x[N, 4]: acc = Pad_wrap(acc + row)[1:5] (ONNX Scan is OpenVINO's TensorIterator)."""
+    tensor = oh.make_tensor_value_info
+    array = onnx.numpy_helper.from_array
+    body = oh.make_graph(
+        [
+            oh.make_node("Add", ["acc", "row"], ["sum"], name="scan_add"),
+            oh.make_node("Pad", ["sum", "pads"], ["padded"], name="scan_pad", mode="wrap"),
+            oh.make_node("Slice", ["padded", "starts", "ends"], ["acc_out"], name="scan_slice"),
+            oh.make_node("Identity", ["acc_out"], ["row_out"], name="scan_out"),
+        ],
+        "scan_body",
+        [tensor("acc", TensorProto.FLOAT, [4]), tensor("row", TensorProto.FLOAT, [4])],
+        [tensor("acc_out", TensorProto.FLOAT, [4]), tensor("row_out", TensorProto.FLOAT, [4])],
+    )
+    inits = [
+        array(np.array([1, 1], np.int64), "pads"),
+        array(np.array([1], np.int64), "starts"),
+        array(np.array([5], np.int64), "ends"),
+    ]
+    nodes = [oh.make_node("Scan", ["init", "x"], ["acc", "rows"], name="scan", body=body, num_scan_inputs=1)]
+    inputs = [tensor("init", TensorProto.FLOAT, [4]), tensor("x", TensorProto.FLOAT, ["N", 4])]
+    outputs = [tensor("acc", TensorProto.FLOAT, [4]), tensor("rows", TensorProto.FLOAT, ["N", 4])]
+    graph = oh.make_graph(nodes, "scan_wrap", inputs, outputs, inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_scan_declined_with_the_frontends_words_from_its_body() -> None:
+    data = _scan_with_wrap_pad().SerializeToString()
+    session = epctx.InferenceSession(data, providers=[OV])
+    assert session.get_fallback_reasons()["scan"][OV] == (
+        "OpenVINO's ONNX frontend failed to convert Pad-17: Unsupported padding mode: [wrap] "
+        "(node 'scan_pad' in its body)"
+    )
+    feeds = {"init": np.zeros(4, np.float32), "x": np.arange(12, dtype=np.float32).reshape(3, 4)}
+    oracle = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, feeds), oracle.run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 class _CautiousCore:

@@ -1,9 +1,9 @@
 """What OpenVINO says about control flow that ``Core.query_model`` leaves out: its plugin's own verdict.
 
-``query_model`` answers per operation and is silent on why; on a model whose ``If`` has branches of different
-ranks (silero-vad's "squeeze if the last dimension is 1" blocks, or a body the frontend could not translate
-whole) the CPU plugin's query returns nothing at all, not even for the ``Relu`` beside it. Its
-``compile_model`` names the operation and the reason::
+``query_model`` answers per operation and is silent on why: it leaves out an ``If`` whose branches differ in
+rank (silero-vad's "squeeze if the last dimension is 1" blocks), and on a model of little else (``x -> If ->
+Relu``) it returns nothing at all, the ``Relu`` and the parameters included. ``compile_model`` names the
+operation and the reason::
 
     Check '!shape.rank().is_dynamic()' failed at src/plugins/intel_cpu/src/node.cpp:108:
     Unexpected: CPU plug-in doesn't support If operation with dynamic rank. Operation name: theif
