@@ -63,9 +63,10 @@ def test_silero_vad_bodies_on_openvino_match_onnxruntime(tmp_path: Path) -> None
             got, state = ours.run(None, {"input": chunk, "state": state, "sr": rate})
             np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
             np.testing.assert_allclose(state, expected_state, atol=1e-4, rtol=1e-3)
-    # Main graph: one partition (the Constant and Equal choosing the branch). Each branch: its encoder, LSTM
-    # cell and decoder compiled by OpenVINO, three partitions per branch.
-    assert _compiled_on_openvino(ours) == 7
+    # Main graph: two partitions (the Constant and Equal choosing the branch; the Identity nodes after the If,
+    # which OpenVINO's frontend declines). Each branch: its encoder, LSTM cell and decoder compiled by
+    # OpenVINO, three partitions per branch.
+    assert _compiled_on_openvino(ours) == 8
     # The placement shows the bodies' nodes: most on OpenVINO, the rest with a reason (the cost rule for the
     # small partitions, OpenVINO's own words for the others).
     inside = [p for p in ours.get_node_placement() if p.graph.startswith("If_0/")]
@@ -78,7 +79,7 @@ def test_silero_vad_bodies_on_openvino_match_onnxruntime(tmp_path: Path) -> None
 
 def test_bodies_stay_on_the_cpu_ep_by_default(tmp_path: Path) -> None:
     session = _session(str(_silero()), tmp_path, bodies=False)
-    assert _compiled_on_openvino(session) == 1  # the main graph's only
+    assert _compiled_on_openvino(session) == 2  # the main graph's: around the If
     inside = [p for p in session.get_node_placement() if p.graph]
     assert len(inside) > 600 and all(
         p.provider == CPU and p.declined == ((OV, BODY_NOT_OFFERED),) for p in inside
@@ -178,3 +179,21 @@ def test_body_compiles_pass_the_sessions_guard(tmp_path: Path) -> None:
     options.add_session_config_entry("session.disable_model_compile", "1")
     session = epctx.InferenceSession(data, options, providers=[OV])
     assert all(p.provider == CPU for p in session.get_node_placement())
+
+
+def test_declined_control_flow_says_what_openvino_said() -> None:
+    """The Loop is declined with the frontend's words about the Pad inside its body (partial conversion keeps
+    that placeholder inside the Loop, where the query would only say it does not support the Loop); the If
+    after it, which the device's query leaves out, adds what its probe compile says: the Loop's output it
+    reads has no known rank."""
+    session = epctx.InferenceSession(_loop_and_if_model(), providers=[OV])
+    reasons = {p.name: dict(p.declined)[OV] for p in session.get_node_placement() if not p.graph}
+    assert reasons["loop"] == (
+        "OpenVINO's ONNX frontend failed to convert Pad-17: Unsupported padding mode: [wrap] "
+        "(node 'loop_pad' in its body)"
+    )
+    assert reasons["if"].startswith("OpenVINO's CPU device does not support its operation(s) If")
+    assert reasons["if"].endswith(
+        "compiled, the CPU plugin says: CPU plug-in doesn't support Parameter operation with dynamic rank "
+        "(operation 'h')"
+    )

@@ -18,10 +18,14 @@ import onnx_ir as ir
 
 from epctx.ep import is_ep_context, make_partition, outer_scope_values
 from epctx.providers.openvino.onnx_bridge import bind_weights, in_memory_model
+from epctx.providers.openvino.probe import CONTROL_FLOW, ProbeVerdict, body_models, probe_compile
 
 __all__ = ["candidate_nodes", "supported_nodes"]
 
 _SKIPPED_OPS = ("Result",)
+# Probe compiles one capability query may make (each settles one control-flow operation the device's query
+# left out): a bound on what a model with many such If nodes costs to partition.
+_MAX_PROBES = 4
 
 
 def _untyped(values: Sequence[ir.Value | None]) -> ir.Value | None:
@@ -78,9 +82,12 @@ def _ops_by_node(ov_model: Any, node_of_value: Mapping[str, ir.Node]) -> dict[ir
 
 
 def _is_placeholder(op: Any) -> bool:
-    """An operation the frontend could not translate (kept in place by partial conversion)."""
+    """An operation the frontend could not translate (kept in place by partial conversion), or a
+    control-flow operation with one in its bodies."""
     kind = op.get_type_name()
-    return "FrameworkNode" in kind or kind.startswith("NotSupported")
+    if "FrameworkNode" in kind or kind.startswith("NotSupported"):
+        return True
+    return any(_is_placeholder(inner) for body in body_models(op) for inner in body.get_ordered_ops())
 
 
 def supported_nodes(
@@ -94,40 +101,98 @@ def supported_nodes(
     """The candidates OpenVINO's ONNX frontend translates and ``device`` supports, in graph order; and
     OpenVINO's reason for each other candidate (``reasons``).
 
-    Nodes the frontend cannot translate are dropped and the rest converted again, so that the device is
-    queried on a model whose every value has a known type (a placeholder's outputs have none)."""
+    Nodes the frontend cannot translate (in their bodies too) are dropped and the rest converted again, so
+    that the device is queried on a model whose every value has a known type (a placeholder's outputs have
+    none); a control-flow node the device's query leaves out is settled by a probe compile (``probe``)."""
     from openvino.frontend import FrontEndManager
-
-    from epctx.providers.openvino.reasons import frontend_reasons
 
     frontend = FrontEndManager().load_by_framework("onnx")
     remaining = list(candidates)
     declined: dict[ir.Node, str] = {}
+    probes = 0
     while remaining:
-        part = make_partition("capability", "OpenVINOExecutionProvider", graph, remaining, opset_imports)
-        data, keep, shared = in_memory_model(part)
-        ov_model = bind_weights(frontend.convert_partially(frontend.load(io.BytesIO(data))), shared)
-        ops = _ops_by_node(ov_model, {v.name: n for n in remaining for v in n.outputs if v.name})
-        placeholders = {op.get_friendly_name() for op in ov_model.get_ordered_ops() if _is_placeholder(op)}
-        untranslated = [node for node in remaining if placeholders.intersection(ops.get(node, ()))]
-        if untranslated:
-            del ov_model
-            declined.update(frontend_reasons(frontend, frontend.load(io.BytesIO(data)), untranslated))
-            dropped = set(untranslated)
-            remaining = [n for n in remaining if n not in dropped]
-            continue
-        supported = set(core.query_model(ov_model, device, dict(config)))
-        kinds = {op.get_friendly_name(): op.get_type_name() for op in ov_model.get_ordered_ops()}
-        del ov_model, keep, shared  # the model may point into the arrays: release it first
-        claimed = []
-        for node in remaining:
-            why = _device_reason(ops.get(node, []), supported, kinds, device)
-            if why is None:
-                claimed.append(node)
-            else:
-                declined[node] = why
-        return claimed, declined
+        found = _ask(core, device, config, frontend, graph, opset_imports, remaining, probes < _MAX_PROBES)
+        probes += found.probed
+        declined.update(found.declined)
+        if found.claimed is not None:
+            return found.claimed, declined
+        dropped = set(found.declined)
+        remaining = [n for n in remaining if n not in dropped]
     return [], declined
+
+
+class _Answer:
+    """One round's answer: the claimed nodes (None: ask again without those ``declined``) and reasons."""
+
+    __slots__ = ("claimed", "declined", "probed")
+
+    def __init__(
+        self, claimed: list[ir.Node] | None, declined: dict[ir.Node, str], probed: bool = False
+    ) -> None:
+        self.claimed = claimed
+        self.declined = declined
+        self.probed = probed  # a probe compile was made
+
+
+def _ask(
+    core: Any,
+    device: str,
+    config: Mapping[str, Any],
+    frontend: Any,
+    graph: ir.Graph,
+    opset_imports: Mapping[str, int],
+    remaining: list[ir.Node],
+    may_probe: bool,
+) -> _Answer:
+    """Convert ``remaining`` as one model and ask the device about it (a round of :func:`supported_nodes`)."""
+    from epctx.providers.openvino.reasons import frontend_reasons
+
+    part = make_partition("capability", "OpenVINOExecutionProvider", graph, remaining, opset_imports)
+    data, keep, shared = in_memory_model(part)
+    ov_model = bind_weights(frontend.convert_partially(frontend.load(io.BytesIO(data))), shared)
+    ops = _ops_by_node(ov_model, {v.name: n for n in remaining for v in n.outputs if v.name})
+    placeholders = {op.get_friendly_name() for op in ov_model.get_ordered_ops() if _is_placeholder(op)}
+    untranslated = [node for node in remaining if placeholders.intersection(ops.get(node, ()))]
+    if untranslated:
+        del ov_model
+        return _Answer(None, frontend_reasons(frontend, frontend.load(io.BytesIO(data)), untranslated))
+    supported = set(core.query_model(ov_model, device, dict(config)))
+    kinds = {op.get_friendly_name(): op.get_type_name() for op in ov_model.get_ordered_ops()}
+    verdict: ProbeVerdict | None = None
+    if may_probe and any(kinds[name] in CONTROL_FLOW for name in kinds if name not in supported):
+        verdict = probe_compile(core, ov_model, device, config)
+    del ov_model, keep, shared  # the model may point into the arrays: release it first
+    return _answer(remaining, ops, supported, kinds, device, verdict)
+
+
+def _answer(
+    remaining: list[ir.Node],
+    ops: Mapping[ir.Node, list[str]],
+    supported: set[str],
+    kinds: Mapping[str, str],
+    device: str,
+    verdict: ProbeVerdict | None,
+) -> _Answer:
+    """The round's answer from the device's query and the probe compile's verdict (None: none made)."""
+    if verdict is not None and verdict.compiled:
+        return _Answer(list(remaining), {}, True)  # the plugin compiles what its query left out
+    said = ""  # the probe's words where they name no node's operation (an input of unknown rank, say)
+    if verdict is not None:
+        named = [node for node in remaining if verdict.operation in ops.get(node, ())]
+        if named:
+            why = f"OpenVINO's {device} plugin refused to compile it: {verdict.message} (Core.compile_model)"
+            return _Answer(None, dict.fromkeys(named, why), True)
+        said = f"; compiled, the {device} plugin says: {verdict.message}"
+        said += f" (operation {verdict.operation!r})" if verdict.operation else ""
+    claimed: list[ir.Node] = []
+    declined: dict[ir.Node, str] = {}
+    for node in remaining:
+        refused = _device_reason(ops.get(node, []), supported, kinds, device)
+        if refused is None:
+            claimed.append(node)
+        else:
+            declined[node] = refused + said
+    return _Answer(claimed, declined, verdict is not None)
 
 
 def _device_reason(

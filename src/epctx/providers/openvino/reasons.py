@@ -23,6 +23,8 @@ from typing import Any
 
 import onnx_ir as ir
 
+from epctx.ep import node_subgraphs
+
 __all__ = ["frontend_reasons", "node_reasons"]
 
 _NODE = re.compile(r"<Node\(([^)]*)\): ([^>]*)>")
@@ -45,14 +47,37 @@ def frontend_reasons(frontend: Any, model_input: Any, untranslated: Sequence[ir.
 
 
 def node_reasons(report: str, nodes: Sequence[ir.Node]) -> dict[ir.Node, str]:
+    """Each node's reason from the report: the translator's message naming it (by node or output name), or
+    for a control-flow node the messages naming nodes of its bodies; else the op type's missing rule."""
     by_name, by_type = _parse(report)
     reasons: dict[ir.Node, str] = {}
     for node in nodes:
-        why = by_name.get(node.name or "")
-        if why is None:
-            why = by_type.get(_op_label(node))
+        why = _named(by_name, node) or by_type.get(_op_label(node)) or _in_bodies(by_name, by_type, node)
         reasons[node] = why or "OpenVINO's ONNX frontend could not translate it (partial conversion)"
     return reasons
+
+
+def _named(by_name: dict[str, str], node: ir.Node) -> str | None:
+    """The report names a node by its name, or (reading a model from a file) by its first output's name."""
+    names = [node.name or "", *(v.name or "" for v in node.outputs[:1])]
+    return next((by_name[name] for name in names if name and name in by_name), None)
+
+
+def _in_bodies(by_name: dict[str, str], by_type: dict[str, str], node: ir.Node) -> str | None:
+    """The report's messages about nodes inside ``node``'s bodies (nested ones too), up to three."""
+    found: dict[str, None] = {}
+    stack = list(node_subgraphs(node))
+    while stack:
+        for inner in stack.pop(0):
+            why = _named(by_name, inner) or by_type.get(_op_label(inner))
+            if why is not None:
+                found.setdefault(f"{why} (node {inner.name!r} in its body)", None)
+            stack.extend(node_subgraphs(inner))
+    if not found:
+        return None
+    shown = list(found)[:3]
+    more = f"; and {len(found) - 3} more" if len(found) > 3 else ""
+    return "; ".join(shown) + more
 
 
 def _op_label(node: ir.Node) -> str:
