@@ -385,3 +385,19 @@ def test_iobinding_stays_on_the_general_session(tmp_path: Path) -> None:
     assert calls == []
     session.run(None, feed)
     assert calls == [1]
+
+
+def test_bench_corpus_waits_for_the_fed_signature_and_reports_its_seconds(tmp_path: Path) -> None:
+    from benchmarks import bench_corpus
+
+    session = epctx.InferenceSession(_model(), _options(tmp_path), providers=[EP])
+    feed = _feed(2)
+    session.run(None, feed)  # the cell's first run (the error check)
+    row = bench_corpus.wait_specialized(session, feed, time.perf_counter() + 60)
+    assert row["special"] == "ready" and row["special_s"] >= 0 and row["special_nodes"] == {EP: 3}
+    assert _routed(session, feed)
+    row.update({"model": "m", "ep": "iree", "compiles": "yes", "nodes": {"iree": 3}})
+    table = bench_corpus.report([row])
+    assert "special s" in table and f"iree:3 > {EP}:3" in table
+    plain = epctx.InferenceSession(_model(), _options(tmp_path), providers=["CPUExecutionProvider"])
+    assert bench_corpus.wait_specialized(plain, feed, time.perf_counter() + 1) == {}
