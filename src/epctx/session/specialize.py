@@ -117,6 +117,7 @@ class ShapeSpecializer:
         self._queue: list[Signature] = []
         self._worker: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._stopped = False  # the owner was created again (set_providers): nothing more is made or routed
 
     # -- the hot path -----------------------------------------------------------------------------------
     def route(self, inputs: Sequence[Any]) -> Any:
@@ -152,7 +153,7 @@ class ShapeSpecializer:
     def _work(self) -> None:
         while True:
             with self._lock:
-                if not self._queue or self._owner() is None:
+                if not self._queue or not self._alive():
                     self._queue.clear()
                     self._worker = None
                     return
@@ -170,7 +171,7 @@ class ShapeSpecializer:
         started = time.perf_counter()
         try:
             with _COMPILING:
-                if self._owner() is None:  # dropped while it waited: nothing to make
+                if not self._alive():  # dropped while it waited: nothing to make
                     return
                 session = self._make(text)
             _check_interface(session, self._names, self._outputs)
@@ -189,7 +190,7 @@ class ShapeSpecializer:
             self._settle(signature, None, why, time.perf_counter() - started)
             return
         seconds = time.perf_counter() - started
-        if self._owner() is None:  # the owner was dropped while this compiled: drop what was made
+        if not self._alive():  # the owner was dropped while this compiled: drop what was made
             return
         self._settle(signature, session, "", seconds)
         nodes = self._states[signature].nodes
@@ -205,6 +206,16 @@ class ShapeSpecializer:
             )
             if session is not None:
                 self._ready[signature] = session
+
+    def _alive(self) -> bool:
+        return not self._stopped and self._owner() is not None
+
+    def stop(self) -> None:
+        """The owner is created again (``set_providers``): what is queued is dropped, nothing more is made."""
+        with self._lock:
+            self._stopped, self._open = True, False
+            self._queue.clear()
+            self._ready = {}
 
     def close(self, why: str) -> None:
         """No more signatures (e.g. no source model to compile from): said once, at INFO."""
