@@ -319,6 +319,8 @@ class InferenceSession:
     def run_with_iobinding(
         self, iobinding: SessionIOBinding, run_options: opt.RunOptions | None = None
     ) -> None:
+        """Run on the bound inputs and outputs; always on this session's own plan (a shape specialization,
+        ``epctx.specialize_shapes``, serves run() and run_with_ort_values() only)."""
         if not isinstance(iobinding, SessionIOBinding):
             raise InvalidArgument(
                 f"run_with_iobinding takes session.io_binding(), got {type(iobinding).__name__}"
