@@ -444,3 +444,21 @@ def test_set_providers_drops_the_specializations(tmp_path: Path) -> None:
     session.set_providers(["CPUExecutionProvider"])
     assert session._shapes is None and old._ready == {} and session.get_shape_specializations() == {}
     np.testing.assert_allclose(session.run(None, feed)[0], run_ort(_model(), feed)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_context_whose_partitions_were_all_handed_back_is_a_context_not_a_source(tmp_path: Path) -> None:
+    """A context model with no EPContext node left (the measured rule handed every partition back) still records
+    the refusals: compiling a specialization from it would refuse them again, so its source is looked for."""
+    from epctx.partition.measured import REFUSALS_KEY
+    from epctx.session.specialize_source import specialization_source
+
+    plain = tmp_path / "plain.onnx"
+    _model(plain)
+    assert specialization_source(str(plain), opt.SessionConfig()) == (str(plain), "")
+    handed_back = onnx.load(str(plain))
+    handed_back.metadata_props.add(key=REFUSALS_KEY, value=json.dumps({EP: {"relu": "measured: slower"}}))
+    ctx = tmp_path / "plain_ctx.onnx"
+    onnx.save(handed_back, str(ctx))
+    found, why = specialization_source(str(ctx), opt.SessionConfig())
+    assert found is None and "no source model recorded" in why
+    assert specialization_source(handed_back.SerializeToString(), opt.SessionConfig())[0] is None

@@ -14,8 +14,12 @@ import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from epctx import options as opt
+
+if TYPE_CHECKING:
+    from epctx.cache.scan import ScannedModel
 
 __all__ = ["CACHE_FOLDER", "Source", "shapes_text", "specialized_options", "specialization_source"]
 
@@ -70,13 +74,23 @@ def specialization_source(source: Source, config: opt.SessionConfig) -> tuple[So
     from epctx.cache.scan import read_mapped, scan_model
 
     if isinstance(source, (bytes, bytearray, memoryview)):
-        if scan_model(memoryview(source)).nodes:
+        if _is_context(scan_model(memoryview(source))):
             return None, "the context model was given as bytes: it names no source model to specialize from"
         return bytes(source), ""
     path = Path(source)
-    if not read_mapped(path, scan_model).nodes:
+    if not _is_context(read_mapped(path, scan_model)):
         return source, ""
     from epctx.cache.heal import find_source
 
     found, why = find_source(path, config)
     return found, why
+
+
+def _is_context(scanned: ScannedModel) -> bool:
+    """Whether a model is a context model: EPContext nodes, or what epctx's generation records (its source's
+    files, the measured rule's refusals: a context whose partitions were all handed back has no EPContext node,
+    and compiling from it would refuse them again)."""
+    from epctx.epcontext.identity import SOURCE_FILES_KEY
+    from epctx.partition.measured import REFUSALS_KEY
+
+    return bool(scanned.nodes) or SOURCE_FILES_KEY in scanned.metadata or REFUSALS_KEY in scanned.metadata
