@@ -63,7 +63,8 @@ _FAILED_LOCK = threading.Lock()
 class ShapeSpecialization:
     """One signature's specialization (``InferenceSession.get_shape_specializations``): its input shapes, its
     state (``pending``, ``ready``, ``failed``), why it failed, the seconds it took (None while pending) and the
-    nodes per EP of the specialized session."""
+    nodes per EP of the specialized session, as its ``get_partitions()`` counts them (one loaded from the cache
+    in a later process lists its EPContext nodes)."""
 
     shapes: Mapping[str, tuple[int, ...]]
     state: str
