@@ -45,6 +45,9 @@ __all__ = [
     "SELF_HEAL",
     "SELF_HEAL_POLICIES",
     "SHARE_EP_CONTEXTS",
+    "SPECIALIZE_SHAPES",
+    "SPECIALIZE_SHAPES_MAX",
+    "SPECIALIZE_SHAPES_MODES",
     "STOP_SHARE_EP_CONTEXTS",
     "SessionConfig",
     "TRUST_KEYS",
@@ -136,6 +139,14 @@ PARTITION_CONTROL_FLOW_BODIES = "session.partition_control_flow_bodies"
 # (epctx.model.dims), so every value has static sizes, anonymous dimensions ('?', -1) included; a feed of
 # another shape is then refused as for any static input. Free dimension overrides can state only named ones.
 INPUT_SHAPES = "epctx.input_shapes"
+# epctx's own: per-shape specialization (epctx.session.specialize). A session over a model with dynamic input
+# dimensions whose providers hold a compiling EP with ``static_shapes_help`` makes, for an input-shape signature
+# seen twice, a session of its own with those shapes stated (INPUT_SHAPES) and routes runs of that signature to
+# it: "auto" (default) in a background thread, "sync" in the run that sees it the second time, "off" never; at
+# most SPECIALIZE_SHAPES_MAX signatures per session (default 8).
+SPECIALIZE_SHAPES = "epctx.specialize_shapes"
+SPECIALIZE_SHAPES_MODES = ("auto", "sync", "off")
+SPECIALIZE_SHAPES_MAX = "epctx.specialize_shapes_max"
 
 
 class SessionConfig:
@@ -170,6 +181,9 @@ class SessionConfig:
       (``ModelCompiler`` sets "0" unless the key is given: a compiled model is the same wherever it is compiled);
     - ``input_shapes`` (epctx.input_shapes, tuple of (input name, tuple of sizes), ()): whole input shapes
       set at load (``input_shapes``);
+    - ``specialize_shapes`` (epctx.specialize_shapes, one of SPECIALIZE_SHAPES_MODES, "auto") and
+      ``specialize_shapes_max`` (epctx.specialize_shapes_max, int >= 1, 8): per-shape specialization
+      (``epctx.session.specialize``);
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_reuse`` (epctx.context_reuse, bool): reuse (or compile again) the context at the context path;
@@ -211,6 +225,8 @@ class SessionConfig:
         "refit_context",
         "self_heal",
         "share_ep_contexts",
+        "specialize_shapes",
+        "specialize_shapes_max",
         "stop_share_ep_contexts",
         "trust_keys",
         "trust_policy",
@@ -240,6 +256,8 @@ class SessionConfig:
     refit_context: str
     self_heal: str
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    specialize_shapes: str
+    specialize_shapes_max: int
     partition_cost_rule: bool
     partition_measured_rule: bool
     context_cache: str
@@ -319,6 +337,13 @@ def _megabytes(key: str, value: str) -> float:
     if not mb >= 0:  # NaN too
         raise InvalidArgument(f"{key} must be a number of MB >= 0, got {value!r}")
     return mb
+
+
+def _count(key: str, value: str) -> int:
+    """An integer >= 1."""
+    if not value.strip().isdigit() or int(value) < 1:
+        raise InvalidArgument(f"session config {key!r} must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def _one_of(allowed: tuple[str, ...]) -> Callable[[str, str], str]:
@@ -416,6 +441,8 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
     PARTITION_MEASURED_RULE: ("partition_measured_rule", _flag, True),
     INPUT_SHAPES: ("input_shapes", input_shapes, ()),
+    SPECIALIZE_SHAPES: ("specialize_shapes", _one_of(SPECIALIZE_SHAPES_MODES), "auto"),
+    SPECIALIZE_SHAPES_MAX: ("specialize_shapes_max", _count, 8),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_REUSE: ("context_reuse", _flag, False),

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from epctx import options as opt
-from epctx._warnings import warn_and_log
 from epctx.errors import Fail, InvalidArgument
+from epctx.session.creation import lean_allowed, warn_sequential, write_optimized_model
 from epctx.session.feeds import FeedBinder
 from epctx.session.iobinding import SessionIOBinding
 from epctx.session.lifecycle import heal_options, prepare_source
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from epctx.partition.placement import NodePlacement
     from epctx.session.pipeline import Pipeline
     from epctx.session.prepared import PreparedSession
+    from epctx.session.specialize import ShapeSpecialization, ShapeSpecializer
     from epctx.session.stages import CompiledUnits
 
 __all__ = ["InferenceSession", "ProviderSpec"]
@@ -42,7 +43,12 @@ _NO_OUTPUT = "At least one output should be requested."  # onnxruntime's words, 
 
 
 class InferenceSession:
-    """Load a model, split it among EPs, compile what compiles, and run it."""
+    """Load a model, split it among EPs, compile what compiles, and run it. Over a model with dynamic input
+    dimensions and a compiling EP that static shapes help (IREE), runs of an input-shape signature seen twice go
+    to a session compiled for those shapes once it is made (``epctx.specialize_shapes``,
+    ``epctx.session.specialize``); IOBinding runs stay on this session's own plan."""
+
+    _shapes: ShapeSpecializer | None = None  # per-shape specialization, when it applies
 
     def __init__(
         self,
@@ -74,11 +80,20 @@ class InferenceSession:
     def _create(
         self, providers: Sequence[ProviderSpec] | None, provider_options: Sequence[Mapping[str, Any]] | None
     ) -> None:
+        if self._shapes is not None:  # set_providers: the old session's specializations go with it
+            self._shapes.stop()
+            self._shapes = None
+        self._create_session(providers, provider_options)
+        self._specialize_later((providers, provider_options))
+
+    def _create_session(
+        self, providers: Sequence[ProviderSpec] | None, provider_options: Sequence[Mapping[str, Any]] | None
+    ) -> None:
         options, source = self._options, self._source
         if options.enable_profiling and self._profiler is None:
             self._profiler = Profiler(options.profile_file_prefix)
         profiler = self._profiler
-        _warn_sequential(options)
+        warn_sequential(options)
         config = opt.SessionConfig.of(options)  # parsed once: an unknown epctx.* key fails here, first
         with _span(profiler, "session_initialization"):
             self._providers = _resolve_providers(providers, provider_options, options, source, config)
@@ -91,7 +106,7 @@ class InferenceSession:
                 return
             source, options, config = prepared
             data: bytes | None = None
-            if _lean_allowed(options, config):
+            if lean_allowed(options, config):
                 from epctx.session.lean import open_lean
 
                 with _span(profiler, loading):
@@ -104,6 +119,20 @@ class InferenceSession:
                 data = lean
             with self._options_as(options):
                 self._create_full(source, loading, data, config)
+
+    def _specialize_later(self, spec: tuple[Any, Any]) -> None:
+        """Per-shape specialization, when a compiling EP of the session says static shapes help it and the model
+        keeps dynamic input dimensions (``epctx.session.specialize``): run() then takes the routing path."""
+        if not any(ep.compiles and ep.static_shapes_help for ep in self._providers):
+            return
+        config = opt.SessionConfig.of(self._options)
+        if config.specialize_shapes == "off":
+            return
+        from epctx.session.specialize import specializer_for
+
+        self._shapes = specializer_for(self, InferenceSession, spec, self._source, self._options, config)
+        if self._shapes is not None:
+            self._plain = False
 
     @contextlib.contextmanager
     def _options_as(self, options: opt.SessionOptions) -> Iterator[None]:
@@ -153,7 +182,7 @@ class InferenceSession:
         with _span(self._profiler, loading):
             partitioning = pipeline.partition(pipeline.load(source, data))
         if options.optimized_model_filepath:
-            _write_optimized_model(partitioning.loaded.model, options.optimized_model_filepath)
+            write_optimized_model(partitioning.loaded.model, options.optimized_model_filepath)
         self._loaded = partitioning.loaded
         generate = config.ep_context_enable
         ctx_path = (
@@ -213,11 +242,17 @@ class InferenceSession:
         self._plain = self._profiler is None and not self._scoped  # run() needs no scope, hook or profile
 
     # -- running -------------------------------------------------------------------------------------
-    def _execute(self, inputs: list[Any], run_options: opt.RunOptions | None) -> list[Any]:
+    def _execute(
+        self, inputs: list[Any], run_options: opt.RunOptions | None, routed: bool = True
+    ) -> list[Any]:
+        # A specialized session's steps run here, under this session's profile (its events name its EPs).
+        target = self
+        if routed and self._shapes is not None:
+            target = self._shapes.route(inputs) or self
         profiler = self._profiler if self._profiler is not None and self._profiler.active else None
-        if run_options is None and profiler is None and not self._scoped:
-            return self._plan.run(inputs)
-        return run_observed(self._plan, inputs, run_options, profiler, self._scoped)
+        if run_options is None and profiler is None and not target._scoped:
+            return target._plan.run(inputs)
+        return run_observed(target._plan, inputs, run_options, profiler, target._scoped)
 
     def run(
         self,
@@ -284,11 +319,13 @@ class InferenceSession:
     def run_with_iobinding(
         self, iobinding: SessionIOBinding, run_options: opt.RunOptions | None = None
     ) -> None:
+        """Run on the bound inputs and outputs; always on this session's own plan (a shape specialization,
+        ``epctx.specialize_shapes``, serves run() and run_with_ort_values() only)."""
         if not isinstance(iobinding, SessionIOBinding):
             raise InvalidArgument(
                 f"run_with_iobinding takes session.io_binding(), got {type(iobinding).__name__}"
             )
-        iobinding.run(lambda feed: self._execute(self._binder.bind(feed), run_options))
+        iobinding.run(lambda feed: self._execute(self._binder.bind(feed), run_options, routed=False))
 
     # -- profiling and providers ---------------------------------------------------------------------
     def end_profiling(self) -> str:
@@ -345,6 +382,12 @@ class InferenceSession:
         (onnxruntime has no such call)."""
         return list(self._prepared.node_placement())
 
+    def get_shape_specializations(self) -> dict[str, ShapeSpecialization]:
+        """Per-shape specialization (``epctx.specialize_shapes``): signature (``epctx.input_shapes``' form, every
+        input) -> its ``ShapeSpecialization`` (state pending / ready / failed, why it failed, seconds, nodes per EP
+        of the specialized session); {} when the session does not specialize. epctx extension."""
+        return self._shapes.report() if self._shapes is not None else {}
+
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {ep.name: ep.provider_options() for ep in self._providers}
 
@@ -363,21 +406,6 @@ class InferenceSession:
 
             self._loaded = load_model(self._source)
         return self._loaded.model
-
-
-def _lean_allowed(options: opt.SessionOptions, config: opt.SessionConfig) -> bool:
-    """Whether a context model may take the lean path: nothing asked of the session needs the model's graph
-    (generating a context model, writing the optimized model, stating shapes, overriding dimensions or
-    initializers)."""
-    by_name, by_denotation = options.free_dimension_overrides
-    return not (
-        config.ep_context_enable
-        or config.input_shapes
-        or options.optimized_model_filepath
-        or by_name
-        or by_denotation
-        or options.initializers
-    )
 
 
 def _resolve_providers(
@@ -402,30 +430,6 @@ def _array_of(name: str, value: Any) -> Any:
             f"run_with_ort_values: input {name!r} must be an OrtValue, got {type(value).__name__}"
         )
     return value.numpy()
-
-
-def _warn_sequential(options: opt.SessionOptions) -> None:
-    """epctx runs plan steps one after the other: ORT_PARALLEL is said, not silently ignored (onnxruntime uses
-    inter_op_num_threads in that mode only)."""
-    if options.execution_mode == opt.ExecutionMode.ORT_PARALLEL:
-        message = (
-            "epctx runs the plan's steps sequentially: execution_mode=ORT_PARALLEL / inter_op_num_threads="
-            f"{options.inter_op_num_threads} have no effect (intra_op_num_threads sets each EP's threads)"
-        )
-        warn_and_log(logger, message)
-
-
-def _write_optimized_model(model: ir.Model, path: str | os.PathLike[str]) -> None:
-    """``optimized_model_filepath``: the model after epctx's graph passes, before partitioning (ONNX format)."""
-    target = os.fspath(path)
-    if target.lower().endswith(".ort"):
-        raise InvalidArgument(
-            f"optimized_model_filepath {target!r}: epctx writes ONNX models only, not onnxruntime's ORT format"
-        )
-    import onnx_ir as ir
-
-    ir.save(model, target)
-    logger.info("wrote the optimized model %s", target)
 
 
 def _heal_in_place(plan: Any, *, spec: tuple[Any, Any], options: opt.SessionOptions) -> None:
