@@ -25,6 +25,7 @@ __all__ = [
     "dynamic_dims",
     "halves",
     "has_dynamic_dims",
+    "input_text",
     "is_unfit_boundary",
     "losing_conv",
     "sizes_dynamic",
@@ -82,10 +83,9 @@ def candidate_nodes(
 # =1: compile convolutions with dynamic spatial sizes anyway (``losing_conv``; the measured rule then judges them)
 DYNAMIC_CONVS_ENV = "EPCTX_IREE_DYNAMIC_CONVS"
 _LOSES = (
-    "IREE's code for a convolution with dynamic spatial sizes is slower than the CPU EP's (measured by the "
+    "not compiled: a convolution with dynamic spatial sizes, where IREE's code is slower than the CPU EP's (the "
     "measured rule, one thread: nudenet 21.3 vs 3.89 ms at 128x128, PP-OCRv4 rec 56.9 vs 10.9 ms, PP-OCRv4 cls "
-    "6.5 vs 3.8 ms, each handed back after a 15-45 s compile; PP-OCRv4 det fails to compile after 37 s): not "
-    "compiled"
+    "6.5 vs 3.8 ms, each handed back after a 15-45 s compile; PP-OCRv4 det fails to compile after 37 s)"
 )
 
 
@@ -101,7 +101,15 @@ def losing_conv(node: ir.Node) -> str | None:
     shape = data.shape if data is not None else None
     if shape is None or len(shape) < 3 or all(isinstance(d, int) for d in shape[2:]):
         return None
-    return f"{_LOSES} (its input {data.name!r} is {_shape_text(shape)})"  # type: ignore[union-attr]
+    return _LOSES  # one reason for all (the summary of ``epctx compile`` groups by reason): ``input_text`` is apart
+
+
+def input_text(node: ir.Node) -> str:
+    """``node``'s first input and its shape, as the log names them: ``'images' [batch,3,height,width]``."""
+    data = node.inputs[0] if node.inputs else None
+    if data is None:
+        return "no input"
+    return f"{data.name!r} {_shape_text(data.shape) if data.shape is not None else '(shape unknown)'}"
 
 
 def channels_last_pool(node: ir.Node) -> str | None:

@@ -58,6 +58,7 @@ from epctx.providers.iree.capability import (
     dims_hint,
     halves,
     has_dynamic_dims,
+    input_text,
     losing_conv,
     runtime_shape,
     short_error,
@@ -185,16 +186,16 @@ def _without_losing(search: Search, nodes: Group, declined: dict[ir.Node, str]) 
         return nodes
     first = next(iter(losing))
     forced = (
-        f"not compiled: this model's convolutions have dynamic spatial sizes ({first.name!r} first), where "
-        "IREE's code is slower than the CPU EP's; the model is left whole to the next EP rather than split "
-        "around them"
+        f"not compiled: this model's convolutions have dynamic spatial sizes ({first.name!r} first, its input "
+        f"{input_text(first)}), where IREE's code is slower than the CPU EP's; the model is left whole to the next "
+        "EP rather than split around them"
     )
     declined.update({node: losing.get(node, forced) for node in nodes})
     logger.warning(
-        "%s does not compile this model: %d of its convolutions have dynamic spatial sizes (%r first, %s), where "
-        "IREE's code is slower than the CPU EP's (the measured rule handed such models back after 15-45 s of "
-        "compiles); %s=1 compiles them anyway.",
-        search.ep_name, len(losing), first.name, losing[first].rsplit("(", 1)[-1].rstrip(")"), DYNAMIC_CONVS_ENV,
+        "%s does not compile this model: %d of its convolutions have dynamic spatial sizes (%r first, its input "
+        "%s), where IREE's code is slower than the CPU EP's (the measured rule handed such models back after "
+        "15-45 s of compiles); %s=1 compiles them anyway.",
+        search.ep_name, len(losing), first.name, input_text(first), DYNAMIC_CONVS_ENV,
     )  # fmt: skip
     return []
 
