@@ -17,6 +17,7 @@ import epctx
 from epctx.errors import InvalidArgument
 from epctx.providers.iree import compile as iree_compile
 from epctx.providers.iree.options import CONV_DATA_TILING
+from epctx.providers.iree.probe_cache import compiler_version
 from tests.oracle import run_ort
 from tests.requires import requires
 
@@ -84,7 +85,10 @@ def test_dynamic_batch_falls_back_to_conv_data_tiling_whole_and_exact(
         (got,) = sess.run(None, {"x": x})
         (expected,) = run_ort(data, {"x": x})
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
-    assert not any(flag in jobs[0] for flag in CONV_DATA_TILING)  # the first try: channels-last, as before
+    # IREE 3.13's channels-last conversion fails on the dynamic MaxPool: not tried (capability.channels_last_pool);
+    # another IREE's first try is channels-last, as before
+    first_tiled = all(flag in jobs[0] for flag in CONV_DATA_TILING)
+    assert first_tiled == compiler_version().startswith("3.13."), jobs[0]
     if "channels-last convolutions fail" not in caplog.text:  # IREE 3.13 fails so; a later one may not
         pytest.skip("this IREE converts the model channels-last: no fallback to exercise")
     assert "data tiling" in caplog.text

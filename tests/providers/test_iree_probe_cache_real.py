@@ -19,12 +19,22 @@ import pytest
 import epctx
 from epctx.providers.iree import compile as iree_compile
 from epctx.providers.iree import probing, search
+from epctx.providers.iree.capability import DYNAMIC_CONVS_ENV
 from tests.oracle import run_ort
 from tests.requires import requires
 
 pytestmark = [requires("iree.runtime", "iree.compiler", "rapidocr_onnxruntime"), pytest.mark.slow]
 
 EP = "IREEExecutionProvider"
+
+
+@pytest.fixture(autouse=True)
+def _dynamic_convs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head's convolutions have dynamic spatial sizes: IREE is given them only when asked
+    (``capability.losing_conv``); this module checks the search IREE's real compiles drive."""
+    monkeypatch.setenv(DYNAMIC_CONVS_ENV, "1")
+
+
 NAMED = {"p2o.Conv.61", "p2o.ConvTranspose.0"}
 INPUTS = ["p2o.Add.259", "p2o.Add.265", "p2o.Add.271", "p2o.Add.277"]  # FPN levels, upsampled x8 x4 x2 x1
 

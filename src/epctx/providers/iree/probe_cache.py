@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from epctx.ep import Partition
     from epctx.providers.iree.compile import CompileResult
 
-__all__ = ["PROBE_FLAG", "RECORDED", "ProbeCache", "probe_key", "rewrite_version"]
+__all__ = ["PROBE_FLAG", "RECORDED", "ProbeCache", "compiler_version", "probe_key", "rewrite_version"]
 
 PROBE_FLAG = "--compile-to=flow"
 # The stage of a passed compile read from the records: it holds no code (the compile stage compiles the group)
@@ -69,7 +69,7 @@ def rewrite_version() -> str:
 
 
 @functools.cache
-def _compiler_version() -> str:
+def compiler_version() -> str:
     return installed_version("iree", "iree-base-compiler", "iree-compiler") or "unknown"
 
 
@@ -80,7 +80,7 @@ def probe_key(partition: Partition, flags: Sequence[str]) -> str:
     plan = plan_weights_file(partition.initializers, location="weights.bin", min_size=_BYTES_BY_SHAPE)
     model = partition_model(partition, weights=plan.refs, graph_name="probe")
     digest = hashlib.sha256()
-    for part in (f"format {_FORMAT}", _compiler_version(), rewrite_version(), *flags):
+    for part in (f"format {_FORMAT}", compiler_version(), rewrite_version(), *flags):
         digest.update(part.encode() + b"\0")
     digest.update(model.SerializeToString(deterministic=True))
     return digest.hexdigest()

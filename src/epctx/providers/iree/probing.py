@@ -1,5 +1,9 @@
 """Which candidate nodes IREE takes, asked of IREE itself within a time budget (``capability_budget_s``):
 
+0. a model with a dynamic size (not only a batch) and convolutions whose spatial sizes are dynamic is not
+   compiled at all (``capability.losing_conv``: IREE's code for them lost to the CPU EP on every such corpus model,
+   after 15-45 s of compiles; ``EPCTX_IREE_DYNAMIC_CONVS=1`` compiles it anyway): every candidate is declined,
+   naming the convolution that forces it and the ``--dim`` sizes that would let IREE compile it static;
 1. the candidates are compiled whole with the EP's flags: usually the one compile of the model (its one group,
    and the compile is reused);
 2. when that fails before code generation and the flags convert convolutions to channels-last, the whole set is
@@ -49,15 +53,20 @@ import onnx_ir as ir
 from epctx.ep import CompileGuard, Partition, fused_groups
 from epctx.providers.iree.blame import is_codegen_failure, named_nodes
 from epctx.providers.iree.capability import (
+    DYNAMIC_CONVS_ENV,
+    channels_last_pool,
     dims_hint,
     halves,
     has_dynamic_dims,
+    input_text,
+    losing_conv,
     runtime_shape,
     short_error,
+    sizes_dynamic,
 )
 from epctx.providers.iree.compile import CompileResult
 from epctx.providers.iree.options import CONV_DATA_TILING, CONV_TILING_FALLBACK, with_flags
-from epctx.providers.iree.probe_cache import PROBE_FLAG, RECORDED
+from epctx.providers.iree.probe_cache import PROBE_FLAG, RECORDED, compiler_version
 from epctx.providers.iree.search import Group, Search
 
 __all__ = ["PROBE_FLAG", "Probes", "Verdict", "check_nodes"]
@@ -102,10 +111,12 @@ def check_nodes(
     search = Search(ep_name, graph, opsets, guard, budget_s, partitions)
     probes = Probes({}, tuple(flags))
     verdict = Verdict([], {}, probes)
-    if not nodes:
+    whole = _without_losing(search, list(nodes), verdict.declined)
+    if not whole:
+        _log_declines(search, verdict)
         return verdict
-    whole = list(nodes)
     first = fused_groups(graph, whole, partitions)  # one, unless other EPs' nodes lie between the candidates
+    _announce(search, whole, first)
     failed = _first_compile(search, verdict, first, flags, layout_flag)
     if failed:
         rest = _drop_runtime_shapes(graph, [n for group in failed for n in group], verdict.declined)
@@ -125,6 +136,27 @@ def check_nodes(
                 len(verdict.declined), search.spent, search.fresh, search.cache.hits)  # fmt: skip
     if search.ran_out:
         _warn_budget(search, verdict)
+    _log_declines(search, verdict)
+    return verdict
+
+
+def _announce(search: Search, nodes: Group, groups: list[Group]) -> None:
+    """What the check is about to do, before its first compile (seconds to a minute on a loaded machine): the
+    progress line ``epctx compile`` shows, with the ``--dim`` sizes that would make the code faster where the
+    model's dimensions are dynamic."""
+    hint = dims_hint(search.graph, "for faster code") if has_dynamic_dims(search.graph) else ""
+    logger.info(
+        "%s: compiling the model's %d node(s) IREE may take%s with IREE, to see what it takes (that compile is "
+        "reused as the session's)%s", search.ep_name, len(nodes),
+        f", in {len(groups)} group(s) between other EPs' nodes," if len(groups) > 1 else " whole",
+        f"; its dimensions are dynamic: {hint}" if hint else "",
+    )  # fmt: skip
+
+
+def _log_declines(search: Search, verdict: Verdict) -> None:
+    """The warning of a check that declines nodes (with the ``--dim`` sizes to state, added to each reason), or
+    of one that claims size-sensitive ops with dynamic dims."""
+    ep_name, graph = search.ep_name, search.graph
     if verdict.declined:
         hint = dims_hint(graph, "for IREE to try the model whole with static shapes")
         logger.warning("%s declines %d node(s) of this model. %s", ep_name, len(verdict.declined), hint)
@@ -137,17 +169,46 @@ def check_nodes(
             "much slower without the sizes (magika's shipped model, dynamic batch: 201 ms a run; batch stated: "
             "7.7 ms). %s", ep_name, dims_hint(graph, "for faster code"),
         )  # fmt: skip
-    return verdict
+
+
+def _without_losing(search: Search, nodes: Group, declined: dict[ir.Node, str]) -> Group:
+    """``nodes``, or none when some are convolutions IREE's code is known to lose on (``capability.losing_conv``:
+    dynamic spatial sizes; unless ``EPCTX_IREE_DYNAMIC_CONVS=1``): those declined with that reason, and the others
+    with one naming the first of them, nothing compiled. Not the others alone: what lies between such
+    convolutions (PP-OCRv4 det's and cls's squeeze-excitation 1x1 convolutions and glue, rec's attention) would
+    be 6-10 pieces between CPU convolutions, costing more at their boundaries than they save; the model is left
+    whole to the next EP. What it spares: PP-OCRv4 det / rec and nudenet as shipped, 15-37 s of compiles (one
+    thread, loaded 2-core machine) whose code the measured rule handed back whole, or that failed."""
+    if not sizes_dynamic(search.graph) or os.environ.get(DYNAMIC_CONVS_ENV, "") == "1":
+        return nodes
+    losing = {node: why for node in nodes if (why := losing_conv(node)) is not None}
+    if not losing:
+        return nodes
+    first = next(iter(losing))
+    forced = (
+        f"not compiled: this model's convolutions have dynamic spatial sizes ({first.name!r} first, its input "
+        f"{input_text(first)}), where IREE's code is slower than the CPU EP's; the model is left whole to the next "
+        "EP rather than split around them"
+    )
+    declined.update({node: losing.get(node, forced) for node in nodes})
+    logger.warning(
+        "%s does not compile this model: %d of its convolutions have dynamic spatial sizes (%r first, its input "
+        "%s), where IREE's code is slower than the CPU EP's (the measured rule handed such models back after "
+        "15-45 s of compiles); %s=1 compiles them anyway.",
+        search.ep_name, len(losing), first.name, input_text(first), DYNAMIC_CONVS_ENV,
+    )  # fmt: skip
+    return []
 
 
 def _warn_budget(search: Search, verdict: Verdict) -> None:
     undecided = sum(why == search.budget_reason() for why in verdict.declined.values())
     hint = dims_hint(search.graph, "for IREE to try the model whole")
     logger.warning(
-        "%s: its capability budget of %g s ran out after %.1f s with %d node(s) undecided: they run on the next "
-        "EP. What IREE's compiles showed is kept (%s): the next session of this model goes on from there. To "
-        "decide them now, raise the provider option capability_budget_s%s",
-        search.ep_name, search.budget_s, search.spent, undecided, search.cache.records.folder,
+        "%s: its capability budget of %g s ran out after %.1f s (its next step, expected to take %.0f s more at "
+        "the rate of its compiles so far, would have ended past it) with %d node(s) undecided: they run on the "
+        "next EP. What IREE's compiles showed is kept (%s): the next session of this model goes on from there. "
+        "To decide them now, raise the provider option capability_budget_s%s",
+        search.ep_name, search.budget_s, search.spent, search.refused_s, undecided, search.cache.records.folder,
         f", or state the sizes: {hint}" if hint else ".",
     )  # fmt: skip
 
@@ -164,7 +225,7 @@ def _first_compile(
     nodes (``blame``) is compiled without them (both budget allowing). Those that pass are the verdict's groups;
     returns those that fail."""
     probes = verdict.probes
-    results = search.compile(groups, flags)
+    results = _layout_compile(search, groups, flags, layout_flag)
     failed = [k for k, (_, r) in enumerate(results) if not r.ok and not is_codegen_failure(r.error)]
     # ONNX's layout, with IREE's convolution data tiling unless fast_codegen=0 (options.CONV_DATA_TILING): 3.5x
     # faster than without
@@ -194,6 +255,28 @@ def _first_compile(
 
 
 Compiled = tuple[Partition, CompileResult]
+
+
+# The IREE compilers whose channels-last conversion fails on a dynamic MaxPool (measured: iree-base-compiler 3.13.0)
+def _pool_fails(version: str) -> bool:
+    return version.startswith("3.13.")
+
+
+def _layout_compile(
+    search: Search, groups: list[Group], flags: Sequence[str], layout_flag: str | None
+) -> list[Compiled]:
+    """``groups`` compiled with ``flags``, but not a group that IREE's channels-last conversion is known to fail
+    on when the flags ask for it (``capability.channels_last_pool``, the model's dimensions dynamic): that
+    failure stands for its compile, and the group goes on to ONNX's layout (ResNet-18 as shipped: two failed
+    compiles, 3.4 s of 16.4, spared)."""
+    if layout_flag not in flags or not has_dynamic_dims(search.graph) or not _pool_fails(compiler_version()):
+        return search.compile(groups, flags)
+    known = [next(filter(None, map(channels_last_pool, g)), None) for g in groups]
+    done = iter(search.compile([g for g, why in zip(groups, known) if why is None], flags))
+    return [
+        next(done) if why is None else search.known_failure(g, flags, "channels-last", why)
+        for g, why in zip(groups, known)
+    ]
 
 
 def _compile_recorded(search: Search, verdict: Verdict) -> None:

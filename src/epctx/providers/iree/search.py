@@ -42,6 +42,7 @@ class Search:
     )  # seconds per node: probe / full compile
     fresh: int = 0  # compiles run (not read from the probe records)
     ran_out: bool = False
+    refused_s: float = 0.0  # the expected seconds of the first step refused (0: none)
 
     @property
     def spent(self) -> float:
@@ -59,8 +60,10 @@ class Search:
             return True
         probe = PROBE_FLAG in flags
         rate = self.rates.get(probe, self.rates.get(False, 0.0) if probe else 0.0)
-        fits = not self.fresh or self.spent + rate * batch_nodes(unknown) <= self.budget_s
-        self.ran_out = self.ran_out or not fits
+        expected = rate * batch_nodes(unknown)
+        fits = not self.fresh or self.spent + expected <= self.budget_s
+        if not fits and not self.ran_out:
+            self.ran_out, self.refused_s = True, expected
         return fits
 
     def lookup(self, group: Group, flags: Sequence[str]) -> tuple[Partition, CompileResult] | None:
@@ -83,6 +86,19 @@ class Search:
             return None
         self.seen[key] = (part, known)
         self._observe(len(group), flags, known)
+        return self.seen[key]
+
+    def known_failure(
+        self, group: Group, flags: Sequence[str], stage: str, error: str
+    ) -> tuple[Partition, CompileResult]:
+        """The outcome of compiling ``group`` with ``flags`` when it is known to fail without a compile (IREE's
+        known failures, ``capability.channels_last_pool``): as if compiled and failed with ``error``, in this
+        check only (not kept in the probe records); an outcome already known stands."""
+        found = self.lookup(group, flags)
+        if found is not None:
+            return found
+        key = (frozenset(group), tuple(flags))
+        self.seen[key] = (self._parts[key][0], CompileResult(False, stage=stage, error=error))
         return self.seen[key]
 
     def compile(self, groups: Sequence[Group], flags: Sequence[str]) -> list[tuple[Partition, CompileResult]]:
