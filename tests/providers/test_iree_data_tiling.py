@@ -294,13 +294,17 @@ def test_a_compile_that_fails_with_the_stems_rewritten_is_tried_again_without(
 
 
 def test_a_real_detector_with_its_stem_rewritten_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
-    """nudenet's YOLOv8n (its 3x3 stride-2 stem over the RGB image, its neck's nearest Resize x2), sizes stated:
-    whole on IREE, the stem and the upsampling rewritten, max error against onnxruntime as the corpus bounds it
-    (1e-3)."""
+    """nudenet's YOLOv8n (its 3x3 stride-2 stem over the RGB image, its neck's nearest Resize x2, its SPPF block's
+    three 5x5 MaxPools), sizes stated: whole on IREE, the stem, the upsampling and the pools rewritten, max error
+    against onnxruntime as the corpus bounds it (1e-3)."""
     import importlib.util
     from pathlib import Path
 
-    from epctx.providers.iree.options import REWRITE_NEAREST_UPSAMPLES, REWRITE_STRIDED_STEMS
+    from epctx.providers.iree.options import (
+        REWRITE_NEAREST_UPSAMPLES,
+        REWRITE_NHWC_POOLS,
+        REWRITE_STRIDED_STEMS,
+    )
 
     spec = importlib.util.find_spec("nudenet")
     if spec is None or not spec.submodule_search_locations:
@@ -311,7 +315,9 @@ def test_a_real_detector_with_its_stem_rewritten_matches_onnxruntime(monkeypatch
 
     def spy(partition: object, flags: list[str]) -> list[str]:
         found = real(partition, flags)  # type: ignore[arg-type]
-        decided.append(REWRITE_STRIDED_STEMS in found and REWRITE_NEAREST_UPSAMPLES in found)
+        decided.append(
+            all(r in found for r in (REWRITE_STRIDED_STEMS, REWRITE_NEAREST_UPSAMPLES, REWRITE_NHWC_POOLS))
+        )
         return found
 
     monkeypatch.setattr(iree_compile, "_optional_rewrites", spy)
@@ -344,6 +350,26 @@ def test_global_pools_are_rewritten_over_nhwc_data_in_the_jobs_compiled_channels
     assert REWRITE_NHWC_POOLS not in iree_compile._job_flags(
         partition, flags
     )  # a marker, never for iree-compile
+
+
+@pytest.mark.parametrize(("options", "rewritten"), [({}, True), ({"channels_last": "0"}, False)])
+def test_max_pools_alone_ask_for_the_pools_rewrite_in_the_jobs_compiled_channels_last(
+    options: dict[str, str], rewritten: bool
+) -> None:
+    """A partition holding a MaxPool and no global pool (the ResNet-style net cut before its GlobalAveragePool)."""
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import REWRITE_NHWC_POOLS
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    graph = ir.from_proto(onnx.load_from_string(_static_resnet_style())).graph
+    nodes = [n for n in graph if n.op_type not in ("GlobalAveragePool", "Flatten", "Gemm")]
+    assert "MaxPool" in [n.op_type for n in nodes]
+    partition = make_partition("p", EP, graph, nodes, {"": 17})
+    flags = IREEExecutionProvider(options).flags()
+    assert (REWRITE_NHWC_POOLS in iree_compile._optional_rewrites(partition, flags)) == rewritten
 
 
 def test_a_real_squeeze_and_excitation_net_with_its_pools_rewritten_matches_onnxruntime(

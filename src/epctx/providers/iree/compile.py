@@ -23,6 +23,7 @@ from typing import Any
 from epctx.ep import CompileGuard, Partition, ir_nodes, partition_model, plan_weights_file
 from epctx.errors import EPFail, InvalidArgument
 from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
+from epctx.providers.iree.nhwc_pools import POOLS
 from epctx.providers.iree.options import (
     CONV_DATA_TILING,
     CONV_TILING_FALLBACK,
@@ -139,14 +140,14 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
     - strided stems over the space-to-depth of their input (``space_to_depth``): where its convolutions are
       data-tiled (the rewrite is what makes a stem fast under that tiling; untiled, a stem is fast as it is) and a
       stem is in it;
-    - global average pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
+    - global average pools and max pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
     - nearest upsampling as a broadcast (``upsample``): with a ``Resize``."""
     nodes = list(ir_nodes(partition.nodes))
     found = []
     if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
         found += [REWRITE_STRIDED_STEMS] if any(_strided_stem(n) for n in nodes) else []
     if REWRITE_NHWC_POOLS in flags and any(CHANNELS_LAST_PASS in f for f in flags):
-        found += [REWRITE_NHWC_POOLS] if any(n.op_type == "GlobalAveragePool" for n in nodes) else []
+        found += [REWRITE_NHWC_POOLS] if any(n.op_type in POOLS for n in nodes) else []
     if REWRITE_NEAREST_UPSAMPLES in flags and any(n.op_type == "Resize" for n in nodes):
         found.append(REWRITE_NEAREST_UPSAMPLES)
     return found
