@@ -128,7 +128,8 @@ CONV_DATA_TILING = (
 # - the CPU: ``host`` reaches LLVM as ``rocketlake`` (this VM's CPUID model 167) with every AVX-512 feature, and the
 #   hot loops use zmm registers (ResNet-18's assembly: 1914 zmm lines, 58 ymm); ``--iree-llvmcpu-target-cpu=
 #   sapphirerapids``: 27.9 / 27.7 ms against 27.7 / 27.9; ``--iree-llvmcpu-distribution-size`` 16 / 32 / 128 / 256:
-#   28.1-28.4 / 28.0-28.2 / 27.0-28.1 / 27.8-28.2 ms against 27.7-27.9 (noise);
+#   28.1-28.4 / 28.0-28.2 / 27.0-28.1 / 27.8-28.2 ms against 27.7-27.9 (noise); ``--iree-llvmcpu-matmul-tile-bytes``
+#   16K / 64K / 1M (256K is the default: the same binary): 24.5-24.7 / 24.1-24.6 / 25.3-26.3 ms against 24.3-26.3;
 # - tuning specs (``--iree-codegen-tuning-spec-path``): IREE 3.13 applies them before the CPU encodings are
 #   materialised, so a spec cannot reach the data-tiled convolutions (Mmt4dTilingExpert's 9-D linalg.generic: a
 #   spec annotating every linalg op marked none of those dispatches' ops, and a compilation_info put on the
