@@ -148,6 +148,8 @@ CONV_DATA_TILING = (
 #   strided ones are adopted: ``pointwise``);
 # - ResNet-18's stem as an explicit im2col (49 strided slices of the padded NHWC image concatenated, a MatMul over
 #   147 channels) instead of the space-to-depth: 24.6 / 25.0 -> 25.9 / 25.5 ms (the Concat split into 50 dispatches);
+#   its 3x3 convolutions over 7x7 outputs (or up to 14x14) as im2col (9 slices) + a data-tiled MatMul: 26.9 / 25.7 ->
+#   27.0 / 27.3 ms (27.9 / 28.9), 53 -> 91 (129) dispatches;
 # - the transposes of the depthwise rewrite moved down through the bias Add, the activation and the squeeze-and-
 #   excitation Mul in ONNX (so the element-wise ops after a depthwise convolution run in NHWC order, not NCHW order
 #   over NHWC data: MobileNetV3's seven "elementwise_transpose" dispatches go): 1.94 / 1.96 ms, no change (those
