@@ -266,6 +266,78 @@ def test_strided_stems_are_rewritten_in_the_jobs_whose_convolutions_are_data_til
     assert (REWRITE_STRIDED_STEMS in iree_compile._optional_rewrites(partition, flags)) == rewritten
 
 
+@pytest.mark.parametrize(
+    ("group", "options", "rewritten"), [(1, {}, True), (8, {}, False), (1, {"fast_codegen": "0"}, False)]
+)
+def test_strided_1x1_convolutions_are_rewritten_in_the_jobs_whose_convolutions_are_data_tiled(
+    group: int, options: dict[str, str], rewritten: bool
+) -> None:
+    """A ResNet downsample (1x1 / 2 over 16 channels: no stem, too many channels for the space-to-depth) asks for
+    the strided rewrites where the data tiling of convolutions is on (not beside grouped convolutions, not with
+    fast_codegen=0)."""
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import REWRITE_STRIDED_STEMS
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    g = numpy_helper.from_array(np.ones((16, 16 // group, 3, 3), np.float32), "g")
+    d = numpy_helper.from_array(np.ones((32, 16, 1, 1), np.float32), "d")
+    nodes = [helper.make_node("Conv", ["x", "g"], ["c"], group=group, pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Conv", ["c", "d"], ["y"], strides=[2, 2], name="down")]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [g, d]))
+    graph = ir.from_proto(onnx.load_from_string(model.SerializeToString())).graph
+    partition = make_partition("p", EP, graph, list(graph), {"": 17})
+    flags = IREEExecutionProvider(options).flags()
+    assert (REWRITE_STRIDED_STEMS in iree_compile._optional_rewrites(partition, flags)) == rewritten
+
+
+def test_the_corpus_resnet18_with_its_pool_and_downsamples_rewritten_matches_onnxruntime(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corpus' ResNet-18 (PyTorch's export), its batch stated: whole on IREE, its max pool rewritten over NHWC
+    data and its three strided 1x1 downsamples as matmuls (their filters stored (C, F, 1, 1)), max error against
+    onnxruntime as the corpus bounds it (1e-3)."""
+    from pathlib import Path
+
+    from benchmarks.corpus import Unavailable, feeds, materialise
+
+    from epctx.providers.iree.options import REWRITE_NHWC_POOLS, REWRITE_STRIDED_STEMS
+    from epctx.providers.iree.pointwise import TO_CF
+
+    try:
+        path = materialise("resnet18", Path(str(tmp_path)))
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    decided: list[bool] = []
+    stored: list[tuple[int, ...]] = []
+    real_rewrites, real_compile = iree_compile._optional_rewrites, iree_compile._compile_job
+
+    def rewrites(partition: object, flags: list[str]) -> list[str]:
+        found = real_rewrites(partition, flags)  # type: ignore[arg-type]
+        decided.append(REWRITE_STRIDED_STEMS in found and REWRITE_NHWC_POOLS in found)
+        return found
+
+    def compiled(*args: object) -> object:
+        result = real_compile(*args)  # type: ignore[arg-type]
+        stored.extend(result.transposed.values())
+        return result
+
+    monkeypatch.setattr(iree_compile, "_optional_rewrites", rewrites)
+    monkeypatch.setattr(iree_compile, "_compile_job", compiled)
+    feed = feeds("resnet18")
+    so = epctx.SessionOptions()
+    so.add_free_dimension_override_by_name("batch", 1)
+    sess = epctx.InferenceSession(str(path), so, providers=[EP])
+    assert [ep for ep, _ in sess.get_partitions()] == [EP] and decided and all(decided)
+    assert stored.count(tuple(TO_CF)) == 3  # the three downsamples' filters
+    got, expected = sess.run(None, feed), run_ort(path.read_bytes(), feed)
+    assert max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected)) <= 1e-3
+
+
 def test_a_compile_that_fails_with_the_stems_rewritten_is_tried_again_without(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -298,13 +370,17 @@ def test_a_compile_that_fails_with_the_stems_rewritten_is_tried_again_without(
 
 
 def test_a_real_detector_with_its_stem_rewritten_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
-    """nudenet's YOLOv8n (its 3x3 stride-2 stem over the RGB image, its neck's nearest Resize x2), sizes stated:
-    whole on IREE, the stem and the upsampling rewritten, max error against onnxruntime as the corpus bounds it
-    (1e-3)."""
+    """nudenet's YOLOv8n (its 3x3 stride-2 stem over the RGB image, its neck's nearest Resize x2, its SPPF block's
+    three 5x5 MaxPools), sizes stated: whole on IREE, the stem, the upsampling and the pools rewritten, max error
+    against onnxruntime as the corpus bounds it (1e-3)."""
     import importlib.util
     from pathlib import Path
 
-    from epctx.providers.iree.options import REWRITE_NEAREST_UPSAMPLES, REWRITE_STRIDED_STEMS
+    from epctx.providers.iree.options import (
+        REWRITE_NEAREST_UPSAMPLES,
+        REWRITE_NHWC_POOLS,
+        REWRITE_STRIDED_STEMS,
+    )
 
     spec = importlib.util.find_spec("nudenet")
     if spec is None or not spec.submodule_search_locations:
@@ -315,7 +391,9 @@ def test_a_real_detector_with_its_stem_rewritten_matches_onnxruntime(monkeypatch
 
     def spy(partition: object, flags: list[str]) -> list[str]:
         found = real(partition, flags)  # type: ignore[arg-type]
-        decided.append(REWRITE_STRIDED_STEMS in found and REWRITE_NEAREST_UPSAMPLES in found)
+        decided.append(
+            all(r in found for r in (REWRITE_STRIDED_STEMS, REWRITE_NEAREST_UPSAMPLES, REWRITE_NHWC_POOLS))
+        )
         return found
 
     monkeypatch.setattr(iree_compile, "_optional_rewrites", spy)
@@ -348,6 +426,26 @@ def test_global_pools_are_rewritten_over_nhwc_data_in_the_jobs_compiled_channels
     assert REWRITE_NHWC_POOLS not in iree_compile._job_flags(
         partition, flags
     )  # a marker, never for iree-compile
+
+
+@pytest.mark.parametrize(("options", "rewritten"), [({}, True), ({"channels_last": "0"}, False)])
+def test_max_pools_alone_ask_for_the_pools_rewrite_in_the_jobs_compiled_channels_last(
+    options: dict[str, str], rewritten: bool
+) -> None:
+    """A partition holding a MaxPool and no global pool (the ResNet-style net cut before its GlobalAveragePool)."""
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import REWRITE_NHWC_POOLS
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    graph = ir.from_proto(onnx.load_from_string(_static_resnet_style())).graph
+    nodes = [n for n in graph if n.op_type not in ("GlobalAveragePool", "Flatten", "Gemm")]
+    assert "MaxPool" in [n.op_type for n in nodes]
+    partition = make_partition("p", EP, graph, nodes, {"": 17})
+    flags = IREEExecutionProvider(options).flags()
+    assert (REWRITE_NHWC_POOLS in iree_compile._optional_rewrites(partition, flags)) == rewritten
 
 
 def test_a_real_squeeze_and_excitation_net_with_its_pools_rewritten_matches_onnxruntime(

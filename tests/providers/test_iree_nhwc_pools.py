@@ -1,6 +1,9 @@
-"""Global average pools over channels-last data (``epctx.providers.iree.nhwc_pools``, in IREE jobs compiled
-channels-last): the rewritten graph computes what the pool did (opset 17's ReduceMean with its axes an attribute,
-18's with an input), checked with onnxruntime on both graphs; pools over other ranks are left alone. The rule
+"""Global average pools and max pools over channels-last data (``epctx.providers.iree.nhwc_pools``, in IREE jobs
+compiled channels-last): the rewritten graph computes what the pool did (opset 17's ReduceMean with its axes an
+attribute, 18's with an input; max pools of ResNet's 3x3 / 2 and YOLO's SPPF 5x5 / 1 among others, over negative
+values so that the padding must not win), checked with onnxruntime on both graphs; pools over other ranks, and max
+pools the rewrite does not express (ceil mode, dilations, indices, auto padding, unknown sizes; a dynamic batch,
+whose nets IREE compiles another way: tests/providers/test_iree_data_tiling.py), are left alone. The rule
 (which jobs rewrite) and IREE running it on a real squeeze-and-excitation net are
 tests/providers/test_iree_data_tiling.py's; speed (MobileNetV3 4.18 -> 3.02 ms) is in the module's docstring."""
 
@@ -87,3 +90,92 @@ def test_a_paddle_style_job_with_depthwise_filters_and_pools_loads_in_the_worker
     assert "GlobalAveragePool" not in ops and "Conv" not in ops and transposed == {"w": [2, 3, 1, 0]}
     feed = {"x": rng.standard_normal((1, 8, 6, 6)).astype(np.float32)}
     np.testing.assert_allclose(run_ort(loaded, feed)[0], run_ort(model, feed)[0], rtol=1e-5, atol=1e-5)
+
+
+def _max_pool(
+    shape: list[int | str],
+    opset: int = 17,
+    outputs: int = 1,
+    dtype: int = TensorProto.FLOAT,
+    **attributes: object,
+) -> onnx.ModelProto:
+    """x -> Neg -> MaxPool -> Neg: the pool between element-wise ops, as between a stem and a block."""
+    names = ["p", "i"][:outputs]
+    nodes = [
+        helper.make_node("Neg", ["x"], ["h"]),
+        helper.make_node("MaxPool", ["h"], names, name="pool", **attributes),
+        helper.make_node("Neg", ["p"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", dtype, shape)
+    y = helper.make_tensor_value_info("y", dtype, ["n", "c", "ho", "wo"][: len(shape)])
+    graph = helper.make_graph(nodes, "pool", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # ResNet's, after its stem
+        {"kernel_shape": [5, 5], "strides": [1, 1], "pads": [2, 2, 2, 2]},  # YOLO's SPPF
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 2, 0]},
+        {"kernel_shape": [3, 3]},
+    ],
+    ids=["3x3/2", "5x5/1", "2x2/2", "uneven", "3x3/1 unpadded"],
+)
+@pytest.mark.parametrize("opset", [12, 17])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_the_rewritten_max_pool_computes_what_the_pool_did(
+    attributes: dict[str, list[int]], opset: int, batch: int
+) -> None:
+    model = _max_pool([batch, 16, 11, 13], opset, **attributes)  # type: ignore[arg-type]
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert global_pools_channels_last(rewritten) == 1
+    onnx.checker.check_model(rewritten, full_check=True)
+    ops = [n.op_type for n in rewritten.graph.node]
+    assert (
+        "MaxPool" not in ops
+        and ops.count("Transpose") == 2
+        and ops.count("Slice") == int(np.prod(attributes["kernel_shape"]))
+    )
+    x = np.random.default_rng(1).standard_normal((batch, 16, 11, 13)).astype(np.float32) + 3
+    (expected,) = run_ort(model, {"x": x})
+    (got,) = run_ort(rewritten, {"x": x})
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("shape", "outputs", "attributes"),
+    [
+        ([1, 16, 11, 13], 1, {"kernel_shape": [3, 3], "ceil_mode": 1}),
+        ([1, 16, 11, 13], 1, {"kernel_shape": [3, 3], "dilations": [2, 2]}),
+        ([1, 16, 11, 13], 2, {"kernel_shape": [3, 3]}),
+        ([1, 16, 11, 13], 1, {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"}),
+        ([1, 16, "h", "w"], 1, {"kernel_shape": [3, 3]}),
+        (["n", 16, 11, 13], 1, {"kernel_shape": [3, 3]}),
+        ([1, 16, 11], 1, {"kernel_shape": [3]}),
+    ],
+    ids=["ceil mode", "dilations", "indices", "auto pad", "unknown sizes", "dynamic batch", "1-D"],
+)
+def test_max_pools_the_rewrite_does_not_express_are_left_alone(
+    shape: list[int | str], outputs: int, attributes: dict[str, object]
+) -> None:
+    model = _max_pool(shape, outputs=outputs, **attributes)
+    before = model.SerializeToString()
+    assert global_pools_channels_last(model) == 0
+    assert model.SerializeToString() == before
+
+
+def test_a_half_precision_max_pool_is_padded_with_its_own_minus_infinity() -> None:
+    model = _max_pool(
+        [1, 8, 9, 9], dtype=TensorProto.FLOAT16, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]
+    )
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert global_pools_channels_last(rewritten) == 1
+    low = next(t for t in rewritten.graph.initializer if t.name.endswith("_low"))
+    assert low.data_type == TensorProto.FLOAT16
+    x = np.random.default_rng(3).standard_normal((1, 8, 9, 9)).astype(np.float16) + 3
+    np.testing.assert_array_equal(run_ort(rewritten, {"x": x})[0], run_ort(model, {"x": x})[0])

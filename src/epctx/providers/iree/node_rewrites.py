@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Replacement", "rewrite_nodes", "value_shapes"]
+__all__ = ["Replacement", "rewrite_nodes", "value_shapes", "value_types"]
 
 # A node's replacement: the nodes that stand for it, in order, and the initializers they read
 Replacement = tuple[Sequence[Any], Sequence[Any]]
@@ -14,15 +14,24 @@ Replacement = tuple[Sequence[Any], Sequence[Any]]
 
 def value_shapes(model: Any) -> dict[str, list[int | None]]:
     """The shapes ONNX's shape inference gives the inputs and values of ``model`` (None: a dimension unknown)."""
+    return value_types(model)[0]
+
+
+def value_types(model: Any) -> tuple[dict[str, list[int | None]], dict[str, int]]:
+    """The shapes (as ``value_shapes``) and element types (``onnx.TensorProto`` codes) ONNX's shape inference gives
+    the inputs and values of ``model``."""
     import onnx
 
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes: dict[str, list[int | None]] = {}
+    types: dict[str, int] = {}
     for value in [*inferred.graph.input, *inferred.graph.value_info]:
         tensor = value.type.tensor_type
         if tensor.HasField("shape"):
             shapes[value.name] = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-    return shapes
+        if tensor.elem_type:
+            types[value.name] = tensor.elem_type
+    return shapes, types
 
 
 def rewrite_nodes(model: Any, replace: Callable[[int, Any], Replacement | None]) -> int:

