@@ -283,6 +283,18 @@ def test_without_a_context_cache_it_uses_the_user_cache(tmp_path: Path) -> None:
     assert [p for p in folder.rglob("key.json") if "x[2,8]" in p.read_text()]
 
 
+def test_the_user_cache_folder_is_bounded_unless_the_user_says() -> None:
+    from epctx.session.specialize_source import DEFAULT_MAX_MB, specialized_options
+
+    def bound(**entries: str) -> float | None:
+        so = _options(**entries)
+        return opt.SessionConfig.of(specialized_options(so, opt.SessionConfig.of(so))).context_cache_max_mb
+
+    assert bound() == DEFAULT_MAX_MB  # epctx's own folder
+    assert bound(**{"epctx.context_cache_max_mb": "10"}) == 10
+    assert bound(**{"epctx.context_cache": "/somewhere"}) is None  # the user's folder, the user's bound
+
+
 def test_a_context_model_specializes_from_its_recorded_source(tmp_path: Path) -> None:
     model = tmp_path / "m.onnx"
     _model(model)

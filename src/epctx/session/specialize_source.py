@@ -4,7 +4,7 @@ The source: the session's own model, or, for a session over a context model (``<
 its ``epctx.source_files`` record binds (``epctx.cache.heal.find_source``: ``ep.context_source_model_path``, else
 the EPContext nodes' ``onnx_model_filename`` beside it, its files as compiled from); none when that is not there.
 The options: the user's, with ``epctx.input_shapes`` set to the signature and the transparent cache's folder
-(``epctx.context_cache`` as given, else ``<user cache>/specialized``), so that a later process loads what this one
+(``epctx.context_cache`` as given, else ``<user cache>/specialized``, bounded to 2 GB), so that a later process loads what this one
 compiled; nothing that writes beside the user's model (context generation, the optimized model, profiles, signing)
 and no specialization of its own."""
 
@@ -21,10 +21,18 @@ from epctx import options as opt
 if TYPE_CHECKING:
     from epctx.cache.scan import ScannedModel
 
-__all__ = ["CACHE_FOLDER", "Source", "shapes_text", "specialized_options", "specialization_source"]
+__all__ = [
+    "CACHE_FOLDER",
+    "DEFAULT_MAX_MB",
+    "Source",
+    "shapes_text",
+    "specialized_options",
+    "specialization_source",
+]
 
 Source = str | os.PathLike[str] | bytes
 CACHE_FOLDER = "specialized"  # under epctx.ep.user_cache_dir() when the user set no epctx.context_cache
+DEFAULT_MAX_MB = 2048  # that folder's bound (epctx.context_cache_max_mb) unless the user gives one
 
 # What a specialized session must not inherit: it writes nothing beside the user's model, joins no sharing group,
 # heals or reuses nothing in place, reads its source as a plain model, and specializes nothing itself.
@@ -59,6 +67,9 @@ def specialized_options(options: opt.SessionOptions, config: opt.SessionConfig) 
     changes: dict[str, str | None] = dict.fromkeys(_DROPPED)
     changes[opt.SPECIALIZE_SHAPES] = "off"
     changes[opt.CONTEXT_CACHE] = config.context_cache or str(user_cache_dir(CACHE_FOLDER))
+    if not config.context_cache and config.context_cache_max_mb is None:
+        # epctx's own folder, which the user did not ask for: bounded (least recently used keys go first)
+        changes[opt.CONTEXT_CACHE_MAX_MB] = str(DEFAULT_MAX_MB)
     derived = opt.with_config(options, changes)
     derived = copy.copy(derived)
     derived.enable_profiling = (
