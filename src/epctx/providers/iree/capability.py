@@ -283,7 +283,11 @@ def dims_hint(graph: ir.Graph, why: str) -> str:
         legend.append("N: no size known here, the one the model is fed")
     api = "SessionOptions.add_free_dimension_override_by_name"
     api += "; session config epctx.input_shapes for --shape" if shapes else ""
-    return f"State the sizes {why}: epctx compile {dims} ({'; '.join(legend) or 'from the model'}) ({api})."
+    return (
+        f"State the sizes {why}: epctx compile {dims} ({'; '.join(legend) or 'from the model'}) ({api}). "
+        "Unstated, a session compiles the shapes it is fed twice by itself, in the background "
+        "(epctx.specialize_shapes)."
+    )
 
 
 def _suggested_size(graph: ir.Graph, key: str, axis: int) -> str:
