@@ -54,6 +54,9 @@ def test_a_conv_net_with_dynamic_spatial_sizes_is_not_compiled(
     # the others name the convolution that forces it, and every reason the sizes to state
     assert "('c0' first, its input 'x' [batch,3,height,width])" in reasons["relu"], reasons["relu"]
     assert all("--dim batch=1 --dim height=N --dim width=N" in why for why in reasons.values()), reasons
+    assert all(
+        "epctx.specialize_shapes" in why for why in reasons.values()
+    )  # and that a session does it itself
     assert "does not compile this model: 2 of its convolutions" in caplog.text
     assert "'c0' first, its input 'x' [batch,3,height,width]" in caplog.text
     assert DYNAMIC_CONVS_ENV in caplog.text
