@@ -11,6 +11,7 @@ import numpy as np
 from epctx.errors import EPCtxError, Fail
 from epctx.model.tensors import to_numpy
 from epctx.session.plan_calls import ERRORS, IGNORED, direct_call, loop_step
+from epctx.session.plan_memo import Group, ShapeMemo, shape_groups
 
 if TYPE_CHECKING:
     from epctx.model.view import ValueView
@@ -170,6 +171,7 @@ class _Slots:
         self.template: list[Any] = [None]
         self.known_inputs = set(inputs)
         self.constant: dict[ValueView, Any] = {}
+        self.cached: set[ValueView] = set()  # values a shape memo keeps between runs (read-only arrays)
 
     def slot(self, value: ValueView) -> int:
         s = self.slot_of.get(value)
@@ -209,14 +211,18 @@ def build_plan(
     *,
     fold_constants: bool = True,
     constants: Mapping[Any, Any] | None = None,  # ValueView -> array (Mapping's key is invariant)
+    memoise: bool | None = None,
 ) -> ExecutionPlan:
     """Lay out slots: slot 0 is always None (omitted optional inputs); then inputs, constants, results.
     ``constants``: arrays of values that are constants though neither initializers nor folded here (a body's
-    outer values that are constants in an enclosing graph)."""
+    outer values that are constants in an enclosing graph). ``memoise`` (default: ``fold_constants``): shape
+    arithmetic run as memoised groups (``plan_memo``)."""
     slots = _Slots(inputs)
     slots.constant.update(constants or {})
     input_slots = tuple(slots.slot(v) for v in inputs)
     live_steps = [step for step in steps if not (fold_constants and _folded(step, slots))]
+    if fold_constants if memoise is None else memoise:
+        live_steps = _memoised(live_steps, slots, inputs, outputs)
     live_steps = _aliased(live_steps, slots, inputs, outputs)
     compiled = []
     for step in live_steps:
@@ -249,6 +255,32 @@ def _folded(step: PlanStep, slots: _Slots) -> bool:
     return True
 
 
+def _memoised(
+    live_steps: list[PlanStep], slots: _Slots, inputs: Sequence[ValueView], outputs: Sequence[ValueView]
+) -> list[PlanStep]:
+    """The steps with each group of shape arithmetic (``plan_memo.shape_groups``) run as one memoised step."""
+    items = shape_groups(live_steps, slots.is_const, set(inputs) | set(outputs))
+    return [_memo_step(item, slots) if isinstance(item, Group) else item for item in items]
+
+
+def _memo_step(group: Group, slots: _Slots) -> PlanStep:
+    """One step for ``group``: its own plan (its errors name its nodes), called when the shapes are new."""
+    read = (v for step in group.steps for v in step.inputs if v is not None)
+    constants = {v: slots.constant[v] for v in read if v in slots.constant}
+    plan = build_plan(group.inputs, group.outputs, group.steps, fold_constants=False, constants=constants)
+    slots.cached.update(group.outputs)
+    first: PlanStep = group.steps[0]
+    label = f"shape arithmetic of {len(group.steps)} nodes from {first.label!r}"
+    return PlanStep(
+        ShapeMemo(plan.run, len(group.sources)),
+        group.inputs,
+        group.outputs,
+        label=label,
+        op_type="ShapeMemo",
+        provider=first.provider,
+    )
+
+
 def passed_input(fn: Any) -> int | None:
     """The input a kernel's one output is, when the kernel says so: a kernel may carry ``passes_input``, a
     callable asked once, when the plan is laid out (every kernel of the graph exists by then), that returns the
@@ -276,7 +308,8 @@ def _aliased(
             kept.append(step)
             continue
         value, base = step.outputs[0], root.get(source, source)
-        if value in exposed and (base in exposed or base in claimed or slots.is_const(base)):
+        kept_array = slots.is_const(base) or base in slots.cached
+        if value in exposed and (base in exposed or base in claimed or kept_array):
             kept.append(dataclasses.replace(step, fn=_copying(step.fn)))  # the output its own array
             continue
         if slots.is_const(source) or source in slots.known_inputs:
