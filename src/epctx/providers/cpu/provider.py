@@ -54,6 +54,7 @@ class CPUExecutionProvider(ExecutionProvider):
 
     def create_kernel(self, ctx: NodeContext) -> Kernel:
         from epctx.providers.cpu import squeeze
+        from epctx.providers.cpu.chains import head_kernel
         from epctx.providers.cpu.fusion import join
         from epctx.providers.cpu.layout import built
         from epctx.providers.cpu.reference import reference_kernel
@@ -63,7 +64,7 @@ class CPUExecutionProvider(ExecutionProvider):
         factory = find_factory(info.domain, info.op_type, info.opset)
         if factory is not None:
             built(ctx.node)
-            return squeeze.join(ctx.node, join(ctx.node, factory(info)))
+            return squeeze.join(ctx.node, join(ctx.node, head_kernel(ctx.node, factory(info))))
         try:
             return reference_kernel(info)
         except NotImplemented:
