@@ -17,12 +17,30 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SERIAL_MACS", "serial"]
+__all__ = ["SERIAL_MACS", "serial", "single_threaded"]
 
 _log = logging.getLogger("epctx")
 _lock = threading.Lock()
 
 SERIAL_MACS = 1 << 23
+
+# OpenBLAS runs a GEMM on one thread below m*n*k = 2^18 (interface/gemm.c: SMP_THRESHOLD_MIN 65536 times
+# GEMM_MULTITHREAD_THRESHOLD 4) and a GEMV below m*n = 9216 (interface/gemv.c: 2304 times 4); a GEMM of one
+# row or column may be forwarded to GEMV (GEMM_GEMV_FORWARD).
+_GEMM_ONE_THREAD = 1 << 18
+_GEMV_ONE_THREAD = 2304 * 4
+
+
+def single_threaded(a: Any, n: int) -> bool:
+    """Whether OpenBLAS runs ``a @ b`` (``b`` with ``n`` columns) on one thread by itself: no need to lower its
+    count through ``serial`` (whose get / set calls cost 1.1-1.3 us a call, more than a decode step's 1 x 64 x 64
+    product, measured here). Every product numpy's matmul makes of them (one per batch entry) is at most
+    ``a.size * n`` multiply-adds; a product of one row or column counts as a GEMV."""
+    macs = a.size * n
+    if macs < _GEMV_ONE_THREAD:
+        return True
+    rows = a.shape[-2] if a.ndim >= 2 else 1
+    return rows > 1 and n > 1 and macs < _GEMM_ONE_THREAD
 
 
 class _SerialGate:

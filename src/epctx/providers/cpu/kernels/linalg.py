@@ -24,6 +24,8 @@ def _product(a: Any, b: Any) -> Any:
         return np.matmul(a, b)
     n = b.shape[-1]
     if a.size * n < blas_serial.SERIAL_MACS:
+        if blas_serial.single_threaded(a, n):
+            return np.matmul(a, b)
         return blas_serial.serial()(np.matmul, a, b)
     if b.ndim == 2 and a.ndim >= 2 and (a.ndim == 2 or a.flags.c_contiguous):
         out = np.empty((*a.shape[:-1], n), dtype=a.dtype)

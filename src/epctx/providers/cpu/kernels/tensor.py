@@ -122,11 +122,25 @@ def _transpose(info: NodeInfo) -> Kernel:
     return lambda x: (np.transpose(x, axes),)
 
 
+def _broadcast_shape(a: tuple[int, ...], b: list[int]) -> tuple[int, ...]:
+    """numpy's (and ONNX's bidirectional) broadcast of two shapes: ``np.broadcast_shapes`` is 1.5 us."""
+    rank = max(len(a), len(b))
+    a_full = (1,) * (rank - len(a)) + a
+    b_full = [1] * (rank - len(b)) + b
+    out = []
+    for p, q in zip(a_full, b_full):
+        if p != q and p != 1 and q != 1:
+            raise ValueError(f"shapes {a} and {tuple(b)} cannot be broadcast together (dimension {p} vs {q})")
+        out.append(q if p == 1 else p)
+    return tuple(out)
+
+
 @kernel("Expand", since=8)
 def _expand(info: NodeInfo) -> Kernel:
     def run(x: Any, shape: Any) -> tuple[Any]:
-        out_shape = np.broadcast_shapes(x.shape, tuple(_ints(shape)))
-        return (np.broadcast_to(x, out_shape).copy(),)
+        out = np.empty(_broadcast_shape(x.shape, _ints(shape)), dtype=x.dtype)
+        np.copyto(out, x)  # broadcasts x into it: 0.8 us against broadcast_to(...).copy()'s 2.8 (GQA's K / V)
+        return (out,)
 
     return run
 

@@ -1,0 +1,64 @@
+"""The small kernels the LLM pair runs hundreds of times (issue 21): Expand's own broadcast of shapes (against
+numpy's and onnxruntime's), and the MatMul products OpenBLAS runs on one thread by itself (no thread-count
+calls around them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import epctx
+from epctx.errors import Fail
+from epctx.providers.cpu import blas_serial
+from tests.oracle import run_ort
+
+
+def _expand_model() -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["x", "shape"], ["y"], name="expand")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, None),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "target"),
+    [
+        ((1, 2, 1, 17, 16), (1, 2, 2, 17, 16)),  # GQA's K / V repeated per query head
+        ((3, 1), (2, 1, 4)),  # a longer target
+        ((2, 3, 4), (3, 1)),  # a shorter one, and a 1 that keeps x's size
+        ((1,), ()),
+        ((), (2, 2)),
+    ],
+)
+def test_expand_broadcasts_as_numpy_and_onnxruntime(
+    x_shape: tuple[int, ...], target: tuple[int, ...]
+) -> None:
+    x = np.random.default_rng(0).standard_normal(x_shape).astype(np.float32)
+    feed = {"x": x, "shape": np.array(target, np.int64)}
+    (ours,) = epctx.InferenceSession(_expand_model()).run(None, feed)
+    (theirs,) = run_ort(_expand_model(), feed)
+    assert ours.shape == theirs.shape == np.broadcast_shapes(x_shape, target)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.flags.writeable and not np.shares_memory(ours, x)
+
+
+def test_expand_to_an_incompatible_shape_fails_naming_the_node() -> None:
+    feed = {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 3], np.int64)}
+    with pytest.raises(Fail, match="expand.*cannot be broadcast"):
+        epctx.InferenceSession(_expand_model()).run(None, feed)
+
+
+def test_products_openblas_runs_on_one_thread_skip_the_thread_count_calls() -> None:
+    one = blas_serial.single_threaded
+    assert one(np.empty((1, 1, 64)), 64)  # a decode step's projection (GEMV-sized)
+    assert one(np.empty((1, 16, 64)), 64)  # a prefill's: 65536 multiply-adds of a GEMM
+    assert not one(np.empty((1, 1, 512)), 512)  # a GEMV OpenBLAS may split (262144 > 9216)
+    assert not one(np.empty((1, 64, 64)), 64)  # 2^18: OpenBLAS's GEMM threshold
+    assert not one(np.empty((4, 1, 128)), 128)  # one row per product: GEMVs of 16384
