@@ -10,7 +10,7 @@ import numpy as np
 
 from epctx.errors import EPCtxError, Fail
 from epctx.model.tensors import to_numpy
-from epctx.session.plan_calls import ERRORS, IGNORED, direct_call, loop_step
+from epctx.session.plan_calls import ERRORS, IGNORED, Compiled, compiled_run, direct_call, loop_step
 from epctx.session.plan_memo import Group, ShapeMemo, shape_groups
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ class ExecutionPlan:
     """Integer value slots, one step per kernel or compiled partition, slots freed after their last use."""
 
     __slots__ = (
+        "_compiled",
         "_direct",
         "_loop",
         "info",
@@ -72,6 +73,9 @@ class ExecutionPlan:
         self.steps = steps
         self._direct = direct_call(template, input_slots, output_slots, steps)
         self._loop = tuple(loop_step(step) for step in steps)
+        self._compiled = (
+            None if self._direct is not None else compiled_run(template, input_slots, output_slots, steps)
+        )
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings: numpy's
@@ -86,27 +90,44 @@ class ExecutionPlan:
                 if pick is None:
                     return out_pick(fn(*inputs))
                 return out_pick(fn(*pick((*inputs, *constants) if constants else inputs)))
-            slots = self.template.copy()
-            for slot, value in zip(self.input_slots, inputs):
-                slots[slot] = value
-            for step in self._loop:
-                fn, get, out, outs, frees = step
-                results = fn(*get(slots))
-                if out >= 0:
-                    slots[out] = results[0]
-                else:
-                    for slot, value in zip(outs, results):
-                        slots[slot] = value
-                for slot in frees:
-                    slots[slot] = None
-            return [slots[i] for i in self.output_slots]
+            compiled = self._compiled
+            if compiled is not None and len(inputs) == len(self.input_slots):  # plan_calls.compiled_run
+                step = compiled
+                return compiled.run(inputs)
+            return self._looped(inputs)
         except EPCtxError:
             raise
         except Exception as exc:
+            if isinstance(step, Compiled):
+                k = step.step_at(exc)
+                step = self._loop[k] if k >= 0 else None
             raise self._step_failed(self.steps[0] if direct is not None else step, exc) from exc
         finally:
             if token is not None:
                 ERRORS.reset(token)
+
+    def _looped(self, inputs: Sequence[Any]) -> list[Any]:
+        """The steps run one by one over a slot list (given fewer inputs than the plan has: the others keep their
+        template values)."""
+        slots = self.template.copy()
+        for slot, value in zip(self.input_slots, inputs):
+            slots[slot] = value
+        for step in self._loop:
+            fn, get, out, outs, frees = step
+            try:
+                results = fn(*get(slots))
+            except EPCtxError:
+                raise
+            except Exception as exc:
+                raise self._step_failed(step, exc) from exc
+            if out >= 0:
+                slots[out] = results[0]
+            else:
+                for slot, value in zip(outs, results):
+                    slots[slot] = value
+            for slot in frees:
+                slots[slot] = None
+        return [slots[i] for i in self.output_slots]
 
     def run_observed(
         self, inputs: Sequence[Any], before: Callable[[int], None], after: Callable[[int], None]
