@@ -37,11 +37,18 @@ Match = tuple[
 
 
 def _const(value: ir.Value | None) -> np.ndarray | None:
-    if value is None or value.is_graph_input():
-        return None
-    if value.const_value is not None:
-        return to_numpy(value.const_value)
-    found = constant_node_value(value)
+    """The array of a constant: an initializer that cannot be fed, a Constant node's output, or an Identity of
+    one (PyTorch exports tied weights so: the llm pair's norm weights are Identities of one initializer)."""
+    for _ in range(8):
+        if value is None or value.is_graph_input():
+            return None
+        if value.const_value is not None:
+            return to_numpy(value.const_value)
+        node = value.producer()
+        if node is None or node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+            break
+        value = node.inputs[0] if node.inputs else None
+    found = None if value is None else constant_node_value(value)
     return None if found is None else np.asarray(found)
 
 
