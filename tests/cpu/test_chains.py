@@ -38,7 +38,9 @@ def _model(nodes: list[onnx.NodeProto], outputs: list[str], opset: int = 17) -> 
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _rms(*, weight: bool = True, axes: int = -1, one: float = 1.0, escape: str = "") -> onnx.ModelProto:
+def _rms(
+    *, weight: bool = True, axes: int = -1, one: float = 1.0, escape: str = "", tied: bool = False
+) -> onnx.ModelProto:
     """y = MatMul(RMSNorm(x), w) as torch exports ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)``."""
     nodes = [
         _c("two", 2.0),
@@ -52,8 +54,10 @@ def _rms(*, weight: bool = True, axes: int = -1, one: float = 1.0, escape: str =
         helper.make_node("Mul", ["x", "d"], ["n"]),
     ]
     last = "n"
+    if tied:  # the weight an Identity of an initializer, as torch exports tied weights
+        nodes.append(helper.make_node("Identity", ["gamma"], ["gamma_tied"]))
     if weight:
-        nodes.append(helper.make_node("Mul", ["n", "gamma"], ["nw"]))
+        nodes.append(helper.make_node("Mul", ["n", "gamma_tied" if tied else "gamma"], ["nw"]))
         last = "nw"
     nodes.append(helper.make_node("MatMul", [last, "w"], ["y"]))
     return _model(nodes, ["y", *([escape] if escape else [])])
@@ -133,6 +137,11 @@ def test_rms_norm_with_its_weight_is_one_step() -> None:
         "Mul",
         "MatMul",
     ]
+
+
+def test_rms_norm_with_a_weight_through_an_identity_takes_it() -> None:
+    sess = _same_bits_and_close_to_ort(_rms(tied=True), "d")
+    assert _ops(sess) == ["Pow", "MatMul"]
 
 
 def test_rms_norm_without_a_weight_ends_at_the_mul_by_x() -> None:

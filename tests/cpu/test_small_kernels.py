@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import epctx
 from epctx.errors import Fail
@@ -62,3 +62,40 @@ def test_products_openblas_runs_on_one_thread_skip_the_thread_count_calls() -> N
     assert not one(np.empty((1, 1, 512)), 512)  # a GEMV OpenBLAS may split (262144 > 9216)
     assert not one(np.empty((1, 64, 64)), 64)  # 2^18: OpenBLAS's GEMM threshold
     assert not one(np.empty((4, 1, 128)), 128)  # one row per product: GEMVs of 16384
+
+
+def test_expand_reads_the_shape_each_run_whatever_it_saw_before() -> None:
+    """Expand keeps the result shapes it worked out, keyed by the shape's values: the same array changed in
+    place between runs, or another target for the same input, gives the new shape."""
+    sess = epctx.InferenceSession(_expand_model())
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    shape = np.array([3, 2], np.int64)
+    assert sess.run(None, {"x": x, "shape": shape})[0].shape == (3, 2)
+    shape[1] = 5
+    assert sess.run(None, {"x": x, "shape": shape})[0].shape == (3, 5)
+    assert sess.run(None, {"x": x, "shape": np.array([2, 3, 4], np.int64)})[0].shape == (2, 3, 4)
+    assert sess.run(None, {"x": x[:1], "shape": shape})[0].shape == (3, 5)
+
+
+def test_a_projection_by_a_constant_weight_gives_what_numpy_gives() -> None:
+    """MatMul by a constant 2-D weight: small left sides go straight to numpy, larger ones through the sized
+    path; both as onnxruntime (float32 and float64), 1-D and batched left sides."""
+    w = np.random.default_rng(1).standard_normal((64, 160))
+    for dtype, tensor_type in ((np.float32, TensorProto.FLOAT), (np.float64, TensorProto.DOUBLE)):
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["a", "w"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("a", tensor_type, None)],
+            [helper.make_tensor_value_info("y", tensor_type, None)],
+            [numpy_helper.from_array(w.astype(dtype), "w")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+        sess = epctx.InferenceSession(model)
+        assert blas_serial.single_threaded_rows(w.astype(dtype)) == 58
+        for shape in ((64,), (1, 1, 64), (1, 16, 64), (3, 40, 64)):
+            a = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+            (ours,), (theirs,) = sess.run(None, {"a": a}), run_ort(model, {"a": a})
+            assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
+    assert blas_serial.single_threaded_rows(np.ones((4, 4, 4), np.float32)) == 0
+    assert blas_serial.single_threaded_rows(np.ones((4, 4), np.int64)) == 0

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SERIAL_MACS", "serial", "single_threaded"]
+__all__ = ["SERIAL_MACS", "serial", "single_threaded", "single_threaded_rows"]
 
 _log = logging.getLogger("epctx")
 _lock = threading.Lock()
@@ -41,6 +41,14 @@ def single_threaded(a: Any, n: int) -> bool:
         return True
     rows = a.shape[-2] if a.ndim >= 2 else 1
     return rows > 1 and n > 1 and macs < _GEMM_ONE_THREAD
+
+
+def single_threaded_rows(weight: Any) -> int:
+    """For a constant right side ``weight`` (float32 / float64, 2-D): a left side of fewer values than this
+    is multiplied on one BLAS thread by OpenBLAS itself, whatever its shape (the GEMV bound); 0 otherwise."""
+    if weight.ndim != 2 or weight.dtype.kind != "f" or weight.dtype.itemsize < 4 or not weight.shape[1]:
+        return 0
+    return -(-_GEMV_ONE_THREAD // weight.shape[1])
 
 
 class _SerialGate:

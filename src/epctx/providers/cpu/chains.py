@@ -138,11 +138,13 @@ def _rms_norm(node: ir.Node) -> Match | None:
 
     def rms_norm(x: Any, *_: Any) -> Any:
         # the nodes' kernels' own operations: x * x, add.reduce / count, + eps, sqrt, 1 / ., x * ., * weight
-        r = np.add.reduce(x * x, axis=-1, keepdims=True)
+        t = x * x
+        r = np.add.reduce(t, axis=-1, keepdims=True)
         np.true_divide(r, x.shape[-1], out=r)
-        r = np.add(r, eps)
+        np.add(r, eps, out=r)
         np.sqrt(r, out=r)
-        y = np.multiply(x, np.divide(one, r))
+        np.divide(one, r, out=r)
+        y = np.multiply(x, r, out=t)  # x's temporary square, done with
         return y if weight is None else np.multiply(y, weight, out=y)
 
     return rms_norm, readers, {}
@@ -200,12 +202,15 @@ def _rotate_half(node: ir.Node) -> Match | None:
     if low.domain not in ("", "ai.onnx") or low.graph is not node.graph:
         return None
     concat_axis = int(_attr(concat, "axis", 0))
+    keys: dict[int, tuple[tuple[slice, ...], tuple[slice, ...]]] = {}  # rank -> both slices' keys
 
     def rotate_half(x: Any, *_: Any) -> Any:
-        ndim = x.ndim
-        high = (slice(None),) * (upper[2] % ndim) + (slice(upper[0], upper[1]),)
-        rest = (slice(None),) * (lower[2] % ndim) + (slice(lower[0], lower[1]),)
-        return np.concatenate((np.negative(x[high]), x[rest]), axis=concat_axis)
+        key = keys.get(x.ndim)
+        if key is None:
+            high = (slice(None),) * (upper[2] % x.ndim) + (slice(upper[0], upper[1]),)
+            rest = (slice(None),) * (lower[2] % x.ndim) + (slice(lower[0], lower[1]),)
+            key = keys[x.ndim] = (high, rest)
+        return np.concatenate((np.negative(x[key[0]]), x[key[1]]), axis=concat_axis)
 
     return rotate_half, [neg, low, concat], {low: 0}
 

@@ -37,8 +37,14 @@ def _product(a: Any, b: Any) -> Any:
 @kernel("MatMul", since=1)
 def _matmul(info: NodeInfo) -> Kernel:
     settle_backends()  # a set lookup: multi-threaded BLAS must not meet a backend's import-time fork
+    weight = info.const_input(1)
+    # A constant float weight (a projection): left sides of fewer values than this run on one BLAS thread by
+    # themselves (blas_serial.single_threaded) and go straight to numpy (an LLM decode step's 19 MatMuls).
+    small = blas_serial.single_threaded_rows(weight) if weight is not None else 0
 
     def run(a: Any, b: Any) -> tuple[Any]:
+        if a.size < small and a.dtype is b.dtype:
+            return (np.matmul(a, b),)
         y = _product(a, b)
         return (y,) if y.dtype == a.dtype else (y.astype(a.dtype),)  # bfloat16 comes back as float32
 
