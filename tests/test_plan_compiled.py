@@ -1,7 +1,8 @@
 """A plan of several steps runs as one generated function (session/plan_calls.py ``compiled_run``, issue 21):
 each slot a local, each kernel and constant a default argument. Checked against the slot-list loop it replaces:
 the same values (multi-output steps, omitted inputs, constants, freed slots, outputs that are inputs or
-constants), the same step named when a kernel fails, and the loop kept for a call given fewer inputs."""
+constants), the same step named when a kernel fails, the loop kept for a call given fewer inputs and for a
+plan's first runs (generating the function costs more than a session run once saves)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from epctx.errors import Fail
 from epctx.session.plan import ExecutionPlan, PlanStep, build_plan
+from epctx.session.plan_calls import compiled_run
 
 
 def _values(*names: str) -> list[ir.Value]:
@@ -24,7 +26,17 @@ def _looped(plan: ExecutionPlan) -> ExecutionPlan:
         plan.template, plan.input_slots, plan.output_slots, plan.steps, plan.labels, plan.info
     )
     twin._direct = twin._compiled = None
+    twin._warmup = 0
     return twin
+
+
+def _warm(plan: ExecutionPlan, inputs: list[Any]) -> ExecutionPlan:
+    """``plan`` after the runs that precede its generated function (the loop runs them)."""
+    assert plan._compiled is None
+    while plan._warmup:
+        plan.run(inputs)
+    assert plan._compiled is not None
+    return plan
 
 
 def _split(v: Any) -> tuple[Any, ...]:
@@ -51,8 +63,9 @@ def _plan() -> tuple[ExecutionPlan, list[Any]]:
 
 def test_the_generated_function_gives_what_the_loop_gives() -> None:
     plan, seen = _plan()
-    assert plan._compiled is not None and plan._direct is None
     feed = [np.array([1.0, 2.0, 3.0], np.float32)]
+    _warm(plan, feed)
+    seen.clear()
     got, want = plan.run(feed), _looped(plan).run(feed)
     assert seen == [None, None]
     assert len(got) == len(want) == 4
@@ -74,7 +87,8 @@ def test_a_failing_step_is_named_as_the_loop_names_it() -> None:
         PlanStep(lambda v: (v + 1,), (z,), (u,), label="third"),
     ]
     plan = build_plan([x], [u], steps, fold_constants=False)
-    assert plan._compiled is not None
+    plan._warmup = 0
+    plan._compiled = compiled_run(plan.template, plan.input_slots, plan.output_slots, plan.steps)
     messages = []
     for p in (plan, _looped(plan)):
         with pytest.raises(Fail) as info:
@@ -82,6 +96,19 @@ def test_a_failing_step_is_named_as_the_loop_names_it() -> None:
         messages.append(str(info.value))
     assert messages[0] == messages[1]
     assert "running compiled partition 'second' Status Message: ValueError: bad shapes" in messages[0]
+
+
+def test_the_first_runs_take_the_loop_then_the_function() -> None:
+    plan, _ = _plan()
+    feed = [np.array([1.0, 2.0, 3.0], np.float32)]
+    results = []
+    for _ in range(4):
+        results.append(plan.run(feed)[0])
+        if len(results) < 2:
+            assert plan._compiled is None
+    assert plan._compiled is not None and plan._warmup == 0
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
 
 
 def test_a_call_with_fewer_inputs_keeps_the_loop() -> None:
@@ -95,6 +122,6 @@ def test_a_call_with_fewer_inputs_keeps_the_loop() -> None:
             PlanStep(lambda a: (a,), (x,), (y,)),
         ],
     )
-    assert plan._compiled is not None
+    _warm(plan, [np.int64(3), np.int64(4)])
     assert plan.run([np.int64(3)]) == [3]
     assert plan.run([np.int64(3), np.int64(4)]) == [7]

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ExecutionPlan", "PlanStep", "build_plan", "passed_input"]
 
+_WARMUP_RUNS = 2
+
 # Random ops must not be folded into constants: each run draws again.
 _NOT_FOLDABLE = frozenset(
     {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -44,6 +46,7 @@ class ExecutionPlan:
         "_compiled",
         "_direct",
         "_loop",
+        "_warmup",
         "info",
         "input_slots",
         "labels",
@@ -73,9 +76,10 @@ class ExecutionPlan:
         self.steps = steps
         self._direct = direct_call(template, input_slots, output_slots, steps)
         self._loop = tuple(loop_step(step) for step in steps)
-        self._compiled = (
-            None if self._direct is not None else compiled_run(template, input_slots, output_slots, steps)
-        )
+        # a plan of several steps runs as one generated function from its third run on (plan_calls.compiled_run:
+        # generating it costs ~7 us a step, which a session run once, or a measurement's few runs, never repays)
+        self._compiled: Compiled | None = None
+        self._warmup = 0 if self._direct is not None else _WARMUP_RUNS
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings: numpy's
@@ -94,6 +98,12 @@ class ExecutionPlan:
             if compiled is not None and len(inputs) == len(self.input_slots):  # plan_calls.compiled_run
                 step = compiled
                 return compiled.run(inputs)
+            if self._warmup:
+                self._warmup -= 1
+                if not self._warmup:
+                    self._compiled = compiled_run(
+                        self.template, self.input_slots, self.output_slots, self.steps
+                    )
             return self._looped(inputs)
         except EPCtxError:
             raise
