@@ -139,6 +139,17 @@ def test_rms_norm_with_its_weight_is_one_step() -> None:
     ]
 
 
+def test_rms_norm_over_one_row_is_close_to_the_nodes_and_onnxruntime() -> None:
+    """One row (a decode step's): numpy scalars after a BLAS dot, the sum in another order than add.reduce."""
+    model = _rms()
+    x = X[:, :1]
+    (ours,) = _session(model).run(None, {"x": x})
+    plain = _session(_unfused(model, "d")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, plain, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ours, run_ort(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert ours.dtype == np.float32 and ours.shape == (1, 1, 16)
+
+
 def test_rms_norm_with_a_weight_through_an_identity_takes_it() -> None:
     sess = _same_bits_and_close_to_ort(_rms(tied=True), "d")
     assert _ops(sess) == ["Pow", "MatMul"]

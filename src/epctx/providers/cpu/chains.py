@@ -3,7 +3,9 @@
 other node of the chain passes its input on (``passes_input``: the plan drops its step). Each chain reads no
 value from outside but the head's input and constants, its values in between are read by no one outside it
 (nor are they graph outputs), and it computes the same numpy operations in the same order as the nodes' own
-kernels, so the results are the same bits:
+kernels, so the results are the same bits (but for RMSNorm over one row, a decode step's: its sum of squares
+is a BLAS dot and the rest numpy scalars, the same float32 operations summed in another order, 2.3 against
+4.8 us, measured here):
 
 * **RMSNorm** as PyTorch exports it: ``Pow(x, 2) -> ReduceMean(last axis, keepdims) -> Add(eps) -> Sqrt ->
   Div(1, .) -> Mul(x, .)`` and, where it follows, ``Mul(., weight)`` with a 1-D constant weight (7 steps);
@@ -137,6 +139,11 @@ def _rms_norm(node: ir.Node) -> Match | None:
     one = eps.dtype.type(1)
 
     def rms_norm(x: Any, *_: Any) -> Any:
+        if x.size == x.shape[-1] and x.dtype == eps.dtype:  # one row (a decode step): on numpy scalars
+            flat = x.reshape(-1)
+            scale = one / np.sqrt(np.dot(flat, flat) / eps.dtype.type(x.shape[-1]) + eps)
+            y = np.multiply(x, scale)
+            return y if weight is None else np.multiply(y, weight, out=y)
         # the nodes' kernels' own operations: x * x, add.reduce / count, + eps, sqrt, 1 / ., x * ., * weight
         t = x * x
         r = np.add.reduce(t, axis=-1, keepdims=True)
