@@ -99,3 +99,32 @@ def test_a_projection_by_a_constant_weight_gives_what_numpy_gives() -> None:
             np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
     assert blas_serial.single_threaded_rows(np.ones((4, 4, 4), np.float32)) == 0
     assert blas_serial.single_threaded_rows(np.ones((4, 4), np.int64)) == 0
+
+
+def _numpy_blas_threads() -> int:
+    import threadpoolctl
+
+    found = [
+        i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas" and "numpy" in i["filepath"]
+    ]
+    return int(found[0]["num_threads"]) if found else -1
+
+
+def test_one_thread_runs_hold_numpy_blas_at_one_thread_and_restore_it() -> None:
+    """``intra_op_num_threads=1``: the CPU EP's run scope sets numpy's OpenBLAS through its own two calls (not
+    threadpoolctl's limit, 9 us a run) and restores the count it found."""
+    import threadpoolctl
+
+    from epctx.providers.cpu.provider import CPUExecutionProvider
+
+    scope = blas_serial.one_thread()
+    if scope is None:
+        pytest.skip("numpy's BLAS is no pthreads OpenBLAS")
+    assert type(CPUExecutionProvider({"intra_op_num_threads": "1"}).run_scope()) is type(scope)
+    assert type(CPUExecutionProvider({"intra_op_num_threads": "2"}).run_scope()) is not type(scope)
+    assert CPUExecutionProvider().run_scope() is None
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        before = _numpy_blas_threads()
+        with scope:
+            assert _numpy_blas_threads() == 1
+        assert _numpy_blas_threads() == before == 2

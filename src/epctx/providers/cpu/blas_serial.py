@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SERIAL_MACS", "serial", "single_threaded", "single_threaded_rows"]
+__all__ = ["SERIAL_MACS", "one_thread", "serial", "single_threaded", "single_threaded_rows"]
 
 _log = logging.getLogger("epctx")
 _lock = threading.Lock()
@@ -62,6 +62,7 @@ class _SerialGate:
         self.saved = 0
         self.get_threads: Callable[[], int] | None = None
         self.set_threads: Callable[[int], None] | None = None
+        self.numpy_blas = False  # whether the OpenBLAS found is numpy's own
         try:
             self._find()
         except Exception as exc:  # no threadpoolctl, or a BLAS it does not know: calls run as they are
@@ -71,7 +72,10 @@ class _SerialGate:
         import numpy  # noqa: F401  (loads its BLAS)
         from threadpoolctl import ThreadpoolController
 
-        for lib in ThreadpoolController().lib_controllers:
+        libs = ThreadpoolController().lib_controllers
+        for lib in sorted(
+            libs, key=lambda lib: "numpy" not in str(getattr(lib, "filepath", ""))
+        ):  # numpy's first
             if lib.internal_api != "openblas" or getattr(lib, "threading_layer", "") != "pthreads":
                 continue
             for prefix, suffix in itertools.product(("", "scipy_"), ("", "64_", "_64")):
@@ -79,6 +83,7 @@ class _SerialGate:
                 setter = getattr(lib.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
                 if getter is not None and setter is not None:
                     self.get_threads, self.set_threads = getter, setter
+                    self.numpy_blas = "numpy" in str(getattr(lib, "filepath", ""))
                     return
 
     def threads(self) -> int:
@@ -121,3 +126,38 @@ def serial() -> _SerialGate:
             if _gate is None:
                 _gate = _SerialGate()
     return _gate
+
+
+class _OneThread:
+    """numpy's OpenBLAS at one thread inside the block, its count before restored after (process-wide, as BLAS's
+    own setting is). Two ctypes calls: 0.2 us a run, where threadpoolctl's limit (``epctx.ep.blas_thread_limit``)
+    asks every library loaded for its state and costs 9 us a run (the LLM decode step of the corpus: 6% of its
+    run, measured here). Going down to one thread never starts a thread, so no backend's fork can meet one."""
+
+    __slots__ = ("gate", "saved")
+
+    def __init__(self, gate: _SerialGate) -> None:
+        self.gate = gate
+        self.saved = 1
+
+    def __enter__(self) -> None:
+        get, put = self.gate.get_threads, self.gate.set_threads
+        assert get is not None and put is not None
+        self.saved = get()
+        if self.saved != 1:
+            put(1)
+
+    def __exit__(self, *exc: object) -> None:
+        put = self.gate.set_threads
+        if self.saved != 1 and put is not None:
+            put(self.saved)
+
+
+def one_thread() -> _OneThread | None:
+    """A scope holding numpy's BLAS at one thread (the CPU EP's runs under ``intra_op_num_threads=1``: its
+    kernels call no other BLAS), or None where numpy's BLAS is no pthreads OpenBLAS (the caller then limits
+    through threadpoolctl)."""
+    gate = serial()
+    if gate.get_threads is None or gate.set_threads is None or not gate.numpy_blas:
+        return None
+    return _OneThread(gate)
