@@ -128,3 +128,29 @@ def test_one_thread_runs_hold_numpy_blas_at_one_thread_and_restore_it() -> None:
         with scope:
             assert _numpy_blas_threads() == 1
         assert _numpy_blas_threads() == before == 2
+
+
+def test_a_small_projection_by_a_constant_weight_skips_the_sized_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The weight as the loader gives it (its dtype object not numpy's canonical one): a one-row left side
+    goes straight to numpy's matmul."""
+    from epctx.providers.cpu.kernels import linalg
+
+    w = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    sess = epctx.InferenceSession(model)
+    sized: list[tuple[int, ...]] = []
+    product = linalg._product
+    monkeypatch.setattr(linalg, "_product", lambda a, b: sized.append(a.shape) or product(a, b))
+    a = np.ones((1, 1, 64), np.float32)
+    np.testing.assert_allclose(sess.run(None, {"a": a})[0], a @ w, rtol=1e-5)
+    sess.run(None, {"a": np.ones((1, 40, 64), np.float32)})
+    assert sized == [(1, 40, 64)]

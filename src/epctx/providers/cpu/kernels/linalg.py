@@ -43,7 +43,7 @@ def _matmul(info: NodeInfo) -> Kernel:
     small = blas_serial.single_threaded_rows(weight) if weight is not None else 0
 
     def run(a: Any, b: Any) -> tuple[Any]:
-        if a.size < small and a.dtype is b.dtype:
+        if a.size < small and a.dtype == b.dtype:
             return (np.matmul(a, b),)
         y = _product(a, b)
         return (y,) if y.dtype == a.dtype else (y.astype(a.dtype),)  # bfloat16 comes back as float32
