@@ -172,3 +172,29 @@ def test_an_error_inside_a_memo_names_the_node() -> None:
     assert _memos(sess)
     with pytest.raises(Fail, match="impossible"):
         sess.run(None, {"x": np.ones((2, 3), np.float32)})
+
+
+def test_runs_on_several_threads_share_the_memo() -> None:
+    """Threads running one session with shapes that come and go: every result right, the memo bounded."""
+    import threading
+
+    model = _model()
+    sess = _session(model)
+    (memo,) = _memos(sess)
+    failures: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            for k in range(40):
+                _check(sess, model, 1 + (seed * 7 + k) % (plan_memo.MEMO_ENTRIES + 8))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    assert len(memo.cache) <= plan_memo.MEMO_ENTRIES
+    assert memo.bytes == sum(v.nbytes for values in memo.cache.values() for v in values)

@@ -20,6 +20,7 @@ input would otherwise change every later run's value.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Protocol
 
@@ -181,13 +182,16 @@ class ShapeMemo:
     """A group's step: its values looked up by the shapes of its first ``sources`` arguments; ``run`` (the
     group's plan, called with all the arguments) when the signature is new."""
 
-    __slots__ = ("bytes", "cache", "run", "sources")
+    __slots__ = ("bytes", "cache", "lock", "run", "sources")
 
     def __init__(self, run: Callable[[Sequence[Any]], list[Any]], sources: int) -> None:
         self.run = run
         self.sources = sources
         self.cache: dict[Hashable, tuple[Any, ...]] = {}
         self.bytes = 0
+        self.lock = (
+            threading.Lock()
+        )  # stores and evictions (runs of one session on several threads); hits take none
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         key = args[0].shape if self.sources == 1 else tuple(a.shape for a in args[: self.sources])
@@ -205,8 +209,11 @@ class ShapeMemo:
         for r in results:
             if isinstance(r, np.ndarray):
                 r.flags.writeable = False
-        while self.cache and (len(self.cache) >= MEMO_ENTRIES or self.bytes + size > MEMO_BYTES):
-            dropped = self.cache.pop(next(iter(self.cache)))  # the oldest entry
-            self.bytes -= sum(r.nbytes for r in dropped if isinstance(r, np.ndarray))
-        self.cache[key] = results
-        self.bytes += size
+        with self.lock:
+            if key in self.cache:
+                return
+            while self.cache and (len(self.cache) >= MEMO_ENTRIES or self.bytes + size > MEMO_BYTES):
+                dropped = self.cache.pop(next(iter(self.cache)))  # the oldest entry
+                self.bytes -= sum(r.nbytes for r in dropped if isinstance(r, np.ndarray))
+            self.cache[key] = results
+            self.bytes += size
