@@ -198,3 +198,52 @@ def test_runs_on_several_threads_share_the_memo() -> None:
     assert not failures
     assert len(memo.cache) <= plan_memo.MEMO_ENTRIES
     assert memo.bytes == sum(v.nbytes for values in memo.cache.values() for v in values)
+
+
+def _two_sources_model() -> onnx.ModelProto:
+    """y = ones(n, m) @ b for a [n, 4] and b [m, 4]: n and m each from their own Shape (a group each), the
+    Concat and the ConstantOfShape of both (a group that reads no shape itself, only the other groups')."""
+    nodes = [
+        _const("zero", 0),
+        _const("axes", [0]),
+        helper.make_node("Shape", ["a"], ["sa"]),
+        helper.make_node("Gather", ["sa", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["nu"]),
+        helper.make_node("Shape", ["b"], ["sb"]),
+        helper.make_node("Gather", ["sb", "zero"], ["m"], axis=0),
+        helper.make_node("Unsqueeze", ["m", "axes"], ["mu"]),
+        helper.make_node("Concat", ["nu", "mu"], ["nm"], axis=0),
+        helper.make_node(
+            "ConstantOfShape", ["nm"], ["ones"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])
+        ),
+        helper.make_node("MatMul", ["ones", "b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, ["m", 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_group_that_reads_only_other_groups_is_keyed_by_all_their_sources() -> None:
+    """The group of Concat and ConstantOfShape depends on the shapes of a and b through the other two groups:
+    its key holds both, so a new n or a new m is a new entry (it once had no key at all, and answered the first
+    entry for every shape)."""
+    model = _two_sources_model()
+    sess = _session(model)
+    memos = _memos(sess)
+    assert sorted(m.sources for m in memos) == [1, 1, 2]
+    rng = np.random.default_rng(0)
+    for n, m in [(2, 3), (5, 3), (5, 7), (2, 3), (1, 1)]:
+        feed = {
+            "a": rng.standard_normal((n, 4), dtype=np.float32),
+            "b": rng.standard_normal((m, 4), dtype=np.float32),
+        }
+        (ours,), (theirs,) = sess.run(None, feed), run_ort(model, feed)
+        assert ours.shape == theirs.shape == (n, 4)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)

@@ -50,6 +50,19 @@ def test_a_generation_matches_onnxruntime_as_the_past_grows_and_comes_back(pair:
     assert all(len(m.cache) == 6 for m in memos)
 
 
+def test_prefills_of_prompts_of_several_lengths_match_onnxruntime(pair: tuple[Path, Path]) -> None:
+    """The prefill's mask and expand shapes come from groups that read other groups' values (its shape memo
+    once answered a new prompt length with the first length's shapes)."""
+    config = SIZES["tiny"]
+    sess = epctx.InferenceSession(str(pair[0]), providers=["CPUExecutionProvider"])
+    model = onnx.load(pair[0])
+    for prompt in (7, 12, 3, 7, 20):
+        feed = prefill_feeds(config, prompt)
+        ours = sess.run(None, feed)
+        assert ours[1].shape[2] == prompt
+        assert _err(ours, run_ort(model, feed)) <= 1e-4
+
+
 def test_the_plans_hold_the_chains_and_memos(pair: tuple[Path, Path]) -> None:
     """Each RMSNorm (2 per layer and the final one) and SiLU is one step, and no Shape node is left; in the
     decode model each rotate-half too (the prefill's slices it at a half read from the shapes: not a constant,

@@ -104,25 +104,28 @@ def shape_groups(steps: Sequence[_Step], is_const: Callable[[Any], bool], expose
     for sources in by_sources:
         last = max(maker.get(v, -1) for v in sources)  # a source is never a memoised value itself
         ready_at.setdefault(last, []).append(sources)
+    order: dict[Any, int] = {}  # a source -> where it is first read (a stable order for the keys)
+    for step in steps:
+        for v in step.inputs:
+            order.setdefault(v, len(order))
     ordered: list[Any] = []
     for sources in ready_at.get(-1, []):
-        ordered.append(_item(sources, by_sources[sources], steps))
+        ordered.append(_item(sources, by_sources[sources], steps, order))
     for k, step in enumerate(steps):
         if k in found:
             continue
         ordered.append(step)
         for sources in ready_at.get(k, []):
-            ordered.append(_item(sources, by_sources[sources], steps))
-    return _finish(_dependency_order(ordered), steps)
+            ordered.append(_item(sources, by_sources[sources], steps, order))
+    return _finish(_dependency_order(ordered), is_const)
 
 
-def _item(sources: frozenset[Any], members: list[int], steps: Sequence[_Step]) -> Any:
+def _item(sources: frozenset[Any], members: list[int], steps: Sequence[_Step], order: dict[Any, int]) -> Any:
+    """A group of the ``members`` (one member: the step itself). Its key is every source its values depend on,
+    whether its members read that source's shape themselves or through another group's values."""
     if len(members) == 1:
         return steps[members[0]]
-    ordered_sources = tuple(
-        v for v in dict.fromkeys(v for k in members for v in steps[k].inputs) if v in sources
-    )
-    return Group(ordered_sources, [steps[k] for k in members])
+    return Group(tuple(sorted(sources, key=order.__getitem__)), [steps[k] for k in members])
 
 
 def _made(item: Any) -> list[Any]:
@@ -162,8 +165,9 @@ def _dependency_order(items: list[Any]) -> list[Any]:
     return out
 
 
-def _finish(items: list[Any], steps: Sequence[_Step]) -> list[Any]:
-    """Each group's inputs (its sources, then what it reads from outside) and outputs (what others read)."""
+def _finish(items: list[Any], is_const: Callable[[Any], bool]) -> list[Any]:
+    """Each group's inputs (all its sources, then the values of others it reads; constants are the group's
+    own) and outputs (what others read)."""
     read_by: dict[Any, set[int]] = {}
     for k, item in enumerate(items):
         for v in _read(item):
@@ -172,7 +176,7 @@ def _finish(items: list[Any], steps: Sequence[_Step]) -> list[Any]:
         if not isinstance(item, Group):
             continue
         made = set(_made(item))
-        outside = [v for v in dict.fromkeys(_read(item)) if v not in made]
+        outside = [v for v in dict.fromkeys(_read(item)) if v not in made and not is_const(v)]
         item.inputs = (*item.sources, *(v for v in outside if v not in item.sources))
         item.outputs = tuple(v for v in _made(item) if read_by.get(v, set()) - {k})
     return items
