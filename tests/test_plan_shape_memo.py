@@ -103,7 +103,8 @@ def test_shapes_that_change_between_runs_give_new_entries_and_old_ones_hit() -> 
     assert calls == [1]
 
 
-def test_the_memo_is_bounded_and_its_values_are_read_only() -> None:
+def test_the_memo_is_bounded_and_its_values_are_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan_memo, "MEMO_ENTRIES", 16)
     model = _model()
     sess = _session(model)
     (memo,) = _memos(sess)
@@ -174,10 +175,11 @@ def test_an_error_inside_a_memo_names_the_node() -> None:
         sess.run(None, {"x": np.ones((2, 3), np.float32)})
 
 
-def test_runs_on_several_threads_share_the_memo() -> None:
+def test_runs_on_several_threads_share_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
     """Threads running one session with shapes that come and go: every result right, the memo bounded."""
     import threading
 
+    monkeypatch.setattr(plan_memo, "MEMO_ENTRIES", 16)
     model = _model()
     sess = _session(model)
     (memo,) = _memos(sess)

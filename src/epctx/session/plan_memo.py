@@ -28,8 +28,10 @@ import numpy as np
 
 __all__ = ["MEMO_BYTES", "MEMO_ENTRIES", "Group", "ShapeMemo", "shape_groups"]
 
-# Per group: at most this many signatures, and this many bytes of cached values (oldest dropped first).
-MEMO_ENTRIES = 16
+# Per group: at most this many signatures, and this many bytes of cached values (oldest dropped first). A server
+# generating for one prompt after another meets the same past lengths again: 256 lengths of an LLM decode's
+# shape values are ~0.5 MB; a prefill's masks grow with the square of the prompt, which the byte bound holds.
+MEMO_ENTRIES = 256
 MEMO_BYTES = 1 << 24
 
 _SHAPE_OPS = frozenset({"Shape", "Size"})
