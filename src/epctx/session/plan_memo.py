@@ -188,16 +188,16 @@ class ShapeMemo:
     """A group's step: its values looked up by the shapes of its first ``sources`` arguments; ``run`` (the
     group's plan, called with all the arguments) when the signature is new."""
 
-    __slots__ = ("bytes", "cache", "lock", "run", "sources")
+    __slots__ = ("bytes", "cache", "lock", "run", "sizes", "sources")
 
     def __init__(self, run: Callable[[Sequence[Any]], list[Any]], sources: int) -> None:
         self.run = run
         self.sources = sources
         self.cache: dict[Hashable, tuple[Any, ...]] = {}
+        self.sizes: dict[Hashable, int] = {}  # each entry's bytes
         self.bytes = 0
-        self.lock = (
-            threading.Lock()
-        )  # stores and evictions (runs of one session on several threads); hits take none
+        # stores and evictions take it (runs of one session on several threads); hits take none
+        self.lock = threading.Lock()
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         key = args[0].shape if self.sources == 1 else tuple(a.shape for a in args[: self.sources])
@@ -209,17 +209,20 @@ class ShapeMemo:
         return results
 
     def _store(self, key: Hashable, results: tuple[Any, ...]) -> None:
-        size = sum(r.nbytes for r in results if isinstance(r, np.ndarray))
+        arrays = [r for r in results if type(r) is np.ndarray]
+        size = sum(a.nbytes for a in arrays)
         if size > MEMO_BYTES:
             return
-        for r in results:
-            if isinstance(r, np.ndarray):
-                r.flags.writeable = False
+        for a in arrays:
+            a.setflags(write=False)
+        cache, sizes = self.cache, self.sizes
         with self.lock:
-            if key in self.cache:
+            if key in cache:
                 return
-            while self.cache and (len(self.cache) >= MEMO_ENTRIES or self.bytes + size > MEMO_BYTES):
-                dropped = self.cache.pop(next(iter(self.cache)))  # the oldest entry
-                self.bytes -= sum(r.nbytes for r in dropped if isinstance(r, np.ndarray))
-            self.cache[key] = results
+            while cache and (len(cache) >= MEMO_ENTRIES or self.bytes + size > MEMO_BYTES):
+                oldest = next(iter(cache))
+                del cache[oldest]
+                self.bytes -= sizes.pop(oldest)
+            cache[key] = results
+            sizes[key] = size
             self.bytes += size
