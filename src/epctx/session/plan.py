@@ -1,4 +1,5 @@
-"""ExecutionPlan: built once per session (and per control-flow body); run() is a flat loop over steps."""
+"""ExecutionPlan: built once per session (and per control-flow body); run() calls the steps in order (a flat loop,
+then one generated function: plan_calls.py), shape arithmetic memoised per input-shape signature (plan_memo.py)."""
 
 from __future__ import annotations
 

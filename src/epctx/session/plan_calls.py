@@ -1,6 +1,8 @@
 """How an ExecutionPlan calls its steps on the hot path (issue 21: session.run's fixed cost): a plan of one step
-calls it directly, a longer plan's loop takes each step's arguments with a getter made once, and numpy's error
-state is set to "ignore" once per outermost run through numpy's own context variable."""
+calls it directly; a longer plan's first runs go through its loop, which takes each step's arguments with a
+getter made once, and its later runs through one generated function of straight-line code (``compiled_run``:
+slots as locals, no getter, no loop); numpy's error state is set to "ignore" once per outermost run through
+numpy's own context variable."""
 
 from __future__ import annotations
 
