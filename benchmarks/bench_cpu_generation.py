@@ -8,9 +8,9 @@ row times one decode step over and over (the same shapes at each run), where epc
 session may not have seen. After a warm-up generation (prompt ``--prompt``), each round runs two generations
 per runtime: one whose lengths are all new to the session (its prompt ``--tokens`` longer than any before: every
 decode step a memo miss, the shape steps run), and the warm-up's again (every length seen: memo hits, as far
-as a memo keeps them, ``MEMO_ENTRIES``). Printed per runtime: the fastest prefill, and the fastest mean decode
-step over the rounds of each kind, in ms, and the ratios to onnxruntime. Both runtimes on ``--threads``
-threads, alternating.
+as a memo keeps them, ``MEMO_ENTRIES``). Printed per runtime: the fastest prefill of ``--prompt`` tokens, and
+the fastest mean decode step over the rounds of each kind, in ms, and the ratios to onnxruntime. Both runtimes
+on ``--threads`` threads, alternating.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def measure(args: argparse.Namespace, prefill: Path, decode: Path) -> dict[str, 
         generate(p, d, args.size, args.prompt, args.tokens)
     for r in range(1, args.rounds + 1):
         for rt, (p, d) in sessions.items():
-            first, new = generate(p, d, args.size, args.prompt + r * args.tokens, args.tokens)
-            _, seen = generate(p, d, args.size, args.prompt, args.tokens)
+            _, new = generate(p, d, args.size, args.prompt + r * args.tokens, args.tokens)
+            first, seen = generate(p, d, args.size, args.prompt, args.tokens)
             row = rows[rt]
             row["prefill_ms"] = min(row["prefill_ms"], first * 1e3)
             row["new_ms"] = min(row["new_ms"], float(np.mean(new)) * 1e3)
