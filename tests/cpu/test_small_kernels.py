@@ -4,6 +4,8 @@ calls around them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -154,3 +156,31 @@ def test_a_small_projection_by_a_constant_weight_skips_the_sized_path(
     np.testing.assert_allclose(sess.run(None, {"a": a})[0], a @ w, rtol=1e-5)
     sess.run(None, {"a": np.ones((1, 40, 64), np.float32)})
     assert sized == [(1, 40, 64)]
+
+
+@pytest.mark.parametrize(
+    ("shape", "value"),
+    [
+        ([2, 3], None),  # float32 zeros
+        ([4], helper.make_tensor("v", TensorProto.INT64, [1], [7])),
+        ([0, 5], helper.make_tensor("v", TensorProto.FLOAT, [1], [1.5])),
+        ([], helper.make_tensor("v", TensorProto.BOOL, [1], [True])),  # an empty shape: a scalar
+    ],
+)
+def test_constant_of_shape_fills_as_onnxruntime(shape: list[int], value: Any) -> None:
+    attrs = {} if value is None else {"value": value}
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("shape", TensorProto.INT64, [len(shape)])],
+        [
+            helper.make_tensor_value_info(
+                "y", value.data_type if value is not None else TensorProto.FLOAT, None
+            )
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+    feed = {"shape": np.array(shape, np.int64)}
+    (ours,), (theirs,) = epctx.InferenceSession(model).run(None, feed), run_ort(model, feed)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    np.testing.assert_array_equal(ours, theirs)
