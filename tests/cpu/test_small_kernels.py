@@ -1,6 +1,6 @@
 """The small kernels the LLM pair runs hundreds of times (issue 21): Expand's own broadcast of shapes (against
-numpy's and onnxruntime's), and the MatMul products OpenBLAS runs on one thread by itself (no thread-count
-calls around them)."""
+numpy's and onnxruntime's) and its cache of result shapes, ConstantOfShape, the MatMul products OpenBLAS runs
+on one thread by itself (no thread-count calls around them), and the one-thread run scope."""
 
 from __future__ import annotations
 
