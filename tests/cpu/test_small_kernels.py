@@ -184,3 +184,24 @@ def test_constant_of_shape_fills_as_onnxruntime(shape: list[int], value: Any) ->
     (ours,), (theirs,) = epctx.InferenceSession(model).run(None, feed), run_ort(model, feed)
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
     np.testing.assert_array_equal(ours, theirs)
+
+
+def test_softmax_rows_with_nan_inf_and_masks_as_onnxruntime() -> None:
+    """The shift by fmax's maximum (NaN-ignoring): a row with a NaN, with +inf, all -inf, or all equal comes
+    out as onnxruntime's."""
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    x = np.random.default_rng(3).standard_normal((6, 5)).astype(np.float32)
+    x[1, 2] = np.nan
+    x[2, 0] = np.inf
+    x[3] = -np.inf
+    x[4] = 7.0
+    x[5, 1:] = -np.inf
+    (ours,), (theirs,) = epctx.InferenceSession(model).run(None, {"x": x}), run_ort(model, {"x": x})
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7, equal_nan=True)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
