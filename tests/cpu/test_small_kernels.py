@@ -205,3 +205,37 @@ def test_softmax_rows_with_nan_inf_and_masks_as_onnxruntime() -> None:
     (ours,), (theirs,) = epctx.InferenceSession(model).run(None, {"x": x}), run_ort(model, {"x": x})
     np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7, equal_nan=True)
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
+
+
+def test_a_slice_by_runtime_inputs_reads_them_each_run() -> None:
+    """Slice's starts / ends / axes / steps fed at run time: the key it keeps per values follows new values,
+    the same array changed in place, another integer type and another rank, as onnxruntime slices."""
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+            *(
+                helper.make_tensor_value_info(n, TensorProto.INT64, [None])
+                for n in ("starts", "ends", "axes", "steps")
+            ),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    sess = epctx.InferenceSession(model)
+    x3 = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    starts = np.array([1], np.int64)
+    cases = [
+        (x3, starts, [5], [-1], [1]),
+        (x3, starts, [5], [-1], [1]),  # starts changed in place below, before this runs
+        (x3, [0, 3], [2, -5], [0, 1], [1, -1]),
+        (x3.reshape(12, 5), [-1], [-100], [0], [-2]),
+    ]
+    for k, (x, s, e, a, st) in enumerate(cases):
+        if k == 1:
+            starts[0] = 3
+        feed = {"x": x, "starts": np.asarray(s, np.int64), "ends": np.asarray(e, np.int64)}
+        feed.update(axes=np.asarray(a, np.int64), steps=np.asarray(st, np.int64))
+        (ours,), (theirs,) = sess.run(None, feed), run_ort(model, feed)
+        np.testing.assert_array_equal(ours, theirs)
