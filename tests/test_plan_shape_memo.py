@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 import epctx
 from epctx.errors import Fail
+from epctx.session import plan as plan_module
 from epctx.session import plan_memo
 from tests.oracle import run_ort
 
@@ -249,3 +250,70 @@ def test_a_group_that_reads_only_other_groups_is_keyed_by_all_their_sources() ->
         (ours,), (theirs,) = sess.run(None, feed), run_ort(model, feed)
         assert ours.shape == theirs.shape == (n, 4)
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_a_loop_body_whose_state_grows_memoises_per_iteration_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Loop whose state grows by one row an iteration, its body reading the state's shape (Shape, Gather,
+    Unsqueeze, Concat, ConstantOfShape: a group in the body's own plan): each iteration a new signature, every
+    value as onnxruntime's, and a second run over the same lengths answered from the body's memo."""
+    body = helper.make_graph(
+        [
+            _const("zero", 0),
+            _const("axes", [0]),
+            _const("one", [1]),
+            helper.make_node("Shape", ["s_in"], ["sh"]),
+            helper.make_node("Gather", ["sh", "zero"], ["rows"], axis=0),
+            helper.make_node("Unsqueeze", ["rows", "axes"], ["rows1"]),
+            helper.make_node("Concat", ["one", "rows1"], ["row_shape"], axis=0),
+            helper.make_node(
+                "ConstantOfShape",
+                ["row_shape"],
+                ["ones"],
+                value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]),
+            ),
+            helper.make_node("MatMul", ["ones", "s_in"], ["total"]),  # (1, rows) @ (rows, 3): the column sums
+            helper.make_node("Concat", ["s_in", "total"], ["s_out"], axis=0),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [None, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [None, 3]),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
+        "g",
+        [
+            helper.make_tensor_value_info("n", TensorProto.INT64, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    made: list[plan_memo.ShapeMemo] = []
+
+    class Counted(plan_memo.ShapeMemo):
+        __slots__ = ()
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(plan_module, "ShapeMemo", Counted)
+    sess = _session(model)
+    (memo,) = made  # the body's
+    feed = {
+        "n": np.array(6, np.int64),
+        "x": np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32),
+    }
+    for _ in range(2):
+        (ours,), (theirs,) = sess.run(None, feed), run_ort(model, feed)
+        assert ours.shape == theirs.shape == (8, 3)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
+        assert sorted(memo.cache) == [(rows, 3) for rows in range(2, 8)]
