@@ -1,4 +1,5 @@
-"""ExecutionPlan: built once per session (and per control-flow body); run() is a flat loop over steps."""
+"""ExecutionPlan: built once per session (and per control-flow body); run() calls the steps in order (a flat loop,
+then one generated function: plan_calls.py), shape arithmetic memoised per input-shape signature (plan_memo.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import numpy as np
 
 from epctx.errors import EPCtxError, Fail
 from epctx.model.tensors import to_numpy
-from epctx.session.plan_calls import ERRORS, IGNORED, direct_call, loop_step
+from epctx.session.plan_calls import ERRORS, IGNORED, Compiled, compiled_run, direct_call, loop_step
+from epctx.session.plan_memo import Group, ShapeMemo, shape_groups
 
 if TYPE_CHECKING:
     from epctx.model.view import ValueView
 
 __all__ = ["ExecutionPlan", "PlanStep", "build_plan", "passed_input"]
+
+_WARMUP_RUNS = 2
 
 # Random ops must not be folded into constants: each run draws again.
 _NOT_FOLDABLE = frozenset(
@@ -40,8 +44,10 @@ class ExecutionPlan:
     """Integer value slots, one step per kernel or compiled partition, slots freed after their last use."""
 
     __slots__ = (
+        "_compiled",
         "_direct",
         "_loop",
+        "_warmup",
         "info",
         "input_slots",
         "labels",
@@ -71,6 +77,10 @@ class ExecutionPlan:
         self.steps = steps
         self._direct = direct_call(template, input_slots, output_slots, steps)
         self._loop = tuple(loop_step(step) for step in steps)
+        # a plan of several steps runs as one generated function from its third run on (plan_calls.compiled_run:
+        # generating it costs ~7 us a step, which a session run once, or a measurement's few runs, never repays)
+        self._compiled: Compiled | None = None
+        self._warmup = 0 if self._direct is not None else _WARMUP_RUNS
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         # Log(0), 0/0 and friends give inf/nan as in onnxruntime, without numpy's RuntimeWarnings: numpy's
@@ -85,27 +95,50 @@ class ExecutionPlan:
                 if pick is None:
                     return out_pick(fn(*inputs))
                 return out_pick(fn(*pick((*inputs, *constants) if constants else inputs)))
-            slots = self.template.copy()
-            for slot, value in zip(self.input_slots, inputs):
-                slots[slot] = value
-            for step in self._loop:
-                fn, get, out, outs, frees = step
-                results = fn(*get(slots))
-                if out >= 0:
-                    slots[out] = results[0]
-                else:
-                    for slot, value in zip(outs, results):
-                        slots[slot] = value
-                for slot in frees:
-                    slots[slot] = None
-            return [slots[i] for i in self.output_slots]
+            compiled = self._compiled
+            if compiled is not None and len(inputs) == len(self.input_slots):  # plan_calls.compiled_run
+                step = compiled
+                return compiled.run(inputs)
+            if self._warmup:
+                self._warmup -= 1
+                if not self._warmup:
+                    self._compiled = compiled_run(
+                        self.template, self.input_slots, self.output_slots, self.steps
+                    )
+            return self._looped(inputs)
         except EPCtxError:
             raise
         except Exception as exc:
+            if isinstance(step, Compiled):
+                k = step.step_at(exc)
+                step = self._loop[k] if k >= 0 else None
             raise self._step_failed(self.steps[0] if direct is not None else step, exc) from exc
         finally:
             if token is not None:
                 ERRORS.reset(token)
+
+    def _looped(self, inputs: Sequence[Any]) -> list[Any]:
+        """The steps run one by one over a slot list (given fewer inputs than the plan has: the others keep their
+        template values)."""
+        slots = self.template.copy()
+        for slot, value in zip(self.input_slots, inputs):
+            slots[slot] = value
+        for step in self._loop:
+            fn, get, out, outs, frees = step
+            try:
+                results = fn(*get(slots))
+            except EPCtxError:
+                raise
+            except Exception as exc:
+                raise self._step_failed(step, exc) from exc
+            if out >= 0:
+                slots[out] = results[0]
+            else:
+                for slot, value in zip(outs, results):
+                    slots[slot] = value
+            for slot in frees:
+                slots[slot] = None
+        return [slots[i] for i in self.output_slots]
 
     def run_observed(
         self, inputs: Sequence[Any], before: Callable[[int], None], after: Callable[[int], None]
@@ -170,6 +203,7 @@ class _Slots:
         self.template: list[Any] = [None]
         self.known_inputs = set(inputs)
         self.constant: dict[ValueView, Any] = {}
+        self.cached: set[ValueView] = set()  # values a shape memo keeps between runs (read-only arrays)
 
     def slot(self, value: ValueView) -> int:
         s = self.slot_of.get(value)
@@ -209,14 +243,18 @@ def build_plan(
     *,
     fold_constants: bool = True,
     constants: Mapping[Any, Any] | None = None,  # ValueView -> array (Mapping's key is invariant)
+    memoise: bool | None = None,
 ) -> ExecutionPlan:
     """Lay out slots: slot 0 is always None (omitted optional inputs); then inputs, constants, results.
     ``constants``: arrays of values that are constants though neither initializers nor folded here (a body's
-    outer values that are constants in an enclosing graph)."""
+    outer values that are constants in an enclosing graph). ``memoise`` (default: ``fold_constants``): shape
+    arithmetic run as memoised groups (``plan_memo``)."""
     slots = _Slots(inputs)
     slots.constant.update(constants or {})
     input_slots = tuple(slots.slot(v) for v in inputs)
     live_steps = [step for step in steps if not (fold_constants and _folded(step, slots))]
+    if fold_constants if memoise is None else memoise:
+        live_steps = _memoised(live_steps, slots, inputs, outputs)
     live_steps = _aliased(live_steps, slots, inputs, outputs)
     compiled = []
     for step in live_steps:
@@ -249,6 +287,32 @@ def _folded(step: PlanStep, slots: _Slots) -> bool:
     return True
 
 
+def _memoised(
+    live_steps: list[PlanStep], slots: _Slots, inputs: Sequence[ValueView], outputs: Sequence[ValueView]
+) -> list[PlanStep]:
+    """The steps with each group of shape arithmetic (``plan_memo.shape_groups``) run as one memoised step."""
+    items = shape_groups(live_steps, slots.is_const, set(inputs) | set(outputs))
+    return [_memo_step(item, slots) if isinstance(item, Group) else item for item in items]
+
+
+def _memo_step(group: Group, slots: _Slots) -> PlanStep:
+    """One step for ``group``: its own plan (its errors name its nodes), called when the shapes are new."""
+    read = (v for step in group.steps for v in step.inputs if v is not None)
+    constants = {v: slots.constant[v] for v in read if v in slots.constant}
+    plan = build_plan(group.inputs, group.outputs, group.steps, fold_constants=False, constants=constants)
+    slots.cached.update(group.outputs)
+    first: PlanStep = group.steps[0]
+    label = f"shape arithmetic of {len(group.steps)} nodes from {first.label!r}"
+    return PlanStep(
+        ShapeMemo(plan.run, len(group.sources)),
+        group.inputs,
+        group.outputs,
+        label=label,
+        op_type="ShapeMemo",
+        provider=first.provider,
+    )
+
+
 def passed_input(fn: Any) -> int | None:
     """The input a kernel's one output is, when the kernel says so: a kernel may carry ``passes_input``, a
     callable asked once, when the plan is laid out (every kernel of the graph exists by then), that returns the
@@ -276,7 +340,8 @@ def _aliased(
             kept.append(step)
             continue
         value, base = step.outputs[0], root.get(source, source)
-        if value in exposed and (base in exposed or base in claimed or slots.is_const(base)):
+        kept_array = slots.is_const(base) or base in slots.cached
+        if value in exposed and (base in exposed or base in claimed or kept_array):
             kept.append(dataclasses.replace(step, fn=_copying(step.fn)))  # the output its own array
             continue
         if slots.is_const(source) or source in slots.known_inputs:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import math
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,16 @@ import onnx_ir as ir
 from epctx.ep import Kernel, to_numpy
 from epctx.providers.cpu.registry import constant_node_value
 
-__all__ = ["HARD_SWISH_SCALE", "Epilogue", "activation_of", "epilogue_for", "join", "prescaled"]
+__all__ = [
+    "HARD_SWISH_SCALE",
+    "Epilogue",
+    "activation_of",
+    "claim",
+    "claimed",
+    "epilogue_for",
+    "join",
+    "prescaled",
+]
 
 Activation = Callable[[np.ndarray], None]  # in place
 
@@ -39,7 +48,17 @@ _READERS: weakref.WeakKeyDictionary[ir.Node, Epilogue] = weakref.WeakKeyDictiona
 class Epilogue:
     """An activation the Conv applies in place, and the reader nodes whose kernels pass through."""
 
-    __slots__ = ("__weakref__", "_active", "activation", "chain", "joined", "output", "readers", "result")
+    __slots__ = (
+        "__weakref__",
+        "_active",
+        "activation",
+        "chain",
+        "joined",
+        "output",
+        "passing",
+        "readers",
+        "result",
+    )
 
     def __init__(
         self,
@@ -47,17 +66,28 @@ class Epilogue:
         output: ir.Value,
         readers: Sequence[ir.Node],
         chain: Sequence[ir.Value] = (),
+        passing: Mapping[ir.Node, int] | None = None,
     ) -> None:
         self.activation = activation
-        self.output = output  # the Conv's
+        self.output = output  # the Conv's (the head's, for a chain of ``chains.py``)
         self.chain = frozenset((output, *chain))  # values that hold the activated output once active
         self.readers = frozenset(readers)
+        # the input a reader passes on where it reads no value of the chain (its output then read by no one
+        # but a reader that passes on another input: a rotary pattern's second Slice)
+        self.passing = dict(passing or {})
         # the value the nodes after the pattern read: the reader's output that no other reader reads
         self.result = next(
             o for r in readers for o in r.outputs if not any(n in self.readers for n, _ in o.uses())
         )
         self.joined: set[ir.Node] = set()
         self._active: bool | None = None
+
+    def source_of(self, reader: ir.Node) -> int:
+        """The input ``reader`` passes on once active."""
+        found = self.passing.get(reader)
+        if found is not None:
+            return found
+        return next(k for k, value in enumerate(reader.inputs) if value in self.chain)
 
     def active(self) -> bool:
         """True when every reader runs on the CPU EP (decided at the first call, once all kernels exist)."""
@@ -299,8 +329,17 @@ def epilogue_for(conv: ir.Node, weight: np.ndarray | None) -> Epilogue | None:
     act, readers, chain = found
     if any(r.graph is not conv.graph or r.domain not in ("", "ai.onnx") for r in readers):
         return None
-    epilogue = Epilogue(act, y, readers, chain)
-    for r in readers:
+    return claim(Epilogue(act, y, readers, chain))
+
+
+def claimed(node: ir.Node) -> bool:
+    """Whether ``node`` is a reader of an epilogue already (a Conv's activation, a chain of ``chains.py``)."""
+    return node in _READERS
+
+
+def claim(epilogue: Epilogue) -> Epilogue:
+    """Make ``epilogue``'s readers pass their input on once it is active (``join``)."""
+    for r in epilogue.readers:
         _READERS[r] = epilogue
     return epilogue
 
@@ -313,7 +352,7 @@ def join(node: ir.Node, fn: Kernel) -> Kernel:
     if epilogue is None:
         return fn
     epilogue.joined.add(node)
-    source = next(k for k, value in enumerate(node.inputs) if value in epilogue.chain)
+    source = epilogue.source_of(node)
 
     def run(*inputs: Any) -> Any:
         if epilogue.active():

@@ -26,7 +26,8 @@ __all__ = ["CPUExecutionProvider"]
 
 class CPUExecutionProvider(ExecutionProvider):
     """Option ``intra_op_num_threads`` (a positive integer; the framework passes
-    ``SessionOptions.intra_op_num_threads`` here): numpy's BLAS threads during each run (threadpoolctl)."""
+    ``SessionOptions.intra_op_num_threads`` here): numpy's BLAS threads during each run (threadpoolctl; at 1,
+    numpy's OpenBLAS set directly where it is one, ``blas_serial.one_thread``)."""
 
     name = "CPUExecutionProvider"
     intra_op_threads_option = "intra_op_num_threads"
@@ -36,6 +37,12 @@ class CPUExecutionProvider(ExecutionProvider):
         self._threads = _thread_count(self.options.get(self.intra_op_threads_option))
 
     def run_scope(self) -> contextlib.AbstractContextManager[Any] | None:
+        if self._threads == 1:
+            from epctx.providers.cpu.blas_serial import one_thread
+
+            scope = one_thread()  # numpy's OpenBLAS through two ctypes calls, not threadpoolctl
+            if scope is not None:
+                return scope
         return blas_thread_limit(self._threads) if self._threads else None
 
     def get_capability(
@@ -54,6 +61,7 @@ class CPUExecutionProvider(ExecutionProvider):
 
     def create_kernel(self, ctx: NodeContext) -> Kernel:
         from epctx.providers.cpu import squeeze
+        from epctx.providers.cpu.chains import head_kernel
         from epctx.providers.cpu.fusion import join
         from epctx.providers.cpu.layout import built
         from epctx.providers.cpu.reference import reference_kernel
@@ -63,7 +71,7 @@ class CPUExecutionProvider(ExecutionProvider):
         factory = find_factory(info.domain, info.op_type, info.opset)
         if factory is not None:
             built(ctx.node)
-            return squeeze.join(ctx.node, join(ctx.node, factory(info)))
+            return squeeze.join(ctx.node, join(ctx.node, head_kernel(ctx.node, factory(info))))
         try:
             return reference_kernel(info)
         except NotImplemented:
