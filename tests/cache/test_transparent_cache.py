@@ -251,3 +251,17 @@ def test_concurrent_first_runs_compile_once(tmp_path: Path, big_model: tuple[Pat
         np.testing.assert_allclose(np.load(tmp_path / f"out{k}.npy"), expected, atol=1e-4)
     (entry,) = ContextCache(cache).entries()
     assert len(entry.info().generations) == 1
+
+
+def test_nothing_to_compile_is_said_at_info_not_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    src, cache = tmp_path / "model.onnx", tmp_path / "cache"
+    onnx.save(two_partition_model(), src)
+    with caplog.at_level(logging.INFO, logger="epctx"):
+        sess = epctx.InferenceSession(str(src), _options(cache), providers=["CPUExecutionProvider"])
+    _check(sess, two_partition_model())
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "nothing was compiled" in caplog.text

@@ -49,6 +49,7 @@ class InferenceSession:
     ``epctx.session.specialize``); IOBinding runs stay on this session's own plan."""
 
     _shapes: ShapeSpecializer | None = None  # per-shape specialization, when it applies
+    _compiling_for_cache = False  # compiling into the transparent cache (session/lifecycle.py)
 
     def __init__(
         self,
@@ -206,7 +207,8 @@ class InferenceSession:
         from epctx.epcontext.generate import generate_context_model
 
         if ctx_path is None:
-            logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
+            if not self._compiling_for_cache:  # the transparent cache says it at INFO
+                logger.warning("ep.context_enable=1 but no node was compiled: no context model written")
         elif generate_context_model(
             compiled.result(config),
             ctx_path,

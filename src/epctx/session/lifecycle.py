@@ -33,6 +33,7 @@ class Creator(Protocol):
     _providers: list[ExecutionProvider]
     _overwrite_context: bool
     _context_metadata: dict[str, str]
+    _compiling_for_cache: bool
 
     def _create_full(
         self, source: Source, loading: str, data: bytes | None, config: opt.SessionConfig
@@ -138,8 +139,14 @@ def _through_cache(
     from epctx.cache.transparent import through_cache
 
     def compile_into(derived: opt.SessionOptions) -> None:
-        with session._options_as(derived):
-            session._create_full(source, loading, None, opt.SessionConfig.of(derived))
+        session._compiling_for_cache = (
+            True  # nothing to compile is the cache's to say (at INFO), not a warning
+        )
+        try:
+            with session._options_as(derived):
+                session._create_full(source, loading, None, opt.SessionConfig.of(derived))
+        finally:
+            session._compiling_for_cache = False
 
     return through_cache(source, session._providers, options, compile_into, config)
 
