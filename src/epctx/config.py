@@ -38,6 +38,7 @@ __all__ = [
     "EXTERNAL_INITIALIZERS_FOLDER",
     "FAIL_ON_SUBOPTIMAL_COMPILED_MODEL",
     "INPUT_SHAPES",
+    "INPUT_VALUES",
     "PARTITION_CONTROL_FLOW_BODIES",
     "PARTITION_COST_RULE",
     "PARTITION_MEASURED_RULE",
@@ -62,6 +63,7 @@ __all__ = [
     "UNAVAILABLE_EP_IS_ERROR",
     "check_config_entry",
     "input_shapes",
+    "input_values",
     "parse_shapes",
     "weightless_mode",
 ]
@@ -139,6 +141,10 @@ PARTITION_CONTROL_FLOW_BODIES = "session.partition_control_flow_bodies"
 # (epctx.model.dims), so every value has static sizes, anonymous dimensions ('?', -1) included; a feed of
 # another shape is then refused as for any static input. Free dimension overrides can state only named ones.
 INPUT_SHAPES = "epctx.input_shapes"
+# epctx's own: values of scalar inputs to compile and run for ("sr=16000"): set at load as constants, with the
+# control flow they decide (and the static shapes decide) folded (epctx.model.fold_static); a feed must give the
+# input with that value. epctx.specialize_shapes states them per run for scalars an If condition depends on.
+INPUT_VALUES = "epctx.input_values"
 # epctx's own: per-shape specialization (epctx.session.specialize). A session over a model with dynamic input
 # dimensions whose providers hold a compiling EP with ``static_shapes_help`` makes, for an input-shape signature
 # seen twice, a session of its own with those shapes stated (INPUT_SHAPES) and routes runs of that signature to
@@ -181,6 +187,8 @@ class SessionConfig:
       (``ModelCompiler`` sets "0" unless the key is given: a compiled model is the same wherever it is compiled);
     - ``input_shapes`` (epctx.input_shapes, tuple of (input name, tuple of sizes), ()): whole input shapes
       set at load (``input_shapes``);
+    - ``input_values`` (epctx.input_values, tuple of (input name, number), ()): scalar input values set at
+      load, the control flow they decide folded (``epctx.model.fold_static``);
     - ``specialize_shapes`` (epctx.specialize_shapes, one of SPECIALIZE_SHAPES_MODES, "auto") and
       ``specialize_shapes_max`` (epctx.specialize_shapes_max, int >= 1, 8): per-shape specialization
       (``epctx.session.specialize``);
@@ -219,6 +227,7 @@ class SessionConfig:
         "external_initializers_folder",
         "fail_on_suboptimal_compiled_model",
         "input_shapes",
+        "input_values",
         "partition_control_flow_bodies",
         "partition_cost_rule",
         "partition_measured_rule",
@@ -256,6 +265,7 @@ class SessionConfig:
     refit_context: str
     self_heal: str
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    input_values: tuple[tuple[str, float], ...]
     specialize_shapes: str
     specialize_shapes_max: int
     partition_cost_rule: bool
@@ -380,6 +390,29 @@ def input_shapes(key: str, value: str) -> tuple[tuple[str, tuple[int, ...]], ...
     return parse_shapes(value, f"session config {key!r}")
 
 
+def input_values(key: str, value: str) -> tuple[tuple[str, float], ...]:
+    """``epctx.input_values``: ``NAME=NUMBER`` items separated by commas ("" none); malformed text or a name given
+    twice is InvalidArgument. Whether each names a scalar input of the model is checked at load."""
+    found: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        try:
+            number = float(text) if sep and name else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise InvalidArgument(
+                f"session config {key!r}: expected NAME=NUMBER items, got {item!r} (in {value!r})"
+            )
+        if name in found:
+            raise InvalidArgument(f"session config {key!r} gives the value of {name!r} twice")
+        found[name] = (
+            int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+        )
+    return tuple(found.items())
+
+
 def parse_shapes(value: str, what: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """``NAME[d0,d1,...]`` items separated by commas as (name, sizes) pairs; malformed text, a negative size, a
     range (OpenVINO's ``1..10``: epctx compiles for static sizes) or a name given twice is InvalidArgument,
@@ -441,6 +474,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     PARTITION_COST_RULE: ("partition_cost_rule", _flag, True),
     PARTITION_MEASURED_RULE: ("partition_measured_rule", _flag, True),
     INPUT_SHAPES: ("input_shapes", input_shapes, ()),
+    INPUT_VALUES: ("input_values", input_values, ()),
     SPECIALIZE_SHAPES: ("specialize_shapes", _one_of(SPECIALIZE_SHAPES_MODES), "auto"),
     SPECIALIZE_SHAPES_MAX: ("specialize_shapes_max", _count, 8),
     CONTEXT_CACHE: ("context_cache", _text, ""),

@@ -60,18 +60,25 @@ def load_model(
     data: bytes | None = None,
     free_dims: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
     input_shapes: Sequence[tuple[str, tuple[int, ...]]] = (),
+    input_values: Sequence[tuple[str, float]] = (),
 ) -> LoadedModel:
     """Parse, check and convert a model. External tensors stay on disk (onnx-ir memory-maps them on use).
     ``infer_types`` runs ONNX shape inference so intermediate values carry types (compiling EPs need them).
     ``data``: the file's bytes when the caller has read them already (``source`` is then its path).
     ``free_dims``: (by name, by denotation) free dimension overrides, set before type inference (``dims``);
-    ``input_shapes``: whole input shapes (epctx.input_shapes), set before them, checked against the model."""
+    ``input_shapes``: whole input shapes (epctx.input_shapes), set before them, checked against the model;
+    ``input_values``: scalar input values (epctx.input_values), folded with the control flow they decide."""
     data, path, base_dir, lookup_dir, what = _source(source, external_data_folder, data)
     proto = parse_model_proto(data, what)
     payloads = _take_payloads(proto)
     stated = bool(input_shapes) and state_input_shapes(proto.graph, input_shapes, *(free_dims or ({}, {})))
     overridden = free_dims is not None and override_proto_dims(proto.graph, *free_dims)
     overridden = overridden or stated
+    if input_values:
+        from epctx.model.fold_static import fold_stated_values
+
+        fold_stated_values(proto, input_values, what)
+        overridden = True
     checkable, inferable = _checkable(proto, data, stripped=bool(payloads) or overridden)
     del data  # parsed: the file's bytes would be a second copy of the weights from here on
     if len(checkable) < _CHECKER_LIMIT:

@@ -51,6 +51,7 @@ def lean_allowed(options: opt.SessionOptions, config: opt.SessionConfig) -> bool
     return not (
         config.ep_context_enable
         or config.input_shapes
+        or config.input_values
         or options.optimized_model_filepath
         or by_name
         or by_denotation

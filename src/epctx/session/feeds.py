@@ -15,7 +15,7 @@ from epctx.session.ortvalue import OrtValue
 if TYPE_CHECKING:
     from epctx.model.view import ValueView
 
-__all__ = ["FeedBinder", "InputSpec"]
+__all__ = ["FeedBinder", "InputSpec", "StatedFeedBinder", "feed_binder"]
 
 
 class InputSpec:
@@ -124,6 +124,34 @@ class FeedBinder:
 
 
 _MISSING = object()
+
+
+class StatedFeedBinder(FeedBinder):
+    """A FeedBinder for a model folded for stated input values (``epctx.input_values``): a feed must give each
+    with that value (a session without stated values keeps FeedBinder's bind, with nothing more to check)."""
+
+    __slots__ = ("_stated",)
+
+    def __init__(self, specs: Sequence[InputSpec], stated: Sequence[tuple[str, float]]) -> None:
+        super().__init__(specs)
+        index = {s.name: i for i, s in enumerate(self._specs)}
+        self._stated = tuple((index[name], name, value) for name, value in stated if name in index)
+
+    def bind(self, feed: Mapping[str, Any]) -> list[Any]:
+        bound = super().bind(feed)
+        for i, name, value in self._stated:
+            given = np.asarray(bound[i])
+            if given.size != 1 or given.reshape(-1)[0] != value:
+                raise InvalidArgument(
+                    f"input {name!r} is {given.tolist()!r}, but this session was made for {name}={value} "
+                    "(epctx.input_values): its graph was folded for that value"
+                )
+        return bound
+
+
+def feed_binder(specs: Sequence[InputSpec], stated: Sequence[tuple[str, float]] = ()) -> FeedBinder:
+    """The binder of a session's inputs: StatedFeedBinder when values were stated, else FeedBinder."""
+    return StatedFeedBinder(specs, stated) if stated else FeedBinder(specs)
 
 
 def _check_tensor(spec: InputSpec, value: Any) -> np.ndarray:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from epctx import options as opt
 from epctx.errors import Fail, InvalidArgument
 from epctx.session.creation import lean_allowed, warn_sequential, write_optimized_model
-from epctx.session.feeds import FeedBinder
+from epctx.session.feeds import feed_binder
 from epctx.session.iobinding import SessionIOBinding
 from epctx.session.lifecycle import heal_options, prepare_source
 from epctx.session.logs import severity_scope
@@ -123,15 +123,25 @@ class InferenceSession:
 
     def _specialize_later(self, spec: tuple[Any, Any]) -> None:
         """Per-shape specialization, when a compiling EP of the session says static shapes help it and the model
-        keeps dynamic input dimensions (``epctx.session.specialize``): run() then takes the routing path."""
-        if not any(ep.compiles and ep.static_shapes_help for ep in self._providers):
+        keeps dynamic input dimensions, or a scalar input decides an If a compiling EP may then take
+        (``epctx.session.specialize``, ``epctx.model.fold_static``): run() then takes the routing path."""
+        if not any(ep.compiles for ep in self._providers):
             return
         config = opt.SessionConfig.of(self._options)
-        if config.specialize_shapes == "off":
+        if config.specialize_shapes == "off" or config.input_values:
+            return
+        deciding: list[str] = []
+        if self._loaded is not None:  # a context model loaded the lean way has no graph here (nor onnx)
+            from epctx.model.fold_static import deciding_scalars
+
+            deciding = deciding_scalars(self._loaded.model.graph)
+        if not deciding and not any(ep.compiles and ep.static_shapes_help for ep in self._providers):
             return
         from epctx.session.specialize import specializer_for
 
-        self._shapes = specializer_for(self, InferenceSession, spec, self._source, self._options, config)
+        self._shapes = specializer_for(
+            self, InferenceSession, spec, self._source, self._options, config, deciding
+        )
         if self._shapes is not None:
             self._plain = False
 
@@ -228,7 +238,7 @@ class InferenceSession:
         self._plan = prepared.plan
         self._outputs = prepared.outputs
         self._output_index = prepared.output_index
-        self._binder = FeedBinder(prepared.specs)
+        self._binder = feed_binder(prepared.specs, opt.SessionConfig.of(self._options).input_values)
         if prepared.loaded is not None:
             self._loaded = prepared.loaded
         if self._profiler is not None and prepared.placement is not None:

@@ -365,6 +365,7 @@ def _load(
         infer_types=compiles,
         free_dims=options.free_dimension_overrides,  # before type inference: sizes reach every value
         input_shapes=config.input_shapes,  # whole shapes (epctx.input_shapes), anonymous dimensions too
+        input_values=config.input_values,  # scalar values (epctx.input_values), the control flow they decide
     )
     graph = loaded.model.graph
     apply_dimension_overrides(graph, *options.free_dimension_overrides)

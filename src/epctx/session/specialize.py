@@ -48,7 +48,7 @@ logger = logging.getLogger("epctx")
 
 Signature = tuple[tuple[int, ...], ...]
 # Makes the specialized session for a signature text (epctx.input_shapes' value); raises when it cannot.
-Make = Callable[[str], Any]
+Make = Callable[[str, str], Any]  # (epctx.input_shapes text, epctx.input_values text)
 
 PENDING, READY, FAILED = "pending", "ready", "failed"
 _SEEN_MAX = 4096  # distinct signatures counted before the counts start again (variable-width OCR feeds)
@@ -98,8 +98,11 @@ class ShapeSpecializer:
         mode: str,
         limit: int,
         identity: Callable[[], tuple[Any, ...]],
+        deciding: Sequence[int] = (),
     ) -> None:
         self._owner = weakref.ref(owner)
+        # scalar inputs an If condition depends on: their values join the signature (epctx.input_values)
+        self._deciding = tuple(deciding)
         self._names = tuple(names)  # every graph input the binder binds, in order: the signature's
         self._stated = tuple(
             stated
@@ -123,6 +126,8 @@ class ShapeSpecializer:
     # -- the hot path -----------------------------------------------------------------------------------
     def route(self, inputs: Sequence[Any]) -> Any:
         signature = tuple([value.shape for value in inputs])
+        if self._deciding:
+            signature += tuple([(inputs[i].item(),) for i in self._deciding])
         found = self._ready.get(signature)
         if found is None and self._open and signature not in self._states:
             return self._seen_again(signature)
@@ -163,7 +168,8 @@ class ShapeSpecializer:
 
     def _build(self, signature: Signature) -> None:
         text = shapes_text([self._names[i] for i in self._stated], [signature[i] for i in self._stated])
-        key = (*self._identity(), text)
+        values = self._values(signature)
+        key = (*self._identity(), text, values)
         with _FAILED_LOCK:
             failed = _FAILED.get(key)
         if failed is not None:
@@ -174,7 +180,7 @@ class ShapeSpecializer:
             with _COMPILING:
                 if not self._alive():  # dropped while it waited: nothing to make
                     return
-                session = self._make(text)
+                session = self._make(text, values)
             _check_interface(session, self._names, self._outputs)
         except _NoSource as exc:
             self.close(str(exc))
@@ -231,7 +237,12 @@ class ShapeSpecializer:
         """Signature text (``epctx.input_shapes``' form) -> its specialization, in the order they were taken."""
         with self._lock:
             states = list(self._states.items())
-        return {shapes_text(self._names, signature): state for signature, state in states}
+        return {self._text(signature): state for signature, state in states}
+
+    def _text(self, signature: Signature) -> str:
+        values = self._values(signature)
+        shapes = shapes_text(self._names, signature[: len(self._names)])
+        return f"{shapes} with {values}" if values else shapes
 
     def pending(self, signature: Signature | None = None) -> bool:
         """Whether a specialization (of ``signature``, or any) is still being made."""
@@ -243,6 +254,11 @@ class ShapeSpecializer:
 
     def _shapes(self, signature: Signature) -> Mapping[str, tuple[int, ...]]:
         return types.MappingProxyType(dict(zip(self._names, signature)))
+
+    def _values(self, signature: Signature) -> str:
+        """The ``epctx.input_values`` text of ``signature``'s deciding scalars ("" when there are none)."""
+        tail = signature[len(self._names) :]
+        return ",".join(f"{self._names[i]}={value[0]}" for i, value in zip(self._deciding, tail))
 
 
 def _nodes_per_ep(session: Any) -> dict[str, int]:
@@ -274,26 +290,30 @@ def specializer_for(
     source: Source,
     options: opt.SessionOptions,
     config: opt.SessionConfig,
+    deciding_names: Sequence[str] = (),
 ) -> ShapeSpecializer | None:
     """The specializer of a session just made (``owner``, made by ``factory(source, options, providers=...,
     provider_options=...)``, the InferenceSession class, with ``spec`` = (providers, provider_options) as given),
-    or None when its inputs are all static or not all tensors."""
+    or None when its inputs are all static (and ``deciding_names``, scalar inputs an If condition depends on,
+    ``epctx.model.fold_static.deciding_scalars``, is empty) or not all tensors."""
     prepared = owner._prepared
     specs = prepared.specs
-    if any(s.dtype is None for s in specs) or all(
-        s.rank is not None and len(s.dims) == s.rank for s in specs
+    names = [s.name for s in specs]
+    deciding = [names.index(name) for name in deciding_names if name in names]
+    if any(s.dtype is None for s in specs) or (
+        not deciding and all(s.rank is not None and len(s.dims) == s.rank for s in specs)
     ):
         return None
     derived = specialized_options(options, config)
     found: list[tuple[Source | None, str]] = []  # the source, looked for on first use (it hashes the files)
 
-    def make(text: str) -> Any:
+    def make(text: str, values: str) -> Any:
         if not found:
             found.append(specialization_source(source, config))
         model, why = found[0]
         if model is None:
             raise _NoSource(why)
-        shaped = opt.with_config(derived, {opt.INPUT_SHAPES: text})
+        shaped = opt.with_config(derived, {opt.INPUT_SHAPES: text, opt.INPUT_VALUES: values or None})
         return factory(model, shaped, providers=spec[0], provider_options=spec[1])
 
     eps = tuple((ep.name, tuple(sorted(ep.provider_options().items()))) for ep in owner._providers)
@@ -306,6 +326,7 @@ def specializer_for(
         mode=config.specialize_shapes,
         limit=config.specialize_shapes_max,
         identity=lambda: (_model_identity(source), eps),
+        deciding=deciding,
     )
 
 
