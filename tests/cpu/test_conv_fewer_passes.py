@@ -290,3 +290,40 @@ def test_a_conv_handing_over_channels_last_adds_its_bias(
     model = onnx.load_from_string(data)
     model.graph.initializer.append(numpy_helper.from_array(_array(c, 1, 3, 3, scale=0.3), "wd"))
     _check(model.SerializeToString(), _array(*x_shape))
+
+
+# ----------------------------------------------------- flat GEMMs (conv_flat.py) only on maps wide enough
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs", "flat"),
+    [
+        ((1, 64, 7, 7), (64, 64, 3, 3), {"pads": [1] * 4}, False),  # 9 columns computed per 7: im2col
+        ((1, 32, 14, 14), (16, 32, 5, 5), {"pads": [2] * 4}, False),  # 18 per 14
+        ((1, 16, 9, 9), (16, 16, 3, 3), {"pads": [2] * 4, "dilations": [2, 2]}, False),  # 13 per 9
+        ((1, 32, 8, 8), (32, 32, 3, 3), {"pads": [1] * 4}, True),  # 10 per 8: a quarter, flat
+        ((1, 32, 20, 20), (16, 32, 3, 3), {"pads": [1] * 4}, True),
+        ((1, 16, 7, 7), (32, 16, 3, 3), {"pads": [1] * 4}, False),  # M > C: never flat
+    ],
+)
+def test_narrow_maps_take_im2col_not_flat_gemms(
+    monkeypatch: pytest.MonkeyPatch,
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    attrs: dict[str, Any],
+    flat: bool,
+) -> None:
+    from epctx.providers.cpu.kernels import conv_flat
+
+    spy = _Spy(monkeypatch)
+    runs = 0
+    real = conv_flat.FlatGemm.run
+
+    def counted(self: Any, *args: Any) -> Any:
+        nonlocal runs
+        runs += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(conv_flat.FlatGemm, "run", counted)
+    _check(_model(x_shape, w_shape, IDENTITY, **attrs), _array(*x_shape))
+    assert (runs, spy.calls) == ((2, 0) if flat else (0, 2))
