@@ -123,11 +123,14 @@ def test_silu_with_a_bias_computed_at_run_time_keeps_the_plain_form() -> None:
     assert weights.settled()[2] is not conv_activations.silu_halved
 
 
-def test_relu_and_hard_swish_keep_their_forms() -> None:
-    """Only SiLU is halved; HardSwish keeps fusion's prescaled form, Relu none."""
+def test_relu_runs_as_clip_and_hard_swish_keeps_its_form() -> None:
+    """Relu (unscaled) runs as the clip ufunc; HardSwish keeps fusion's prescaled form; Clip its own."""
     relu = _model((1, 8, 9, 9), (16, 8, 3, 3), [helper.make_node("Relu", ["y"], ["z"])], pads=[1] * 4)
     (weights,) = _weights(_check(relu, _array(1, 8, 9, 9)))
-    assert weights.settled()[2] is fusion._relu
+    assert weights.settled()[2] is conv_activations.relu
+    big = _model((1, 16, 40, 40), (32, 16, 1, 1), [helper.make_node("Relu", ["y"], ["z"])])
+    (weights,) = _weights(_check(big, _array(1, 16, 40, 40)))
+    assert weights.settled()[2] is conv_activations.relu
     swish = _model((1, 8, 9, 9), (16, 8, 3, 3), [helper.make_node("HardSwish", ["y"], ["z"])], pads=[1] * 4)
     (weights,) = _weights(_check(swish, _array(1, 8, 9, 9)))
     assert weights.settled()[2] is fusion._hard_swish_scaled
@@ -147,6 +150,38 @@ def test_silu_halved_against_float64_and_the_exp_form(size: int) -> None:
     y64 = y[4:].astype(np.float64)
     exact = y64 / (1 + np.exp(-y64))
     np.testing.assert_allclose(u[4:], exact, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_relu_as_clip_is_maximum(dtype: Any) -> None:
+    y = np.linspace(-5, 5, 1001).astype(dtype)
+    y[:5] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    expected = np.maximum(y, 0)
+    conv_activations.relu(y)
+    np.testing.assert_array_equal(y, expected)
+    assert y.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32, np.int8])
+def test_a_relu_node_matches_onnxruntime_bit_for_bit(dtype: Any) -> None:
+    """The Relu kernel (elementwise.relu): onnxruntime's values, the sign of -0.0 included."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", elem, [2, 300])],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    x = (RNG.standard_normal((2, 300)) * 50).astype(dtype)
+    if x.dtype.kind == "f":
+        x[0, :5] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    ours = epctx.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    theirs = run_ort(model, {"x": x})[0]
+    assert ours.dtype == theirs.dtype
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs))
 
 
 def test_silu_halved_of_a_strided_array() -> None:

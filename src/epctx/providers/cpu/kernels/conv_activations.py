@@ -1,7 +1,8 @@
-"""Conv epilogue activations that run in fewer passes on a scaled Conv output (the Conv scales its constant
-weights and bias once, ``conv_weights.Weights``).
+"""Conv epilogue activations that run faster than fusion's, some in fewer passes on a scaled Conv output (the
+Conv scales its constant weights and bias once, ``conv_weights.Weights``).
 
 * HardSwish: ``fusion.prescaled`` (the output times 1 / sqrt(6)).
+* Relu (unscaled): ``elementwise.relu`` (numpy's clip ufunc) in place of ``np.maximum(y, 0)``.
 * SiLU (``Mul(y, Sigmoid(y))``, the epilogue whose readers hold a Sigmoid): on u = y / 2 (an exact scaling),
   y * sigmoid(y) == u * (1 + tanh(u)), three in-place passes (tanh, + 1, *) over chunks of ``_CHUNK`` values
   that stay in cache, against four full passes and a full-size temporary for negate, exp, + 1, divide: 409,600
@@ -16,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from epctx.providers.cpu import fusion
+from epctx.providers.cpu.kernels.elementwise import relu as relu_into
 
-__all__ = ["SILU_SCALE", "prescaled_activation", "silu_halved"]
+__all__ = ["SILU_SCALE", "activation_of", "prescaled_activation", "relu", "silu_halved"]
 
 SILU_SCALE = 0.5
 
@@ -59,3 +61,16 @@ def prescaled_activation(epilogue: fusion.Epilogue) -> tuple[float, fusion.Activ
     if _is_silu(epilogue):
         return SILU_SCALE, silu_halved
     return None
+
+
+def relu(y: np.ndarray) -> None:
+    """In place: max(y, 0), NaN kept (``elementwise.relu``)."""
+    relu_into(y, y)
+
+
+def activation_of(epilogue: fusion.Epilogue) -> fusion.Activation:
+    """The activation a Conv applies for ``epilogue`` on its unscaled output: Relu's as ``relu``, else the
+    epilogue's own."""
+    if epilogue.activation is not None and [node.op_type for node in epilogue.readers] == ["Relu"]:
+        return relu
+    return epilogue.activation

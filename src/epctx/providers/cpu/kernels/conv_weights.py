@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from epctx.providers.cpu import fusion
-from epctx.providers.cpu.kernels.conv_activations import prescaled_activation
+from epctx.providers.cpu.kernels.conv_activations import activation_of, prescaled_activation
 
 __all__ = ["Weights", "prepare_weight"]
 
@@ -46,7 +46,7 @@ class Weights:
         if epilogue is None or not epilogue.active():
             return self._make(1.0, None)
         scaled = prescaled_activation(epilogue) if self.scalable else None
-        return self._make(*scaled) if scaled is not None else self._make(1.0, epilogue.activation)
+        return self._make(*scaled) if scaled is not None else self._make(1.0, activation_of(epilogue))
 
     def _make(
         self, scale: float, activation: fusion.Activation | None
