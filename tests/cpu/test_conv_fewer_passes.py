@@ -362,3 +362,26 @@ def test_narrow_maps_take_im2col_not_flat_gemms(
     monkeypatch.setattr(conv_flat.FlatGemm, "run", counted)
     _check(_model(x_shape, w_shape, IDENTITY, **attrs), _array(*x_shape))
     assert (runs, spy.calls) == ((2, 0) if flat else (0, 2))
+
+
+@pytest.mark.parametrize("op", ["HardSigmoid", "HardSwish"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])  # onnxruntime has no float64 kernels of these
+def test_hard_sigmoid_and_hard_swish_nodes_match_onnxruntime(op: str, dtype: Any) -> None:
+    """The standalone kernels clip to [0, 1] in one pass (elementwise._unit); NaN and infinities included."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    attrs = {"alpha": 0.3, "beta": 0.4} if op == "HardSigmoid" else {}
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", elem, [3, 200])],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    x = (RNG.standard_normal((3, 200)) * 5).astype(dtype)
+    x[0, :3] = [np.nan, np.inf, -np.inf]
+    ours = epctx.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    theirs = run_ort(model, {"x": x})[0]
+    assert ours.dtype == theirs.dtype
+    tol = 2e-3 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(ours.astype(np.float64), theirs.astype(np.float64), atol=tol, rtol=tol)
