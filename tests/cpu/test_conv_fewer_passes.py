@@ -385,3 +385,66 @@ def test_hard_sigmoid_and_hard_swish_nodes_match_onnxruntime(op: str, dtype: Any
     assert ours.dtype == theirs.dtype
     tol = 2e-3 if dtype == np.float16 else 1e-6
     np.testing.assert_allclose(ours.astype(np.float64), theirs.astype(np.float64), atol=tol, rtol=tol)
+
+
+# ------------------------------------------------------------------------ MaxPool one axis at a time (pool.py)
+
+MAX_POOLS = {
+    "sppf_5x5": ((1, 16, 10, 10), {"kernel_shape": [5, 5], "pads": [2] * 4}),
+    "3x3_stride2": ((2, 8, 15, 16), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}),
+    "2x2_stride2": ((1, 4, 8, 9), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "ceil_mode": ((1, 3, 9, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "dilated": ((1, 3, 12, 13), {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [1, 1, 1, 1]}),
+    "row_stride": ((1, 5, 7, 11), {"kernel_shape": [3, 3], "strides": [1, 2], "pads": [1] * 4}),
+    "asymmetric_1xk": ((1, 6, 9, 20), {"kernel_shape": [1, 7], "pads": [0, 3, 0, 3]}),
+    "1d": ((2, 4, 30), {"kernel_shape": [5], "pads": [2, 2]}),
+    "3d": ((1, 2, 6, 7, 8), {"kernel_shape": [3, 3, 3], "pads": [1] * 6}),
+    "same_upper": ((1, 3, 11, 11), {"kernel_shape": [4, 4], "auto_pad": "SAME_UPPER"}),
+}
+
+
+@pytest.mark.parametrize("form", list(MAX_POOLS))
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int8])
+def test_max_pool_one_axis_at_a_time_matches_onnxruntime(form: str, dtype: Any) -> None:
+    x_shape, attrs = MAX_POOLS[form]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", elem, list(x_shape))],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 8
+    if dtype == np.float32:
+        x = _array(*x_shape)
+    else:
+        x = RNG.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, x_shape, endpoint=True).astype(dtype)
+    sess = epctx.InferenceSession(model.SerializeToString())
+    for _ in range(2):
+        ours = sess.run(None, {"x": x})[0]
+        theirs = run_ort(model, {"x": x})[0]
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        assert ours.flags.c_contiguous
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_max_pool_spreads_nan_to_every_window_that_holds_one() -> None:
+    """As np.maximum over the windows did before (onnxruntime's result with NaN depends on where the NaN is in
+    the window: it is not the oracle here)."""
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], pads=[2] * 4)],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 10, 10])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 8
+    x = _array(1, 3, 10, 10)
+    x.reshape(-1)[::17] = np.nan
+    ours = epctx.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    padded = np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (5, 5), axis=(2, 3))
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(windows).any(axis=(-2, -1)))
+    finite = ~np.isnan(ours)
+    np.testing.assert_array_equal(ours[finite], np.nanmax(windows, axis=(-2, -1))[finite])
