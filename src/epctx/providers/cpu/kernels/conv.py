@@ -24,7 +24,7 @@ from epctx.providers.cpu.kernels.conv_direct import Route, route_for
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
 from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
-from epctx.providers.cpu.kernels.im2col import phase_cols, phase_cols_fit
+from epctx.providers.cpu.kernels.im2col import biased_weights, phase_cols, phase_cols_fit
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
     Geometry,
@@ -187,6 +187,7 @@ class _ConvPlan:
         "flat_gemm",
         "geo",
         "group",
+        "im2col_one",
         "l_out",
         "lean",
         "nhwc",
@@ -236,6 +237,10 @@ class _ConvPlan:
         self.tiny = macs < _OWN_SERIAL_MACS
         self.nhwc = _nhwc_form(self, unit)
         self.pointwise_one = self.pointwise and unit and n == 1 and group == 1 and len(geo.out) == 2
+        # a dense conv of one image that ``run`` computes as im2col and one GEMM (conv_direct adds a constant
+        # bias in that GEMM)
+        im2col = not (self.pointwise or self.depthwise or self.flat_gemm or self.winograd)
+        self.im2col_one = im2col and n == 1 and group == 1 and not self.empty
 
     def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray:
         geo = self.geo
@@ -319,13 +324,7 @@ class _ConvPlan:
         of the weights (kept in ``prep``, whose bias it is), saving a pass over the result (a network's first
         conv, 3 -> 16 channels at 112x112: the bias's pass over (12544, 16) took 57 us; the GEMM 108 us either
         way; measured here, one thread)."""
-        w2 = prep["w2"]
-        if bias is not None:
-            w2 = prep.get("w2_bias")
-            if w2 is None:
-                w2 = prep["w2_bias"] = np.concatenate(
-                    [prep["w2"], bias.reshape(-1, 1).astype(prep["w2"].dtype)], 1
-                )
+        w2 = prep["w2"] if bias is None else biased_weights(prep, bias)
         k = x.shape[1] * math.prod(self.geo.kernel)
         scratch = SCRATCH.take((w2.shape[1], self.l_out), x.dtype)
         if phase_cols_fit(x.shape, self.geo):  # strided: from a phase split of the input (im2col.py)

@@ -17,10 +17,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from epctx.providers.cpu import fusion
+from epctx.providers.cpu import fusion, parallel
 from epctx.providers.cpu.kernels.conv_short import short_conv, short_fits
+from epctx.providers.cpu.kernels.im2col import biased_weights, im2col_gemm
 
-__all__ = ["Route", "gate_of", "route_for"]
+__all__ = ["Route", "channels_last_bias", "gate_of", "route_for"]
 
 Route = Callable[[np.ndarray], tuple[np.ndarray]]
 Gate = Callable[..., Any]
@@ -40,6 +41,7 @@ class _Plan(Protocol):
     nhwc: str
     out_shape: tuple[int, ...]
     pointwise_one: bool
+    im2col_one: bool
     tiny: bool
 
     @property
@@ -82,7 +84,10 @@ def route_for(
         return _channels_last(plan, prep, bias, activation, constant_bias)
     if _short(plan, prep):
         return short_conv(plan.x_shape, plan.geo, prep["w2"], bias, activation)
-    general = _general(plan, prep, bias, activation)
+    if constant_bias and bias is not None and plan.im2col_one:
+        general = _im2col_biased(plan, prep, bias, activation)
+    else:
+        general = _general(plan, prep, bias, activation)
     if not (handing and plan.pointwise_one):
         return general
     last = _channels_last(plan, prep, bias, activation, constant_bias)
@@ -114,6 +119,7 @@ def _channels_last(
     activation channels-last, returned as an NCHW view of that memory. An im2col conv adds a constant bias in
     its GEMM (``im2col_channels_last``, which keeps the weights with the bias in ``prep``)."""
     add = None if bias is None else bias.reshape(-1)
+    pixels = plan.out_shape[0] * math.prod(plan.out_shape[2:])
     args: tuple[Any, ...] = (prep,)
     fn: Callable[..., np.ndarray]
     if plan.channels_last is not None:
@@ -125,14 +131,72 @@ def _channels_last(
     else:
         fn, args = plan.pointwise_last(prep), ()
     gate = gate_of(plan)
+    biased = None if add is None else channels_last_bias(add, pixels)
 
     def route(x: np.ndarray) -> tuple[np.ndarray]:
         y = fn(x, *args) if gate is None else gate(fn, x, *args)
-        if add is not None:
-            y += add
+        if biased is not None:
+            biased(y)
         if activation is not None:
             activation(y)
         return (y.transpose(0, 3, 1, 2),)
+
+    return route
+
+
+# A bias added to channels-last memory goes over rows of about this many values: the bias tiled along a row,
+# so that numpy's inner loop runs that long, not C values (the bias broadcast over (pixels, C) rows).
+_BIAS_ROW = 2048
+
+
+def channels_last_bias(add: np.ndarray, pixels: int) -> Callable[[np.ndarray], None]:
+    """Adds ``add`` (C,) in place to a contiguous channels-last result of ``pixels`` pixels (N * H * W, C), over
+    rows of T pixels (T the largest divisor of ``pixels`` with T * C <= ``_BIAS_ROW``) with the bias tiled T
+    times, laid out once: 12544 x 16 62 -> 28 us, 12544 x 32 76 -> 54, 3136 x 72 41 -> 30, 784 x 88 12 -> 9
+    (one thread, load 3.3, measured here); one pixel a row where no T above 1 fits (C >= 1024)."""
+    c = add.size
+    tile = max(1, min(pixels, _BIAS_ROW // max(1, c)))
+    while pixels % tile:
+        tile -= 1
+    if tile == 1:
+
+        def plain(y: np.ndarray) -> None:
+            y += add
+
+        return plain
+    row = np.tile(add, tile)
+    shape = (pixels // tile, tile * c)
+
+    def tiled(y: np.ndarray) -> None:
+        rows = y.view()
+        rows.shape = shape  # (raises rather than copy: the result is contiguous)
+        rows += row
+
+    return tiled
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    np.matmul(a, b, out=out)
+
+
+def _im2col_biased(
+    plan: _Plan, prep: dict[str, Any], bias: np.ndarray, activation: fusion.Activation | None
+) -> Route:
+    """A dense im2col conv of one image with a constant bias, NCHW: the bias added in the GEMM
+    (``im2col.im2col_gemm``), a large GEMM shared with helper threads as ``plan.run`` shares it."""
+    w2b = biased_weights(prep, bias.reshape(-1))
+    matmul = parallel.matmul_columns if plan.serial is None else _matmul
+    gate = gate_of(plan)
+    geo, shape = plan.geo, plan.out_shape
+
+    def route(x: np.ndarray) -> tuple[np.ndarray]:
+        if gate is None:
+            y = im2col_gemm(x, geo, w2b, shape, matmul)
+        else:
+            y = gate(im2col_gemm, x, geo, w2b, shape, matmul)
+        if activation is not None:
+            activation(y)
+        return (y,)
 
     return route
 

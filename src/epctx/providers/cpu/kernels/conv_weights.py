@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from epctx.providers.cpu import fusion
+from epctx.providers.cpu.kernels.conv_activations import activation_of, prescaled_activation
 
 __all__ = ["Weights", "prepare_weight"]
 
@@ -15,7 +16,7 @@ __all__ = ["Weights", "prepare_weight"]
 class Weights:
     """A Conv's prepared constant weights and bias, and the activation of its epilogue, settled at the first
     call (once the epilogue knows whether it is active): an activation that runs in fewer passes on a scaled
-    input (``fusion.prescaled``: HardSwish) gets weights and bias scaled once."""
+    input (``conv_activations.prescaled_activation``: HardSwish, SiLU) gets weights and bias scaled once."""
 
     __slots__ = ("_settled", "b", "epilogue", "group", "scalable", "w")
 
@@ -44,8 +45,8 @@ class Weights:
         epilogue = self.epilogue
         if epilogue is None or not epilogue.active():
             return self._make(1.0, None)
-        scaled = fusion.prescaled(epilogue) if self.scalable else None
-        return self._make(*scaled) if scaled is not None else self._make(1.0, epilogue.activation)
+        scaled = prescaled_activation(epilogue) if self.scalable else None
+        return self._make(*scaled) if scaled is not None else self._make(1.0, activation_of(epilogue))
 
     def _make(
         self, scale: float, activation: fusion.Activation | None

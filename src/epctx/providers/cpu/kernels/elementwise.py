@@ -6,6 +6,7 @@ parsing and (at most) one dtype check on the hot path. Cast is in ``cast.py``, e
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ from epctx.ep import Kernel
 from epctx.providers.cpu.kernels.erf import erf
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
-__all__ = ["DIRECT_DTYPES", "widened"]
+__all__ = ["DIRECT_DTYPES", "relu", "widened"]
 
 Fn = Callable[..., Any]
 
@@ -30,6 +31,44 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     np.exp(e, out=e)
     e += 1
     return np.reciprocal(e, out=e)
+
+
+# numpy's clip ufunc itself: np.clip wraps it in Python
+def _find_clip_ufunc() -> Any:
+    for module in ("numpy._core.umath", "numpy.core.umath"):  # numpy 2, numpy 1
+        try:
+            return importlib.import_module(module).clip
+        except (ImportError, AttributeError):
+            continue
+    return np.clip
+
+
+_CLIP = _find_clip_ufunc()
+
+
+# (lower, upper) bounds of relu and _unit per floating dtype, made once: two numpy scalars made at each call cost
+# 0.4 us, more than np.maximum on arrays of up to ~4,000 values (silero-vad's).
+_RELU_BOUNDS: dict[np.dtype[Any], tuple[Any, Any]] = {}
+_UNIT_BOUNDS: dict[np.dtype[Any], tuple[Any, Any]] = {}
+
+
+def _bounds(dtype: np.dtype[Any], lo: float, hi: float) -> tuple[Any, Any]:
+    kind = dtype.type
+    return kind(lo), kind(hi)
+
+
+def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """max(x, 0); for floating x numpy's clip ufunc with bounds (0, inf): NaN kept, -inf to 0, and -0.0 kept
+    as onnxruntime keeps it (np.maximum gave +0.0), at 39 against np.maximum's 68 us on 401,408 float32
+    values, 6.4 against 11.4 on 65,536 (one thread, measured here: maximum against a scalar runs a slower
+    loop than clip's)."""
+    bounds = _RELU_BOUNDS.get(x.dtype)
+    if bounds is None:
+        if x.dtype.kind != "f":
+            return np.maximum(x, 0, out=out)
+        bounds = _RELU_BOUNDS[x.dtype] = _bounds(x.dtype, 0.0, np.inf)
+    found: np.ndarray = _CLIP(x, bounds[0], bounds[1], out=out)
+    return found
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -65,7 +104,7 @@ _UNARY: dict[str, tuple[int, Fn]] = {
     "Atanh": (9, np.arctanh),
     "Tanh": (1, np.tanh),
     "Erf": (9, erf),
-    "Relu": (1, lambda x: np.maximum(x, 0)),
+    "Relu": (1, relu),
     "Sigmoid": (1, _sigmoid),
     "Softplus": (1, _softplus),
     "Softsign": (1, lambda x: x / (1 + np.abs(x))),
@@ -143,6 +182,19 @@ def _celu(info: NodeInfo) -> Fn:
     return lambda x: np.maximum(x, 0) + np.expm1(np.minimum(x, 0) / alpha) * alpha
 
 
+def _unit(t: np.ndarray) -> np.ndarray:
+    """``t`` clipped to [0, 1] in place, NaN kept: one pass of the clip ufunc where maximum then minimum made
+    two, each slower against a scalar (``relu``)."""
+    bounds = _UNIT_BOUNDS.get(t.dtype)
+    if bounds is None:
+        if t.dtype.kind != "f":
+            np.maximum(t, 0, out=t)
+            return np.minimum(t, 1, out=t)
+        bounds = _UNIT_BOUNDS[t.dtype] = _bounds(t.dtype, 0.0, 1.0)
+    found: np.ndarray = _CLIP(t, bounds[0], bounds[1], out=t)
+    return found
+
+
 def _hard_sigmoid(info: NodeInfo) -> Fn:
     alpha = float(info.get("alpha", 0.2))
     beta = float(info.get("beta", 0.5))
@@ -150,8 +202,7 @@ def _hard_sigmoid(info: NodeInfo) -> Fn:
     def hard_sigmoid(x: np.ndarray) -> np.ndarray:
         t = x * alpha  # one temporary, updated in place
         t += beta
-        np.maximum(t, 0, out=t)
-        return np.minimum(t, 1, out=t)
+        return _unit(t)
 
     return hard_sigmoid
 
@@ -159,8 +210,7 @@ def _hard_sigmoid(info: NodeInfo) -> Fn:
 def _hard_swish_of(x: np.ndarray) -> np.ndarray:
     t = x * (1.0 / 6.0)  # one temporary, updated in place
     t += 0.5
-    np.maximum(t, 0, out=t)
-    np.minimum(t, 1, out=t)
+    _unit(t)
     t *= x
     return t
 

@@ -70,11 +70,21 @@ class _PoolPlan:
         self.index_offsets: list[np.ndarray] = []
 
     def reduce_max(self, xp: np.ndarray) -> np.ndarray:
-        slices = self.slices
-        y = np.array(xp[slices[0]], copy=True)
-        for src in slices[1:]:
-            np.maximum(y, xp[src], out=y)
-        return y
+        """The window max one axis at a time (max is separable, NaN spreading the same way): K1 + K2 - 2 maxima
+        instead of K1 * K2 - 1, the last axis over the flattened rows (long runs, the columns past each row's
+        windows cropped once). YOLOv8's SPPF pools, 5x5 stride 1 on (1, 128, 10, 10): 180-200 -> ~40 us."""
+        geo, a = self.geo, xp
+        last = len(geo.out) - 1
+        rows = geo.strides[last] == 1 and geo.kernel[last] > 1 and geo.out[last] > 0 and a.size > 0
+        if rows and a.flags.c_contiguous:
+            a = _max_along_rows(a, geo.kernel[last], geo.dilations[last], geo.out[last])
+        else:
+            a = _max_along(
+                a, 2 + last, geo.kernel[last], geo.dilations[last], geo.strides[last], geo.out[last]
+            )
+        for i in range(last):
+            a = _max_along(a, 2 + i, geo.kernel[i], geo.dilations[i], geo.strides[i], geo.out[i])
+        return a
 
     def reduce_sum(self, xp: np.ndarray) -> np.ndarray:
         slices = self.slices
@@ -82,6 +92,37 @@ class _PoolPlan:
         for src in slices[1:]:
             y += xp[src]
         return y
+
+
+def _max_along(a: np.ndarray, axis: int, k: int, d: int, s: int, o: int) -> np.ndarray:
+    """max over windows of ``k`` values (dilation ``d``, stride ``s``, ``o`` windows) along ``axis``: a new array."""
+    index: list[Any] = [_ALL] * a.ndim
+
+    def part(t: int) -> np.ndarray:
+        index[axis] = slice(t * d, t * d + s * (o - 1) + 1, s)
+        return a[tuple(index)]
+
+    if k == 1:
+        return np.array(part(0), copy=True)
+    y = np.maximum(part(0), part(1))
+    for t in range(2, k):
+        np.maximum(y, part(t), out=y)
+    return y
+
+
+def _max_along_rows(a: np.ndarray, k: int, d: int, o: int) -> np.ndarray:
+    """max over windows of ``k`` values (dilation ``d``, stride 1) along the last axis of the contiguous ``a``,
+    on the flattened rows: each maximum one long run; the windows of the first ``o`` columns of a row stay in
+    that row, the values past them (windows running into the next row, or not computed at the end) are cropped
+    by the final copy."""
+    flat = a.reshape(-1)
+    length = flat.size - (k - 1) * d
+    y = np.empty_like(flat)
+    head = y[:length]
+    np.maximum(flat[:length], flat[d : d + length], out=head)
+    for t in range(2, k):
+        np.maximum(head, flat[t * d : t * d + length], out=head)
+    return np.ascontiguousarray(y.reshape(a.shape)[..., :o])
 
 
 def _plan_cache(info: NodeInfo, extra: Any = None) -> Any:
