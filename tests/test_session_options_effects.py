@@ -34,9 +34,13 @@ def _model(tmp_path, op="Identity"):
 
 
 def _blas_threads() -> list[int]:
+    """numpy's BLAS thread counts (the CPU EP's kernels call no other BLAS; another library a test loaded, as
+    torch's, is left as it is: the one-thread run scope sets numpy's OpenBLAS only)."""
     from threadpoolctl import threadpool_info
 
-    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    infos = [i for i in threadpool_info() if i["user_api"] == "blas"]
+    numpy_own = [i for i in infos if "numpy" in str(i.get("filepath", ""))]
+    return [i["num_threads"] for i in (numpy_own or infos)]
 
 
 class _ProbeEP(ExecutionProvider):
