@@ -159,32 +159,24 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
 
 def _strided_stem(node: Any) -> bool:
     """A Conv of stride 2 over at most ``space_to_depth.MAX_CHANNELS`` channels (the worker checks the rest)."""
-    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
-        return False
-    strides = node.attributes.get("strides")
-    shape = getattr(node.inputs[1], "shape", None)
-    return (
-        strides is not None
-        and list(strides.value) == [2, 2]
-        and shape is not None
-        and len(shape) == 4
-        and isinstance(shape[1], int)
-        and shape[1] <= MAX_CHANNELS
-    )
+    shape = _stride_2_conv_filter(node)
+    return shape is not None and len(shape) == 4 and isinstance(shape[1], int) and shape[1] <= MAX_CHANNELS
 
 
 def _strided_pointwise(node: Any) -> bool:
     """A 1x1 Conv of stride 2 (the worker checks the rest: ``pointwise``)."""
+    shape = _stride_2_conv_filter(node)
+    return shape is not None and list(shape)[2:] == [1, 1]
+
+
+def _stride_2_conv_filter(node: Any) -> Any:
+    """The filter's shape of a Conv of strides [2, 2] (None for another node, or where the shape is unknown)."""
     if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
-        return False
+        return None
     strides = node.attributes.get("strides")
-    shape = getattr(node.inputs[1], "shape", None)
-    return (
-        strides is not None
-        and list(strides.value) == [2, 2]
-        and shape is not None
-        and list(shape)[2:] == [1, 1]
-    )
+    if strides is None or list(strides.value) != [2, 2]:
+        return None
+    return getattr(node.inputs[1], "shape", None)
 
 
 _PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger"})

@@ -6,7 +6,6 @@ parsing and (at most) one dtype check on the hot path. Cast is in ``cast.py``, e
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from epctx.ep import Kernel
+from epctx.providers.cpu.fusion import clip_ufunc
 from epctx.providers.cpu.kernels.erf import erf
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
@@ -33,17 +33,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.reciprocal(e, out=e)
 
 
-# numpy's clip ufunc itself: np.clip wraps it in Python
-def _find_clip_ufunc() -> Any:
-    for module in ("numpy._core.umath", "numpy.core.umath"):  # numpy 2, numpy 1
-        try:
-            return importlib.import_module(module).clip
-        except (ImportError, AttributeError):
-            continue
-    return np.clip
-
-
-_CLIP = _find_clip_ufunc()
+_CLIP = clip_ufunc  # numpy's clip ufunc itself (fusion.clip_ufunc)
 
 
 # (lower, upper) bounds of relu and _unit per floating dtype, made once: two numpy scalars made at each call cost
