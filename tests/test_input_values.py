@@ -159,3 +159,19 @@ def test_silero_vad_as_shipped_runs_on_openvino_once_sr_is_seen_twice() -> None:
     }
     for state in made.values():
         assert state.state == "ready" and state.nodes.get(OV, 0) > 100, state
+
+
+def test_a_deciding_scalar_joins_the_signature_and_each_value_gets_its_session() -> None:
+    pytest.importorskip("openvino")
+    model = _flag_model()
+    sess = epctx.InferenceSession(
+        model.SerializeToString(), _options(**{"epctx.specialize_shapes": "sync"}), providers=[OV]
+    )
+    for flag in (1, 0, 1, 0):
+        for _ in range(2):
+            np.testing.assert_allclose(
+                sess.run(None, _feed(flag))[0], run_ort(model, _feed(flag))[0], rtol=1e-5
+            )
+    made = sess.get_shape_specializations()
+    assert set(made) == {"x[3,4],flag[] with flag=1", "x[3,4],flag[] with flag=0"}, made
+    assert all(state.state == "ready" for state in made.values()), made

@@ -258,7 +258,12 @@ class ShapeSpecializer:
     def _values(self, signature: Signature) -> str:
         """The ``epctx.input_values`` text of ``signature``'s deciding scalars ("" when there are none)."""
         tail = signature[len(self._names) :]
-        return ",".join(f"{self._names[i]}={value[0]}" for i, value in zip(self._deciding, tail))
+        return ",".join(f"{self._names[i]}={_number(value[0])}" for i, value in zip(self._deciding, tail))
+
+
+def _number(value: Any) -> int | float:
+    """A scalar input's value as ``epctx.input_values`` writes it (a bool as 0 or 1)."""
+    return int(value) if isinstance(value, (bool, int)) else float(value)
 
 
 def _nodes_per_ep(session: Any) -> dict[str, int]:
