@@ -7,7 +7,8 @@ branches differ in rank), so the whole model ran on the CPU EP. With the input's
 data propagation) gives every value its sizes; ``Shape`` / ``Size`` of a value with static sizes and small nodes
 whose inputs are all constants (at most ``_FOLD_ELEMENTS`` elements out) become constants; an ``If`` whose
 condition is constant is replaced by the nodes of the branch it takes; again until nothing changes. silero-vad at
-16 kHz: 15 ``If`` nodes -> 0, 469 nodes -> 215, equal to onnxruntime on the original.
+16 kHz and at 8 kHz (nodes in bodies counted): 25 ``If`` nodes -> 0, 690 nodes -> 113; onnxruntime running the
+folded model gives bit for bit what it gives on the original (``tests/test_input_values.py``).
 
 The stated input stays an input of the model (a feed must still give it, with that value: the session's feed
 binder refuses another, ``epctx.session.feeds``). ``epctx.session.specialize`` states the values of such scalars

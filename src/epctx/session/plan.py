@@ -78,7 +78,7 @@ class ExecutionPlan:
         self._direct = direct_call(template, input_slots, output_slots, steps)
         self._loop = tuple(loop_step(step) for step in steps)
         # a plan of several steps runs as one generated function from its third run on (plan_calls.compiled_run:
-        # generating it costs ~7 us a step, which a session run once, or a measurement's few runs, never repays)
+        # generating it costs 7-13 us a step, which a session run once, or a measurement's few runs, never repays)
         self._compiled: Compiled | None = None
         self._warmup = 0 if self._direct is not None else _WARMUP_RUNS
 
