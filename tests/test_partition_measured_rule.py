@@ -243,6 +243,36 @@ def test_nodes_an_ep_claims_only_after_a_hand_back_are_left_to_the_next_ep() -> 
     _check(sess, _model())
 
 
+def test_nodes_an_ep_declined_are_not_offered_to_it_again_after_a_hand_back() -> None:
+    """A node the EP declined when its partitions were measured is refused to it at once when the graph is
+    partitioned again after a hand-back, in the EP's own words: asked again, IREE would compile to check it again
+    (silero-vad's folded graph on IREE: 26 s more after its 30 s capability budget was spent)."""
+    base = _slow_ep()
+    offered: list[set[str]] = []
+
+    class Declining(base):  # type: ignore[misc, valid-type]
+        def get_capability(self, graph: Any, opset_imports: Any, ctx: Any) -> Any:
+            from epctx.ep import Capability
+
+            taken = {n.name for n in ctx.assigned}
+            offered.append({n.name for n in graph} - taken)
+            claimed = tuple(n for n in graph if n.name in {"matmul", "relu"} and n.name not in taken)
+            declined = {n: "not for this test EP" for n in graph if n.name == "neg" and n.name not in taken}
+            return Capability(claimed, declined=declined)
+
+    so = epctx.SessionOptions()
+    so.add_session_config_entry(RULE, "1")
+    with registered(Declining):
+        sess = epctx.InferenceSession(_model(), so, providers=[Declining.name, "CPUExecutionProvider"])
+    assert offered[0] == {"matmul", "relu", "neg"}
+    assert all("neg" not in names for names in offered[1:]), offered
+    assert {ep for ep, _ in sess.get_partitions()} == {"CPUExecutionProvider"}
+    reasons = {name: why[Declining.name] for name, why in sess.get_fallback_reasons().items()}
+    assert reasons["matmul"].startswith("measured: ")
+    assert reasons["neg"] == "not for this test EP", reasons
+    _check(sess, _model())
+
+
 def test_an_ep_that_keeps_claiming_new_nodes_gets_none_of_them() -> None:
     """An EP that claims one more node at each capability request (r0, then r1, r2, ...): after r0 is handed back,
     two passes refuse what it newly claims, and the last refuses every node it did not hold when measured, so

@@ -220,8 +220,12 @@ class Pipeline:
         ``held`` (the nodes of the partitions measured): an EP whose capability depends on what it is offered
         (IREE's) may claim other nodes once some are refused, and a partition formed then is not measured
         (nudenet on IREE: its DFL head handed back, IREE then took the box decode, then the backbone, 6.8x the
-        CPU EP). Those nodes are refused to it too, a few passes at most (each asks the EPs' capability)."""
+        CPU EP). Those nodes are refused to it too, a few passes at most (each asks the EPs' capability). The
+        nodes outside ``held`` that a compiling EP declined when the measured partitions were formed are refused
+        to it from the start, in its own words: asked again, it would check them again for nothing (IREE's
+        capability compiles: silero-vad's folded graph on IREE, 26 s more after its 30 s budget was spent)."""
         model, config = partitioning.loaded.model, self.config
+        refused = {**_declined_outside(partitioning, held), **refused}
         fresh: dict[Any, tuple[str, str]] = {}
         for attempt in range(_PASSES):
             # the last pass: every node outside ``held`` refused to the EPs still claiming new ones
@@ -300,6 +304,18 @@ class Pipeline:
             phase=self.phase,
             ended=self.ended,
         )
+
+
+def _declined_outside(partitioning: Partitioning, held: set[Any]) -> dict[Any, tuple[str, str]]:
+    """The nodes outside ``held`` that a compiling EP declined in ``partitioning``: each refused to the first
+    such EP, with its reason (so the placement still shows that EP's own words)."""
+    found = {}
+    for node, reasons in partitioning.declined.items():
+        if node not in held:
+            why = next(((ep, text) for ep, text in reasons if ep in partitioning.compiling), None)
+            if why is not None:
+                found[node] = why
+    return found
 
 
 def _refuse_all_but(
