@@ -45,8 +45,8 @@ def compile_jobs(model: Path, options: dict[str, Any], keep: Path) -> list[Path]
     real = iree_compile._compile_job
     kept: list[Path] = []
 
-    def keeping(folder: Path, label: str, start: float) -> Any:
-        result = real(folder, label, start)
+    def keeping(folder: Path, label: str, start: float, memory_mib: int = 0) -> Any:
+        result = real(folder, label, start, memory_mib)
         kept.append(keep / f"job{len(kept)}")
         shutil.copytree(folder, kept[-1])
         return result

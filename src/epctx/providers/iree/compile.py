@@ -38,8 +38,9 @@ from epctx.providers.iree.options import (
     with_flags,
 )
 from epctx.providers.iree.space_to_depth import MAX_CHANNELS
+from epctx.providers.iree.worker import MEMORY_STAGE
 
-__all__ = ["CompileResult", "compile_partitions"]
+__all__ = ["CompileResult", "compile_partitions", "memory_cap"]
 
 logger = logging.getLogger("epctx")
 
@@ -236,21 +237,23 @@ def _job_key(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def _run_one(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
-    result = _run_job(partition, flags, label)
+def _run_one(partition: Partition, flags: Sequence[str], label: str, memory_mib: int = 0) -> CompileResult:
+    result = _run_job(partition, flags, label, memory_mib)
+    if result.stage == MEMORY_STAGE:  # no variant of it is tried: each would take as much
+        return result
     optional = [_JOB_KEYS[key] for key in result.rewritten] if not result.ok else []
     if optional:  # speed-ups, not needs: again without those the failed job made
         logger.info("%s: IREE %s failed with %s, again without", label, result.stage, ", ".join(optional))
         flags = [f for f in flags if f not in optional]
-        result = _run_job(partition, flags, label)
+        result = _run_job(partition, flags, label, memory_mib)
     tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in _job_flags(partition, flags)
     if not result.ok and result.stage == "compile" and tiled:  # the data tiling is an option, not a need
         logger.info("%s: IREE compile failed with data tiling, again without it", label)
-        return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label)
+        return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label, memory_mib)
     return result
 
 
-def _run_job(partition: Partition, flags: Sequence[str], label: str) -> CompileResult:
+def _run_job(partition: Partition, flags: Sequence[str], label: str, memory_mib: int = 0) -> CompileResult:
     start = time.perf_counter()
     with job_folder() as name:  # removed after, or by a later compile when this process dies first
         folder = Path(name)
@@ -263,7 +266,9 @@ def _run_job(partition: Partition, flags: Sequence[str], label: str) -> CompileR
                         "ok" if known.ok else "failed")  # fmt: skip
             return known
         logger.info("%s: compiling %d node(s) with IREE", label, len(partition.nodes))
-        result = _compile_job(folder, label, start)
+        result = _compile_job(folder, label, start, memory_mib)
+    if result.stage == MEMORY_STAGE:  # the cap's, not the node set's: not kept (a larger cap may pass it)
+        return result
     with _CACHE_LOCK:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -271,8 +276,15 @@ def _run_job(partition: Partition, flags: Sequence[str], label: str) -> CompileR
     return result
 
 
-def _compile_job(folder: Path, label: str, start: float) -> CompileResult:
-    command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder), str(os.getpid())]
+def _compile_job(folder: Path, label: str, start: float, memory_mib: int = 0) -> CompileResult:
+    command = [
+        sys.executable,
+        "-m",
+        "epctx.providers.iree.worker",
+        str(folder),
+        str(os.getpid()),
+        str(memory_mib),
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, env=_worker_env(), timeout=_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -309,6 +321,21 @@ def _refuse_bad_flags(error: str) -> None:
                               "provider option compile_flags")  # fmt: skip
 
 
+_MIN_CAP_MIB = 2048
+
+
+def memory_cap(workers: int) -> int:
+    """The resident memory, in MiB, each of ``workers`` compiles running at once may use (provider option
+    ``compile_memory_mb`` 0): half the machine's physical memory shared among them, at least ``_MIN_CAP_MIB``;
+    0 (no cap) where the machine does not say. A compile IREE cannot finish may take all memory: silero-vad's
+    folded LSTM decoder grew to 23 GB in 26 s, two of them at once, until the kernel's OOM killer ended one."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1 << 20)
+    except (ValueError, OSError, AttributeError):
+        return 0
+    return max(_MIN_CAP_MIB, total // 2 // max(1, workers))
+
+
 def compile_partitions(
     partitions: Sequence[Partition],
     flags: Sequence[str],
@@ -317,10 +344,12 @@ def compile_partitions(
     ep_name: str = "IREEExecutionProvider",
     what: str = "partition",
     on_done: Callable[[Partition], None] | None = None,
+    memory_mib: int = 0,
 ) -> list[CompileResult]:
     """Compile each partition in a worker process, up to ``os.cpu_count()`` at a time; results in order. The
     only place that starts a worker: ``guard`` is checked first. ``on_done(partition)`` as each one ends
-    (from a pool thread)."""
+    (from a pool thread). Each ``iree-compile`` is stopped past ``memory_mib`` MiB of resident memory (0: the
+    share of ``memory_cap``), failing with stage ``"memory"``."""
     if not partitions:
         return []
     guard.check(ep_name, len(partitions), "" if what == "partition" else f"for its {what}")
@@ -328,14 +357,15 @@ def compile_partitions(
         logger.info("removed %s, the IREE compile folder of a process that has ended", path)
     total = len(partitions)
     labels = [f"IREE {what} {p.name!r} [{k + 1}/{total}]" for k, p in enumerate(partitions)]
+    workers = max(1, min(total, os.cpu_count() or 1))
+    limit = memory_mib or memory_cap(workers)
 
     def one(partition: Partition, label: str) -> CompileResult:
-        result = _run_one(partition, flags, label)
+        result = _run_one(partition, flags, label, limit)
         if on_done is not None and result.ok:
             on_done(partition)
         return result
 
-    workers = max(1, min(total, os.cpu_count() or 1))
     if workers == 1:
         return [one(p, label) for p, label in zip(partitions, labels)]
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="epctx-iree") as pool:

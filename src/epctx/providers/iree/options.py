@@ -30,6 +30,9 @@ it fails: ``CONV_DATA_TILING``) |
 | ``compile_flags`` | none | more ``iree-compile`` flags, space-separated (tuning; they change code, not results) |
 | ``capability_budget_s`` | ``30`` | seconds the capability check may spend finding which nodes IREE takes \
 when the model does not compile whole (the nodes not decided then run on the next EP) |
+| ``compile_memory_mb`` | automatic | MiB of resident memory one ``iree-compile`` may use before it is stopped and \
+its nodes declined (stage ``memory``); by default half the machine's memory shared among the compiles running at \
+once, at least 2048 (a compile IREE cannot finish may take all memory: silero-vad's folded LSTM decoder, 23 GB in 26 s) |
 | ``num_threads`` | IREE's | task workers of the loaded module's device (IREE's default: one per physical core); \
 1: no worker, the dispatches run in the calling thread (IREE's local-sync device: no hand-off per dispatch; \
 PP-OCR cls here 5-10 -> 1.4 ms median a call on a loaded machine); ``SessionOptions.intra_op_num_threads`` sets \
@@ -198,6 +201,12 @@ OPTIONS = (
         default=30,
         doc="seconds the capability check may spend when the model does not compile whole",
     ),
+    Option(
+        "compile_memory_mb",
+        "int",
+        default=0,
+        doc="MiB of memory one iree-compile may use (default: automatic)",
+    ),
     Option("num_threads", "int", default=0, doc="task workers of IREE's CPU device (a positive integer)"),
 )
 
@@ -214,6 +223,7 @@ class IREEOptions:
     fast_codegen: str  # auto | 1 | 0
     compile_flags: str
     capability_budget_s: int
+    compile_memory_mb: int  # 0: compile.memory_cap
     num_threads: int  # 0: IREE's own topology
 
     def resolved(self) -> Target:

@@ -105,10 +105,11 @@ def check_nodes(
     layout_flag: str | None = None,
     budget_s: float = 30.0,
     partitions: Sequence[Sequence[ir.Node]] = (),
+    memory_mib: int = 0,
 ) -> Verdict:
     """The nodes of ``nodes`` (graph order) IREE takes, and why it declines the others (see the module).
     ``partitions``: those the EPs ahead formed (``CapabilityContext.assigned_partitions``)."""
-    search = Search(ep_name, graph, opsets, guard, budget_s, partitions)
+    search = Search(ep_name, graph, opsets, guard, budget_s, partitions, memory_mib=memory_mib)
     probes = Probes({}, tuple(flags))
     verdict = Verdict([], {}, probes)
     whole = _without_losing(search, list(nodes), verdict.declined)

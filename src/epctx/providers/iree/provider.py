@@ -178,6 +178,7 @@ class IREEExecutionProvider(ExecutionProvider):
             layout_flag=CHANNELS_LAST if self.config.channels_last else None,
             budget_s=self.config.capability_budget_s,
             partitions=ctx.assigned_partitions,
+            memory_mib=self.config.compile_memory_mb,
         )
         declined.update(verdict.declined)
         for node, why in declined.items():
@@ -210,7 +211,8 @@ class IREEExecutionProvider(ExecutionProvider):
         for partition, result in zip(partitions, results):
             if result is not None:
                 ctx.progress(partition)
-        fresh = iter(compile_partitions(todo, flags, ctx.guard, ep_name=self.name, on_done=ctx.progress))
+        fresh = iter(compile_partitions(todo, flags, ctx.guard, ep_name=self.name, on_done=ctx.progress,
+                                        memory_mib=self.config.compile_memory_mb))  # fmt: skip
         done = [r if r is not None else next(fresh) for r in results]
         return [self._build(p, r) for p, r in zip(partitions, done)]
 

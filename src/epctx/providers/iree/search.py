@@ -33,6 +33,7 @@ class Search:
     guard: CompileGuard
     budget_s: float
     partitions: Sequence[Sequence[ir.Node]] = ()  # of the EPs ahead: one unit each when grouping
+    memory_mib: int = 0  # each iree-compile's cap (provider option compile_memory_mb; 0: compile.memory_cap)
     cache: ProbeCache = dataclasses.field(default_factory=ProbeCache)
     started: float = dataclasses.field(default_factory=lambda: _clock())
     seen: dict[_Key, tuple[Partition, CompileResult]] = dataclasses.field(default_factory=dict)
@@ -110,7 +111,8 @@ class Search:
             if key not in fresh and self.lookup(group, flags) is None:
                 fresh[key] = self._parts[key]
         parts = [part for part, _ in fresh.values()]
-        results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name, what="capability check")
+        results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name, what="capability check",
+                                     memory_mib=self.memory_mib)  # fmt: skip
         self.fresh += len(parts)
         for (key, (part, record)), result in zip(fresh.items(), results):
             self.cache.put(record, result, flags)
@@ -134,7 +136,10 @@ class Search:
                 by_flags.setdefault(key[1], []).append(key)
         for flags, keys in by_flags.items():
             parts = [self._parts[key][0] for key in keys]
-            for key, result in zip(keys, compile_partitions(parts, flags, self.guard, ep_name=self.ep_name)):
+            compiled = compile_partitions(
+                parts, flags, self.guard, ep_name=self.ep_name, memory_mib=self.memory_mib
+            )
+            for key, result in zip(keys, compiled):
                 self.seen[key] = (self.seen[key][0], result)
         return [(g, *self.seen[known[frozenset(g)]]) for g in groups if frozenset(g) in known]
 

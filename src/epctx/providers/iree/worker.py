@@ -7,8 +7,9 @@ The job folder holds ``model.onnx`` (the partition; large weights as external da
 ``space_to_depth``: strided stems over the space-to-depth of their input, see ``space_to_depth``;
 ``strided_pointwise``: strided 1x1 convolutions as matmuls over channels-last data, see ``pointwise``;
 ``nhwc_pools``: global average pools over channels-last data, see ``nhwc_pools``; ``upsamples``: nearest
-upsampling as a broadcast, see ``upsample``). The worker (``worker <job folder> <caller pid>``)
-ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
+upsampling as a broadcast, see ``upsample``). The worker (``worker <job folder> <caller pid> [<MiB>]``)
+ends with its caller, and ``iree-compile`` with the worker (``lifeline``); ``iree-compile`` is stopped when its
+resident memory passes ``<MiB>`` (``run_capped``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
    Softmax and friends), infers shapes;
@@ -18,21 +19,31 @@ ends with its caller, and ``iree-compile`` with the worker (``lifeline``). It
 
 It writes ``result.json``: ``{"ok": true, "params": [[onnx initializer name, parameter key], ...],
 "transposed": {onnx initializer name: permutation}}`` or
-``{"ok": false, "stage": "import" | "compile", "error": "..."}``; the ``.vmfb`` is ``module.vmfb``.
+``{"ok": false, "stage": "import" | "compile" | "memory", "error": "..."}``; the ``.vmfb`` is ``module.vmfb``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from epctx.providers.iree.lifeline import die_with_parent, with_parent
 
-__all__ = ["PARAMS_SCOPE", "RUNTIME_EXPONENT", "RUNTIME_SHAPE", "SHAPELESS", "main"]
+__all__ = [
+    "MEMORY_STAGE",
+    "PARAMS_SCOPE",
+    "RUNTIME_EXPONENT",
+    "RUNTIME_SHAPE",
+    "SHAPELESS",
+    "main",
+    "run_capped",
+]
 
 PARAMS_SCOPE = "model"
 _MIN_ELEMENTS = (
@@ -206,6 +217,42 @@ def _import(model: Any) -> tuple[str, list[list[str]]]:
     return module.get_asm(assume_verified=True), keys
 
 
+# How often the resident memory of iree-compile is read against its cap: it grew by 0.4-2.5 GB/s on silero-vad's
+# folded LSTM decoder, which it never finished (IREE 3.13: 23 GB after 26 s, then the kernel's OOM killer)
+_POLL_S = 0.1
+MEMORY_STAGE = "memory"  # the result's stage when the cap stopped the compile
+
+
+def run_capped(command: list[str], folder: Path, limit_mib: int) -> tuple[int, str, bool]:
+    """Run ``command`` in ``folder`` (its output in files there, not pipes); stop it (SIGKILL) once its resident
+    memory passes ``limit_mib`` (0: no cap; where ``/proc`` tells nothing, none either). Returns (exit status,
+    its stderr or stdout, whether the cap stopped it)."""
+    out, err = folder / "compile.out", folder / "compile.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, cwd=folder, env=dict(os.environ))
+        over = False
+        while process.poll() is None:
+            if limit_mib and _resident_mib(process.pid) > limit_mib:
+                over = True
+                process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(_POLL_S)
+    text = err.read_text(errors="replace") or out.read_text(errors="replace")
+    return process.returncode, text, over
+
+
+def _resident_mib(pid: int) -> float:
+    """The resident memory of process ``pid`` in MiB (0 where ``/proc`` does not say)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
 def _compile_tool() -> str:
     from iree.compiler.tools.binaries import find_tool  # type: ignore[import-untyped]
 
@@ -229,11 +276,15 @@ def main(argv: list[str]) -> int:
     # relative names, run in the job folder: the module records its source's path, which must not be the
     # temporary folder's (the same model and options must give the same bytes)
     command = with_parent([_compile_tool(), mlir.name, *job["flags"], "-o", "module.vmfb"])
-    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ), cwd=folder)
-    if done.returncode != 0:
-        return _fail(
-            folder, "compile", done.stderr or done.stdout or f"exit status {done.returncode}", rewritten
-        )
+    limit = int(argv[2]) if len(argv) > 2 else 0
+    started = time.perf_counter()
+    status, text, over = run_capped(command, folder, limit)
+    if over:
+        return _fail(folder, MEMORY_STAGE, f"iree-compile passed {limit} MiB of memory after "
+                     f"{time.perf_counter() - started:.1f} s and was stopped (provider option compile_memory_mb)",
+                     rewritten)  # fmt: skip
+    if status != 0:
+        return _fail(folder, "compile", text or f"exit status {status}", rewritten)
     (folder / "result.json").write_text(
         json.dumps({"ok": True, "params": keys, "transposed": transposed}), encoding="utf-8"
     )

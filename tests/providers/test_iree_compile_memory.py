@@ -1,0 +1,62 @@
+"""Each ``iree-compile`` runs under a cap on its resident memory (provider option ``compile_memory_mb``; by
+default half the machine's memory shared among the compiles running at once): one past it is stopped and fails
+with stage ``memory``, its nodes declined saying so, and that outcome is kept nowhere (a larger cap tries the
+compile again). IREE 3.13 never finished compiling silero-vad's folded LSTM decoder in pieces: 23 GB in 26 s,
+two such compiles at once, until the kernel's OOM killer ended one."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from benchmarks.models import mlp
+
+import epctx
+from epctx.providers.iree.compile import memory_cap
+from epctx.providers.iree.worker import run_capped
+from tests.oracle import run_ort
+from tests.requires import requires
+
+_GROW = "import time; kept = b'x' * (400 << 20); time.sleep(60)"  # 400 MB written: resident
+
+
+def test_a_process_past_its_cap_is_stopped_soon(tmp_path: Path) -> None:
+    start = time.perf_counter()
+    status, _, over = run_capped([sys.executable, "-c", _GROW], tmp_path, 100)
+    assert over and status != 0
+    assert time.perf_counter() - start < 20  # stopped, not left to sleep its minute
+
+
+def test_a_process_under_its_cap_runs_to_its_end(tmp_path: Path) -> None:
+    assert run_capped([sys.executable, "-c", "print('done')"], tmp_path, 1000) == (0, "done\n", False)
+    code = "import sys; sys.stderr.write('failed'); sys.exit(3)"
+    assert run_capped([sys.executable, "-c", code], tmp_path, 0) == (3, "failed", False)  # 0: no cap
+
+
+def test_the_default_cap_shares_half_the_memory() -> None:
+    one, two = memory_cap(1), memory_cap(2)
+    assert one >= two >= 2048
+    assert one <= max(2048, two * 2)
+
+
+@pytest.mark.slow
+@requires("iree.runtime", "iree.compiler")
+def test_a_compile_past_the_cap_declines_its_nodes_and_a_larger_cap_compiles_them(tmp_path: Path) -> None:
+    model = mlp(batch=2, sizes=(8, 16, 4))
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(model.SerializeToString())
+    capped = epctx.InferenceSession(
+        str(path), providers=[("IREEExecutionProvider", {"compile_memory_mb": "40"})]
+    )
+    assert {ep for ep, _ in capped.get_partitions()} == {"CPUExecutionProvider"}
+    reasons = {why["IREEExecutionProvider"] for why in capped.get_fallback_reasons().values()}
+    assert reasons and all("compile_memory_mb" in why and "40 MiB" in why for why in reasons), reasons
+    feed = {"input": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)}
+    np.testing.assert_allclose(capped.run(None, feed)[0], run_ort(model, feed)[0], rtol=1e-5, atol=1e-6)
+    whole = epctx.InferenceSession(
+        str(path), providers=["IREEExecutionProvider"]
+    )  # nothing kept from the above
+    assert [ep for ep, _ in whole.get_partitions()] == ["IREEExecutionProvider"]
