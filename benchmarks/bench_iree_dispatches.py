@@ -45,8 +45,10 @@ def compile_jobs(model: Path, options: dict[str, Any], keep: Path) -> list[Path]
     real = iree_compile._compile_job
     kept: list[Path] = []
 
-    def keeping(folder: Path, label: str, start: float, memory_mib: int = 0) -> Any:
-        result = real(folder, label, start, memory_mib)
+    def keeping(
+        folder: Path, label: str, start: float, limits: iree_compile.JobLimits = iree_compile.NO_LIMITS
+    ) -> Any:
+        result = real(folder, label, start, limits)
         kept.append(keep / f"job{len(kept)}")
         shutil.copytree(folder, kept[-1])
         return result

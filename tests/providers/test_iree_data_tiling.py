@@ -173,12 +173,14 @@ def test_a_compile_that_fails_with_data_tiling_is_tried_again_without(
     real = iree_compile._compile_job
     compiled: list[bool] = []
 
-    def failing_when_tiled(folder: Path, label: str, start: float, memory_mib: int = 0) -> object:
+    def failing_when_tiled(
+        folder: Path, label: str, start: float, limits: iree_compile.JobLimits = iree_compile.NO_LIMITS
+    ) -> object:
         tiled = CONV_DATA_TILING[0] in json.loads((folder / "job.json").read_text(encoding="utf-8"))["flags"]
         compiled.append(tiled)
         if tiled:  # as IREE would: its data tiling failing on some op
             return iree_compile.CompileResult(False, stage="compile", error="error: data tiling failed")
-        return real(folder, label, start, memory_mib)
+        return real(folder, label, start, limits)
 
     monkeypatch.setattr(iree_compile, "_compile_job", failing_when_tiled)
     monkeypatch.setattr(iree_compile, "_CACHE", {})  # compiled by the test before, in this process
@@ -347,14 +349,16 @@ def test_a_compile_that_fails_with_the_stems_rewritten_is_tried_again_without(
     real = iree_compile._compile_job
     rewritten: list[bool] = []
 
-    def failing_when_rewritten(folder: Path, label: str, start: float, memory_mib: int = 0) -> object:
+    def failing_when_rewritten(
+        folder: Path, label: str, start: float, limits: iree_compile.JobLimits = iree_compile.NO_LIMITS
+    ) -> object:
         job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
         rewritten.append(job["space_to_depth"])
         if job["space_to_depth"]:  # as IREE would, failing on the rewritten graph
             return iree_compile.CompileResult(
                 False, stage="compile", error="error: failed to legalize", rewritten=("space_to_depth",)
             )
-        return real(folder, label, start, memory_mib)
+        return real(folder, label, start, limits)
 
     monkeypatch.setattr(iree_compile, "_compile_job", failing_when_rewritten)
     monkeypatch.setattr(iree_compile, "_CACHE", {})

@@ -40,7 +40,7 @@ from epctx.providers.iree.options import (
 from epctx.providers.iree.space_to_depth import MAX_CHANNELS
 from epctx.providers.iree.worker import MEMORY_STAGE
 
-__all__ = ["CompileResult", "compile_partitions", "memory_cap"]
+__all__ = ["BUDGET_STAGE", "CompileResult", "JobLimits", "compile_partitions", "memory_cap"]
 
 logger = logging.getLogger("epctx")
 
@@ -237,23 +237,41 @@ def _job_key(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def _run_one(partition: Partition, flags: Sequence[str], label: str, memory_mib: int = 0) -> CompileResult:
-    result = _run_job(partition, flags, label, memory_mib)
-    if result.stage == MEMORY_STAGE:  # no variant of it is tried: each would take as much
+@dataclasses.dataclass(frozen=True)
+class JobLimits:
+    """What stops a compile before its end: its ``iree-compile`` past ``memory_mib`` MiB of resident memory (0: no
+    cap), the worker at ``deadline`` (``time.perf_counter()``; None: the compile timeout only)."""
+
+    memory_mib: int = 0
+    deadline: float | None = None
+
+
+NO_LIMITS = JobLimits()
+BUDGET_STAGE = "budget"  # the result's stage when the deadline stopped the compile
+_STOPPED = (MEMORY_STAGE, BUDGET_STAGE)  # a limit's outcomes, not the node set's: no variant tried, none kept
+
+
+def _run_one(
+    partition: Partition, flags: Sequence[str], label: str, limits: JobLimits = NO_LIMITS
+) -> CompileResult:
+    result = _run_job(partition, flags, label, limits)
+    if result.stage in _STOPPED:  # no variant of it is tried: each would take as long
         return result
     optional = [_JOB_KEYS[key] for key in result.rewritten] if not result.ok else []
     if optional:  # speed-ups, not needs: again without those the failed job made
         logger.info("%s: IREE %s failed with %s, again without", label, result.stage, ", ".join(optional))
         flags = [f for f in flags if f not in optional]
-        result = _run_job(partition, flags, label, memory_mib)
+        result = _run_job(partition, flags, label, limits)
     tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in _job_flags(partition, flags)
     if not result.ok and result.stage == "compile" and tiled:  # the data tiling is an option, not a need
         logger.info("%s: IREE compile failed with data tiling, again without it", label)
-        return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label, memory_mib)
+        return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label, limits)
     return result
 
 
-def _run_job(partition: Partition, flags: Sequence[str], label: str, memory_mib: int = 0) -> CompileResult:
+def _run_job(
+    partition: Partition, flags: Sequence[str], label: str, limits: JobLimits = NO_LIMITS
+) -> CompileResult:
     start = time.perf_counter()
     with job_folder() as name:  # removed after, or by a later compile when this process dies first
         folder = Path(name)
@@ -266,8 +284,8 @@ def _run_job(partition: Partition, flags: Sequence[str], label: str, memory_mib:
                         "ok" if known.ok else "failed")  # fmt: skip
             return known
         logger.info("%s: compiling %d node(s) with IREE", label, len(partition.nodes))
-        result = _compile_job(folder, label, start, memory_mib)
-    if result.stage == MEMORY_STAGE:  # the cap's, not the node set's: not kept (a larger cap may pass it)
+        result = _compile_job(folder, label, start, limits)
+    if result.stage in _STOPPED:  # a limit's, not the node set's: not kept (a larger one may pass it)
         return result
     with _CACHE_LOCK:
         if len(_CACHE) >= _CACHE_SIZE:
@@ -276,18 +294,19 @@ def _run_job(partition: Partition, flags: Sequence[str], label: str, memory_mib:
     return result
 
 
-def _compile_job(folder: Path, label: str, start: float, memory_mib: int = 0) -> CompileResult:
-    command = [
-        sys.executable,
-        "-m",
-        "epctx.providers.iree.worker",
-        str(folder),
-        str(os.getpid()),
-        str(memory_mib),
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, env=_worker_env(), timeout=_TIMEOUT_S)
+def _compile_job(folder: Path, label: str, start: float, limits: JobLimits = NO_LIMITS) -> CompileResult:
+    command = [sys.executable, "-m", "epctx.providers.iree.worker", str(folder), str(os.getpid()),
+               str(limits.memory_mib)]  # fmt: skip
+    timeout = _TIMEOUT_S if limits.deadline is None else min(_TIMEOUT_S, max(0.0, limits.deadline - start))
+    try:  # past the timeout the worker is killed, and iree-compile with it (``lifeline``)
+        done = subprocess.run(command, capture_output=True, text=True, env=_worker_env(), timeout=timeout)
     except subprocess.TimeoutExpired:
+        seconds = time.perf_counter() - start
+        if timeout < _TIMEOUT_S:
+            logger.info("%s: stopped after %.1f s, at the capability budget's end", label, seconds)
+            return CompileResult(False, stage=BUDGET_STAGE, seconds=seconds,
+                                 error=f"stopped after {seconds:.1f} s: IREE's capability budget ran out during "
+                                       "this compile (provider option capability_budget_s)")  # fmt: skip
         return CompileResult(False, stage="compile", error=f"timed out after {_TIMEOUT_S} s")
     result_file = folder / "result.json"
     if done.returncode != 0 or not result_file.is_file():
@@ -345,11 +364,13 @@ def compile_partitions(
     what: str = "partition",
     on_done: Callable[[Partition], None] | None = None,
     memory_mib: int = 0,
+    deadline: float | None = None,
 ) -> list[CompileResult]:
     """Compile each partition in a worker process, up to ``os.cpu_count()`` at a time; results in order. The
     only place that starts a worker: ``guard`` is checked first. ``on_done(partition)`` as each one ends
     (from a pool thread). Each ``iree-compile`` is stopped past ``memory_mib`` MiB of resident memory (0: the
-    share of ``memory_cap``), failing with stage ``"memory"``."""
+    share of ``memory_cap``), failing with stage ``"memory"``; each worker still running at ``deadline``
+    (``time.perf_counter()``) is stopped, failing with stage ``"budget"``."""
     if not partitions:
         return []
     guard.check(ep_name, len(partitions), "" if what == "partition" else f"for its {what}")
@@ -358,10 +379,10 @@ def compile_partitions(
     total = len(partitions)
     labels = [f"IREE {what} {p.name!r} [{k + 1}/{total}]" for k, p in enumerate(partitions)]
     workers = max(1, min(total, os.cpu_count() or 1))
-    limit = memory_mib or memory_cap(workers)
+    limits = JobLimits(memory_mib or memory_cap(workers), deadline)
 
     def one(partition: Partition, label: str) -> CompileResult:
-        result = _run_one(partition, flags, label, limit)
+        result = _run_one(partition, flags, label, limits)
         if on_done is not None and result.ok:
             on_done(partition)
         return result

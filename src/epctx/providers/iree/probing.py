@@ -204,12 +204,17 @@ def _without_losing(search: Search, nodes: Group, declined: dict[ir.Node, str]) 
 def _warn_budget(search: Search, verdict: Verdict) -> None:
     undecided = sum(why == search.budget_reason() for why in verdict.declined.values())
     hint = dims_hint(search.graph, "for IREE to try the model whole")
+    why = (
+        f"its next step, expected to take {search.refused_s:.0f} s more at the rate of its compiles so far, would "
+        "have ended past it"
+        if search.refused_s
+        else "a compile still running then was stopped"
+    )
     logger.warning(
-        "%s: its capability budget of %g s ran out after %.1f s (its next step, expected to take %.0f s more at "
-        "the rate of its compiles so far, would have ended past it) with %d node(s) undecided: they run on the "
+        "%s: its capability budget of %g s ran out after %.1f s (%s) with %d node(s) undecided: they run on the "
         "next EP. What IREE's compiles showed is kept (%s): the next session of this model goes on from there. "
         "To decide them now, raise the provider option capability_budget_s%s",
-        search.ep_name, search.budget_s, search.spent, search.refused_s, undecided, search.cache.records.folder,
+        search.ep_name, search.budget_s, search.spent, why, undecided, search.cache.records.folder,
         f", or state the sizes: {hint}" if hint else ".",
     )  # fmt: skip
 

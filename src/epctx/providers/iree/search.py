@@ -12,7 +12,7 @@ import onnx_ir as ir
 
 from epctx.ep import CompileGuard, Partition, make_partition
 from epctx.providers.iree.capability import unfit_boundary
-from epctx.providers.iree.compile import CompileResult, compile_partitions
+from epctx.providers.iree.compile import BUDGET_STAGE, CompileResult, compile_partitions
 from epctx.providers.iree.probe_cache import PROBE_FLAG, RECORDED, ProbeCache, probe_key
 
 __all__ = ["Group", "Search", "batch_nodes"]
@@ -104,16 +104,22 @@ class Search:
 
     def compile(self, groups: Sequence[Group], flags: Sequence[str]) -> list[tuple[Partition, CompileResult]]:
         """Each group compiled with ``flags``, in parallel, unless its outcome is known (``lookup``); the
-        outcomes of the compiles run are kept in the probe records."""
+        outcomes of the compiles run are kept in the probe records. After the check's first compile, a compile
+        still running when the budget ends is stopped (stage ``budget``; ``affords`` expects a step's time from
+        the rates seen, and one piece can take far longer: silero-vad's LSTM decoder ran 26 s into a 30 s
+        budget's last 4 s)."""
         fresh: dict[_Key, tuple[Partition, str]] = {}
         for group in groups:
             key = (frozenset(group), tuple(flags))
             if key not in fresh and self.lookup(group, flags) is None:
                 fresh[key] = self._parts[key]
         parts = [part for part, _ in fresh.values()]
+        deadline = self.started + self.budget_s if self.fresh else None
         results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name, what="capability check",
-                                     memory_mib=self.memory_mib)  # fmt: skip
+                                     memory_mib=self.memory_mib, deadline=deadline)  # fmt: skip
         self.fresh += len(parts)
+        if any(result.stage == BUDGET_STAGE for result in results) and not self.ran_out:
+            self.ran_out = True
         for (key, (part, record)), result in zip(fresh.items(), results):
             self.cache.put(record, result, flags)
             self.seen[key] = (part, result)

@@ -1,8 +1,10 @@
-"""Each ``iree-compile`` runs under a cap on its resident memory (provider option ``compile_memory_mb``; by
+"""What stops an IREE compile before its end. Each ``iree-compile`` runs under a cap on its resident memory (provider option ``compile_memory_mb``; by
 default half the machine's memory shared among the compiles running at once): one past it is stopped and fails
 with stage ``memory``, its nodes declined saying so, and that outcome is kept nowhere (a larger cap tries the
 compile again). IREE 3.13 never finished compiling silero-vad's folded LSTM decoder in pieces: 23 GB in 26 s,
-two such compiles at once, until the kernel's OOM killer ended one."""
+two such compiles at once, until the kernel's OOM killer ended one. And a capability check's compiles after its
+first end with its budget: one still running then is stopped (stage ``budget``), its worker and ``iree-compile``
+with it, and kept nowhere either."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ import pytest
 from benchmarks.models import mlp
 
 import epctx
-from epctx.providers.iree.compile import memory_cap
+from epctx.ep import CompileGuard, make_partition
+from epctx.providers.iree import compile as iree_compile
+from epctx.providers.iree.compile import BUDGET_STAGE, compile_partitions, memory_cap
 from epctx.providers.iree.worker import run_capped
 from tests.oracle import run_ort
 from tests.requires import requires
@@ -60,3 +64,41 @@ def test_a_compile_past_the_cap_declines_its_nodes_and_a_larger_cap_compiles_the
         str(path), providers=["IREEExecutionProvider"]
     )  # nothing kept from the above
     assert [ep for ep, _ in whole.get_partitions()] == ["IREEExecutionProvider"]
+
+
+def _iree_compiles() -> set[int]:
+    """The pids of the live (not zombie) iree-compile processes."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "iree-compile":
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                found |= {int(entry.name)} if state != "Z" else set()
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@requires("iree.runtime", "iree.compiler")
+def test_a_compile_still_running_at_the_deadline_is_stopped_and_kept_nowhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import onnx_ir as ir
+
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    flags = IREEExecutionProvider().flags()
+    monkeypatch.setattr(iree_compile, "_CACHE", {})
+    graph = ir.from_proto(mlp(batch=2, sizes=(8, 16, 4))).graph
+    partition = make_partition("p", "IREEExecutionProvider", graph, list(graph), {"": 17})
+    before = _iree_compiles()
+    start = time.perf_counter()
+    [result] = compile_partitions([partition], flags, CompileGuard(), deadline=start + 0.3)
+    assert result.stage == BUDGET_STAGE and not result.ok and "capability_budget_s" in result.error
+    assert time.perf_counter() - start < 5  # stopped, not run to its end
+    assert not iree_compile._CACHE
+    time.sleep(0.5)  # iree-compile gets its SIGKILL when its worker ends
+    assert _iree_compiles() <= before, "an iree-compile outlived its stopped worker"
+    [again] = compile_partitions([partition], flags, CompileGuard())  # no deadline: compiled
+    assert again.ok, again.error
