@@ -102,3 +102,17 @@ def test_a_compile_still_running_at_the_deadline_is_stopped_and_kept_nowhere(
     assert _iree_compiles() <= before, "an iree-compile outlived its stopped worker"
     [again] = compile_partitions([partition], flags, CompileGuard())  # no deadline: compiled
     assert again.ok, again.error
+
+
+def test_a_stopped_compile_is_not_kept_in_the_probe_records(tmp_path: Path) -> None:
+    from epctx.providers.iree.compile import CompileResult
+    from epctx.providers.iree.probe_cache import ProbeCache
+    from epctx.providers.iree.worker import MEMORY_STAGE
+
+    records = ProbeCache(tmp_path)
+    for key, stage in (("a" * 64, MEMORY_STAGE), ("b" * 64, BUDGET_STAGE)):
+        records.put(key, CompileResult(False, stage=stage, error="stopped", seconds=1.0), [])
+        assert records.get(key) is None
+    records.put("c" * 64, CompileResult(False, stage="compile", error="error: no", seconds=1.0), [])
+    kept = records.get("c" * 64)
+    assert kept is not None and kept.error == "error: no"

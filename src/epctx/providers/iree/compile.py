@@ -38,7 +38,7 @@ from epctx.providers.iree.options import (
     with_flags,
 )
 from epctx.providers.iree.space_to_depth import MAX_CHANNELS
-from epctx.providers.iree.worker import MEMORY_STAGE
+from epctx.providers.iree.worker import BUDGET_STAGE, MEMORY_STAGE
 
 __all__ = ["BUDGET_STAGE", "CompileResult", "JobLimits", "compile_partitions", "memory_cap"]
 
@@ -247,7 +247,6 @@ class JobLimits:
 
 
 NO_LIMITS = JobLimits()
-BUDGET_STAGE = "budget"  # the result's stage when the deadline stopped the compile
 _STOPPED = (MEMORY_STAGE, BUDGET_STAGE)  # a limit's outcomes, not the node set's: no variant tried, none kept
 
 
@@ -344,8 +343,8 @@ _MIN_CAP_MIB = 2048
 
 
 def memory_cap(workers: int) -> int:
-    """The resident memory, in MiB, each of ``workers`` compiles running at once may use (provider option
-    ``compile_memory_mb`` 0): half the machine's physical memory shared among them, at least ``_MIN_CAP_MIB``;
+    """The resident memory, in MiB, each of ``workers`` compiles running at once may use unless the provider
+    option ``compile_memory_mb`` says: half the machine's physical memory shared among them, at least ``_MIN_CAP_MIB``;
     0 (no cap) where the machine does not say. A compile IREE cannot finish may take all memory: silero-vad's
     folded LSTM decoder grew to 23 GB in 26 s, two of them at once, until the kernel's OOM killer ended one."""
     try:

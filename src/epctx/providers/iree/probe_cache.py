@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epctx.ep import EPCTX_VERSION, RecordCache, installed_version, user_cache_dir
-from epctx.providers.iree.worker import MEMORY_STAGE
+from epctx.providers.iree.worker import BUDGET_STAGE, MEMORY_STAGE
 
 if TYPE_CHECKING:
     from epctx.ep import Partition
@@ -108,9 +108,10 @@ class ProbeCache:
         return CompileResult(ok, stage=stage, error=found["error"], seconds=float(found["seconds"]))
 
     def put(self, key: str, result: CompileResult, flags: Sequence[str]) -> None:
-        """Keep ``result``'s outcome (never its code); not a compile the memory cap stopped: that is the cap's
-        verdict, not the node set's (a session with a larger ``compile_memory_mb`` tries it again)."""
-        if not self.enabled or result.stage == MEMORY_STAGE:
+        """Keep ``result``'s outcome (never its code); not a compile the memory cap or the budget's end stopped:
+        that is the limit's verdict, not the node set's (a session with a larger ``compile_memory_mb`` or
+        ``capability_budget_s`` tries it again)."""
+        if not self.enabled or result.stage in (MEMORY_STAGE, BUDGET_STAGE):
             return
         record = {"ok": result.ok, "stage": result.stage, "error": result.error, "seconds": result.seconds}
         self.records.put(key, record)

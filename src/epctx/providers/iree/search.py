@@ -118,7 +118,7 @@ class Search:
         results = compile_partitions(parts, flags, self.guard, ep_name=self.ep_name, what="capability check",
                                      memory_mib=self.memory_mib, deadline=deadline)  # fmt: skip
         self.fresh += len(parts)
-        if any(result.stage == BUDGET_STAGE for result in results) and not self.ran_out:
+        if any(result.stage == BUDGET_STAGE for result in results):
             self.ran_out = True
         for (key, (part, record)), result in zip(fresh.items(), results):
             self.cache.put(record, result, flags)

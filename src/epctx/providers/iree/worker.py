@@ -36,6 +36,7 @@ from typing import Any
 from epctx.providers.iree.lifeline import die_with_parent, with_parent
 
 __all__ = [
+    "BUDGET_STAGE",
     "MEMORY_STAGE",
     "PARAMS_SCOPE",
     "RUNTIME_EXPONENT",
@@ -221,6 +222,7 @@ def _import(model: Any) -> tuple[str, list[list[str]]]:
 # folded LSTM decoder, which it never finished (IREE 3.13: 23 GB after 26 s, then the kernel's OOM killer)
 _POLL_S = 0.1
 MEMORY_STAGE = "memory"  # the result's stage when the cap stopped the compile
+BUDGET_STAGE = "budget"  # ... when the capability budget's end did (``compile.JobLimits``: the worker killed)
 
 
 def run_capped(command: list[str], folder: Path, limit_mib: int) -> tuple[int, str, bool]:
