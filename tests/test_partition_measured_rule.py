@@ -271,6 +271,10 @@ def test_nodes_an_ep_declined_are_not_offered_to_it_again_after_a_hand_back() ->
     assert reasons["matmul"].startswith("measured: ")
     assert reasons["neg"] == "not for this test EP", reasons
     _check(sess, _model())
+    offered.clear()  # the next session: neg is offered again (only the measured refusals are kept)
+    with registered(Declining):
+        epctx.InferenceSession(_model(), so, providers=[Declining.name, "CPUExecutionProvider"])
+    assert offered and "neg" in offered[0], offered
 
 
 def test_an_ep_that_keeps_claiming_new_nodes_gets_none_of_them() -> None:

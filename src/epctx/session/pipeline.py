@@ -223,9 +223,12 @@ class Pipeline:
         CPU EP). Those nodes are refused to it too, a few passes at most (each asks the EPs' capability). The
         nodes outside ``held`` that a compiling EP declined when the measured partitions were formed are refused
         to it from the start, in its own words: asked again, it would check them again for nothing (IREE's
-        capability compiles: silero-vad's folded graph on IREE, 26 s more after its 30 s budget was spent)."""
+        capability compiles: silero-vad's folded graph on IREE, 26 s more after its 30 s budget was spent); the
+        partitioning returned does not count them among its refusals (what the measured cache and a context
+        model keep): the next session offers them again (IREE's search goes on from its probe records)."""
         model, config = partitioning.loaded.model, self.config
-        refused = {**_declined_outside(partitioning, held), **refused}
+        carried = _declined_outside(partitioning, held)
+        refused = {**carried, **refused}
         fresh: dict[Any, tuple[str, str]] = {}
         for attempt in range(_PASSES):
             # the last pass: every node outside ``held`` refused to the EPs still claiming new ones
@@ -250,6 +253,7 @@ class Pipeline:
             _log.warning("measured rule: an EP still claims nodes it did not hold when measured (refused to it "
                          "elsewhere); its partitions of them run unmeasured")  # fmt: skip
         declined = {node: tuple(why) for node, why in partitioner.declined.items()}
+        refused = {node: why for node, why in refused.items() if carried.get(node) != why}
         return dataclasses.replace(partitioning, units=tuple(units), declined=frozen_mapping(declined),
                                    artefacts=frozen_mapping(partitioner.artefacts),
                                    refused=frozen_mapping(refused))  # fmt: skip
