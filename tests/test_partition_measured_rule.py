@@ -469,3 +469,34 @@ def test_model_compiler_measures_only_when_asked(
     epctx.ModelCompiler(so, _model()).compile_to_file(str(tmp_path / "m_ctx.onnx"))
     assert bool(calls) == (asked == "1")
     assert (tmp_path / "m_ctx.onnx").is_file()
+
+
+def test_a_partition_the_kernel_ep_cannot_run_is_kept_unmeasured(caplog: pytest.LogCaptureFixture) -> None:
+    """A compiled partition holding a node the kernel EP has no kernel for (OpenVINO takes onnxruntime's
+    com.microsoft DynamicQuantizeLSTM, which the CPU EP lacks) cannot be timed against it: kept, said so, where
+    building the CPU side raised and failed the session."""
+    import logging
+
+    graph = helper.make_graph(
+        [helper.make_node("Twice", ["x"], ["y"], name="twice", domain="test.custom")],
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("test.custom", 1)]
+    model = helper.make_model(graph, opset_imports=opsets).SerializeToString()
+    base = make_fusing_ep(lambda node: True, "CustomOpTestExecutionProvider")
+
+    class Custom(base):  # type: ignore[misc, valid-type]
+        def compile(self, partitions: Sequence[Partition], ctx: CompileContext) -> list[CompiledPartition]:
+            return [lambda x: [x * 2] for _ in partitions]
+
+    so = epctx.SessionOptions()
+    so.add_session_config_entry(RULE, "1")
+    caplog.set_level(logging.INFO, logger="epctx")
+    with registered(Custom):
+        sess = epctx.InferenceSession(model, so, providers=[Custom.name, "CPUExecutionProvider"])
+    assert sess.get_partitions() == [(Custom.name, ["twice"])]
+    assert "not measured: CPUExecutionProvider cannot run it" in caplog.text
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 2)

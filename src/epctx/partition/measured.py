@@ -218,7 +218,13 @@ def _measure_unit(
         )
         return []
     found: list[Measurement] = []
-    kernel_run = fallback_runner(partition)
+    try:
+        kernel_run = fallback_runner(partition)
+    except NotImplementedError as exc:  # the kernel EP lacks a node's kernel (OpenVINO's DynamicQuantizeLSTM)
+        logger.info(
+            "measured rule: %s's partition not measured: %s cannot run it (%s)", unit.ep.name, fallback, exc
+        )
+        return []
     for sizes in choices:
         one = _measure_at(unit, run, fallback, kernel_run, sizes)
         if one is not None:

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from epctx import errors
 from epctx.ep import (
     Capability,
     CapabilityContext,
@@ -77,7 +78,7 @@ class CPUExecutionProvider(ExecutionProvider):
         except NotImplemented:
             raise
         except Exception as exc:
-            raise NotImplementedError(
+            raise errors.NotImplemented(
                 f"CPU kernel for node {info.name!r} ({info.op_type}, domain {info.domain or 'ai.onnx'!r}, "
                 f"opset {info.opset}) could not be created: {exc}"
             ) from exc
