@@ -61,9 +61,17 @@ def shared_runtime(threads: int = 0) -> tuple[Any, Any]:
     return instance, device
 
 
+# Each task worker's stack: room for the largest stack allocation a dispatch may make (``provider.STACK_LIMIT``)
+# and the task system's own frames; IREE's default, 128 KiB, is less than that limit (a dispatch past it crashes
+# the process). Stacks are mapped, not committed: a worker's resident memory grows only with what it touches.
+WORKER_STACK_BYTES = 1 << 20
+
+
 def _create_device(threads: int) -> Any:
     rt = iree_runtime()
 
+    if threads != 1:  # read when a task driver is created (the workers' threads are the driver's)
+        rt.flags.parse_flags(f"--task_worker_stack_size={WORKER_STACK_BYTES}")
     if threads <= 0:
         return _default_device(rt.get_driver(_DRIVER))
     if threads == 1:  # one thread: the caller's, with no task workers to hand each dispatch to and wait on
