@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from epctx.providers.cpu import registry
-from epctx.providers.cpu.kernel_index import KERNEL_MODULES, module_for
+from epctx.providers.cpu.kernel_index import KERNEL_MODULES, MS_KERNEL_MODULES, module_for
 from epctx.providers.cpu.kernels import load_all
 
 
@@ -26,6 +26,7 @@ def test_the_index_names_the_module_of_every_registered_kernel() -> None:
             f"{op}: registered by {modules}, indexed {module_for(domain, op)}"
         )
     indexed = {(("", op)) for ops in KERNEL_MODULES.values() for op in ops}
+    indexed |= {("com.microsoft", op) for ops in MS_KERNEL_MODULES.values() for op in ops}
     assert indexed == set(registered)
 
 

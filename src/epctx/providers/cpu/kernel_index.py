@@ -4,7 +4,7 @@ imports a kernel module when a node of one of its ops is first asked about, neve
 
 from __future__ import annotations
 
-__all__ = ["KERNEL_MODULES", "module_for"]
+__all__ = ["KERNEL_MODULES", "MS_KERNEL_MODULES", "module_for"]
 
 KERNEL_MODULES: dict[str, tuple[str, ...]] = {
     "cast": ("Cast", "CastLike"),
@@ -150,8 +150,17 @@ KERNEL_MODULES: dict[str, tuple[str, ...]] = {
 _MODULE_OF = {op: module for module, ops in KERNEL_MODULES.items() for op in ops}
 
 
+# onnxruntime's own ops (domain com.microsoft) the CPU EP has kernels for
+MS_KERNEL_MODULES: dict[str, tuple[str, ...]] = {"quant_rnn": ("DynamicQuantizeLSTM",)}
+_MS_MODULE_OF = {op: module for module, ops in MS_KERNEL_MODULES.items() for op in ops}
+
+
 def module_for(domain: str, op_type: str) -> str | None:
-    """The full name of the kernel module for ``op_type`` in ``domain`` ("" or "ai.onnx"), None if none."""
+    """The full name of the kernel module for ``op_type`` in ``domain`` ("" or "ai.onnx", or "com.microsoft"),
+    None if none."""
+    if domain == "com.microsoft":
+        module = _MS_MODULE_OF.get(op_type)
+        return None if module is None else f"epctx.providers.cpu.kernels.{module}"
     if domain not in ("", "ai.onnx"):
         return None
     module = _MODULE_OF.get(op_type)

@@ -10,7 +10,7 @@ __all__ = ["load_all"]
 
 
 def load_all() -> None:
-    from epctx.providers.cpu.kernel_index import KERNEL_MODULES
+    from epctx.providers.cpu.kernel_index import KERNEL_MODULES, MS_KERNEL_MODULES
 
-    for module in KERNEL_MODULES:
+    for module in [*KERNEL_MODULES, *MS_KERNEL_MODULES]:
         importlib.import_module(f"{__name__}.{module}")

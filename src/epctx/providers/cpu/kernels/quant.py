@@ -21,7 +21,7 @@ from epctx.providers.cpu.fallback import reference_kernel
 from epctx.providers.cpu.kernels.windows import pad_input, spatial_geometry, window_view
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
-__all__: list[str] = []
+__all__ = ["dynamic_quantize"]
 
 _F32 = np.dtype(np.float32)
 _F16 = np.dtype(np.float16)
@@ -172,20 +172,26 @@ def _dequantize(info: NodeInfo) -> Kernel:
     return run
 
 
+def dynamic_quantize(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.float32]:
+    """``x`` (float32) as ``DynamicQuantizeLinear`` quantizes it: (uint8 values, scale, zero point as float32);
+    the range is x's widened to hold 0."""
+    zero = np.float32(0)
+    lo = min(x.min(), zero) if x.size else zero
+    hi = max(x.max(), zero) if x.size else zero
+    scale = np.float32(1) if hi == lo else (hi - lo) / np.float32(255)
+    zp = np.rint(np.fmin(np.fmax(zero - lo / scale, zero), np.float32(255)))
+    return _saturate(np.divide(x, scale, dtype=np.float32), zp, _U8), scale, zp
+
+
 @kernel("DynamicQuantizeLinear", since=11)
 def _dynamic_quantize(info: NodeInfo) -> Kernel:
     fallback = _Fallback(info)
-    zero = np.float32(0)
 
     def run(x: np.ndarray) -> Any:
         if x.dtype != _F32:
             return fallback(x)
-        lo = min(x.min(), zero) if x.size else zero
-        hi = max(x.max(), zero) if x.size else zero
-        scale = np.float32(1) if hi == lo else (hi - lo) / np.float32(255)
-        zp = np.rint(np.fmin(np.fmax(zero - lo / scale, zero), np.float32(255)))
-        q = np.divide(x, scale, dtype=np.float32)
-        return _saturate(q, zp, _U8), np.array(scale, dtype=np.float32), np.array(zp, dtype=np.uint8)
+        q, scale, zp = dynamic_quantize(x)
+        return q, np.array(scale, dtype=np.float32), np.array(zp, dtype=np.uint8)
 
     return run
 

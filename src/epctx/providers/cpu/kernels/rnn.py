@@ -18,7 +18,7 @@ from epctx.errors import InvalidArgument, InvalidGraph
 from epctx.providers.cpu.kernels.lstm_step import lstm_step
 from epctx.providers.cpu.registry import NodeInfo, kernel
 
-__all__: list[str] = []
+__all__ = ["lstm_loop", "prepare_run"]
 
 Act = Callable[[np.ndarray], np.ndarray]
 
@@ -151,7 +151,11 @@ class _Run:
     def __init__(self, spec: _Spec) -> None:
         self.spec = spec
 
-    def prepare(self, x: np.ndarray, w: np.ndarray, seq_lens: Any) -> tuple[Any, ...]:
+    def prepare(
+        self, x: np.ndarray, w: np.ndarray, seq_lens: Any, project: Callable[[np.ndarray], Any] | None = None
+    ) -> tuple[Any, ...]:
+        """``project``: rows (seq * batch, input) -> their gates (seq * batch, directions * G * H), in place of
+        the float product with ``w`` (G * H rows per direction)."""
         spec = self.spec
         if x.ndim != 3:
             raise InvalidArgument(f"{spec.op} node {spec.name!r}: input X must be 3-D, found shape {x.shape}")
@@ -159,9 +163,10 @@ class _Run:
             x = x.transpose(1, 0, 2)
         seq, batch, width = x.shape
         nd = len(spec.directions)
-        gh = w.shape[1]
+        rows = x.reshape(seq * batch, width)
         # Input projection of every step and every direction in one matmul: (seq * batch, nd * G * H).
-        xw = (x.reshape(seq * batch, width) @ w.reshape(nd * gh, width).T).reshape(seq, batch, nd, gh)
+        xw = rows @ w.reshape(-1, width).T if project is None else project(rows)
+        xw = xw.reshape(seq, batch, nd, -1)
         lens = None
         valid = None
         steps = seq
@@ -262,15 +267,24 @@ def _lstm_cell(clip: Callable[[np.ndarray], Any], input_forget: bool) -> Callabl
     return cell
 
 
+def _float_recurrence(r: np.ndarray) -> Callable[[int], Callable[[np.ndarray], np.ndarray]]:
+    """Direction ``d``'s h -> h @ R[d].T."""
+
+    def recurrence(d: int) -> Callable[[np.ndarray], np.ndarray]:
+        rt = r[d].T
+        return lambda h: h @ rt  # type: ignore[no-any-return]
+
+    return recurrence
+
+
 @kernel("LSTM", since=7)
 def _lstm(info: NodeInfo) -> Kernel:
     spec = _Spec(info)
-    acts = _activations(info, ["sigmoid", "tanh", "tanh"], len(spec.directions))
     input_forget = bool(info.get("input_forget", 0))
-    clip = _clipper(spec.clip)
     driver = _Run(spec)
     want_c = info.has_output(2)
     n_out = info.num_outputs
+    loop = lstm_loop(info)
     plain = _names(info, ["sigmoid", "tanh", "tanh"], len(spec.directions)) == [
         "sigmoid",
         "tanh",
@@ -279,7 +293,6 @@ def _lstm(info: NodeInfo) -> Kernel:
     step = None
     if plain and spec.layout == 0 and spec.clip is None and not input_forget:
         step = lstm_step(len(spec.directions), spec.want_y, want_c, n_out)
-    cell = _lstm_cell(clip, input_forget)
 
     def run(
         x: np.ndarray,
@@ -293,8 +306,33 @@ def _lstm(info: NodeInfo) -> Kernel:
     ) -> list[Any]:
         if step is not None and seq_lens is None and p is None and x.ndim == 3 and x.shape[0] == 1:
             return step(x, w, r, b, h0, c0)
-        xw, lens, valid, steps, seq, batch = driver.prepare(x, w, seq_lens)
-        hid = r.shape[-1]
+        prepared = driver.prepare(x, w, seq_lens)
+        return loop(prepared, _float_recurrence(r), r.shape[-1], b, h0, c0, p, x.dtype)
+
+    return run
+
+
+def prepare_run(info: NodeInfo) -> Callable[..., tuple[Any, ...]]:
+    """``_Run.prepare`` for the node of ``info``: (x, w, seq_lens, project) -> the ``prepared`` of ``lstm_loop``."""
+    return _Run(_Spec(info)).prepare
+
+
+def lstm_loop(info: NodeInfo) -> Callable[..., list[Any]]:
+    """The LSTM of ``info`` from its projected inputs: ``loop(prepared, recurrence, hidden, b, h0, c0, p, dtype)``,
+    ``prepared`` as ``_Run.prepare`` gives it, ``recurrence(d)`` direction ``d``'s h -> its recurrent gates (the
+    float product with R, or DynamicQuantizeLSTM's quantized one)."""
+    spec = _Spec(info)
+    acts = _activations(info, ["sigmoid", "tanh", "tanh"], len(spec.directions))
+    cell = _lstm_cell(_clipper(spec.clip), bool(info.get("input_forget", 0)))
+    driver = _Run(spec)
+    want_c = info.has_output(2)
+    n_out = info.num_outputs
+
+    def loop(
+        prepared: tuple[Any, ...], recurrence: Callable[[int], Any], hid: int, b: Any, h0: Any, c0: Any, p: Any,
+        dtype: Any,
+    ) -> list[Any]:  # fmt: skip
+        xw, lens, valid, steps, seq, batch = prepared
         ys: list[np.ndarray | None] = []
         hs, cs = [], []
         for d, reverse in enumerate(spec.directions):
@@ -304,13 +342,13 @@ def _lstm(info: NodeInfo) -> Kernel:
             if b is not None:
                 xd = xd + (b[d, : 4 * hid] + b[d, 4 * hid :])
             xd = xd[order]
-            rt = r[d].T
-            h = driver.state(h0, d, batch, hid, x.dtype)
-            c = driver.state(c0, d, batch, hid, x.dtype)
+            recur = recurrence(d)
+            h = driver.state(h0, d, batch, hid, dtype)
+            c = driver.state(c0, d, batch, hid, dtype)
             peep = None if p is None else (p[d, :hid], p[d, hid : 2 * hid], p[d, 2 * hid :])  # i, o, f
-            y = np.zeros((seq, batch, hid), dtype=x.dtype) if spec.want_y else None
+            y = np.zeros((seq, batch, hid), dtype=dtype) if spec.want_y else None
             for t in range(steps):
-                gates = h @ rt
+                gates = recur(h)
                 gates += xd[t]
                 h_new, c_new = cell(gates, c, (f, g, h_act), peep)
                 if y is not None:
@@ -326,7 +364,7 @@ def _lstm(info: NodeInfo) -> Kernel:
         outs = driver.finish(ys, [hs, cs] if want_c else [hs])
         return (outs + [None] * n_out)[:n_out]
 
-    return run
+    return loop
 
 
 @kernel("GRU", since=7)
