@@ -52,7 +52,9 @@ def test_bench_row_measures_a_real_model(tmp_path: Path) -> None:
     assert row["nodes"] == {"cpu": len(list(graph))}
     assert len(list(graph)) < len(onnx.load(str(path)).graph.node)
     assert row["epctx_ms"] > 0 and row["ort_ms"] > 0 and row["ratio"] == row["epctx_ms"] / row["ort_ms"]
-    assert 0 < row["kernel_floor_ms"] <= row["epctx_min_ms"] and row["ort_kernel_floor_ms"] > 0
+    # the kernels' minima, each timed inside its own wrapper, in other runs than the whole run's minimum: near it,
+    # not below it by construction (1.76 against 1.65 ms once, under `make test`'s two workers)
+    assert 0 < row["kernel_floor_ms"] <= 1.5 * row["epctx_min_ms"] and row["ort_kernel_floor_ms"] > 0
     # one thread: the per-thread CPU time of a run is at most its wall time (plus the clocks' granularity)
     assert 0 < row["epctx_cpu_ms"] <= row["epctx_ms"] * 1.05 + 0.05 and row["ort_cpu_ms"] > 0
     assert row["cpu_ratio"] == row["epctx_cpu_ms"] / row["ort_cpu_ms"]
