@@ -113,6 +113,7 @@ KERNEL_MODULES: dict[str, tuple[str, ...]] = {
         "ReduceSumSquare",
     ),
     "pad": ("Pad",),
+    "signal": ("STFT",),
     "resize": ("Resize", "Upsample"),
     "rnn": ("GRU", "LSTM", "RNN"),
     "tensor": (
