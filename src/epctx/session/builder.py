@@ -17,7 +17,7 @@ from epctx.ep._context_io import BinaryLayout
 from epctx.ep._contract import CompiledPartition, ExecutionProvider, NodeContext, Partition, opset_of
 from epctx.ep._partition import ir_nodes
 from epctx.epcontext.load import ContextLoader
-from epctx.errors import InvalidGraph
+from epctx.errors import EPFail, InvalidGraph
 from epctx.model.scopes import node_subgraphs, outer_scope_values
 from epctx.model.tensors import to_numpy
 from epctx.partition import Unit
@@ -27,7 +27,7 @@ from epctx.session.plan import _NOT_FOLDABLE, ExecutionPlan, PlanStep, build_pla
 from epctx.session.profiling import Phase, no_phase
 
 # NO_COMPILE_ENV, no_compile: the guard's names, kept for callers
-__all__ = ["NO_COMPILE_ENV", "CompileSetup", "StepBuilder", "no_compile"]
+__all__ = ["NO_COMPILE_ENV", "CompileSetup", "PartitionsFailed", "StepBuilder", "no_compile"]
 
 logger = logging.getLogger("epctx")
 
@@ -93,14 +93,20 @@ class StepBuilder:
         setup = compiling or CompileSetup()
         total = sum(len(ks) for ks in by_ep.values())
         done = [0]
+        failed: dict[int, str] = {}
         for ks in by_ep.values():
             ep = units[ks[0]].ep
             parts = [part for k in ks if (part := units[k].partition) is not None]
-            results = compile_partitions(ep, parts, self._context(ep, setup, total, done))
-            for k, result in zip(ks, results, strict=True):
-                found[k] = result
+            ctx = self._context(ep, setup, total, done)
+            for k, result in zip(ks, _compiled_or_failed(ep, parts, ctx), strict=True):
+                if isinstance(result, str):
+                    failed[k] = result
+                else:
+                    found[k] = result
         if loader is not None:
             loader.finish()
+        if failed:
+            raise PartitionsFailed(failed, units)
         return tuple(found)
 
     def _context(
@@ -204,6 +210,41 @@ class StepBuilder:
         compiled = self.compile_units(ran, None, CompileSetup(self.guard, partitioner.artefacts))
         self.bodies[graph] = (ran, declined)
         return self.steps_for_units(ran, compiled)
+
+
+class PartitionsFailed(EPFail):
+    """Partitions their EP failed to compile (``compile_units``): unit index -> the EP's message. Uncaught it is
+    the EP's failure; a session partitions the graph again without them (``Pipeline.compile``)."""
+
+    def __init__(self, failed: Mapping[int, str], units: Sequence[Unit]) -> None:
+        first = next(iter(failed.values()))
+        super().__init__(first if len(failed) == 1 else f"{first} (and {len(failed) - 1} more partition(s))")
+        self.failed = dict(failed)
+        self.units = tuple(units)
+
+
+def _compiled_or_failed(
+    ep: ExecutionProvider, parts: Sequence[Partition], ctx: CompileContext
+) -> list[CompiledPartition | str]:
+    """``ep``'s compiled partitions, all in one call; when that call fails (``EPFail``), each partition compiled
+    on its own, a failing one given as its message."""
+    try:
+        return list(compile_partitions(ep, parts, ctx))
+    except EPFail as exc:
+        if len(parts) == 1:
+            return [_message(exc)]
+    found: list[CompiledPartition | str] = []
+    for part in parts:
+        try:
+            found += compile_partitions(ep, [part], ctx)
+        except EPFail as exc:
+            found.append(_message(exc))
+    return found
+
+
+def _message(exc: EPFail) -> str:
+    """The failure's words, without its status code."""
+    return str(exc.args[0]) if exc.args else str(exc)
 
 
 # A body partition is compiled when it holds one of these or at least _MIN_BODY_NODES nodes: a call into a

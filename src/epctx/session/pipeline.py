@@ -22,7 +22,7 @@ from epctx.model import LoadedModel, load_model
 from epctx.partition import GraphPartitioner, Unit
 from epctx.partition.placement import BodyPartitioning, NodePlacement, node_placement
 from epctx.providers.registry import create_provider
-from epctx.session.builder import CompileSetup, StepBuilder
+from epctx.session.builder import CompileSetup, PartitionsFailed, StepBuilder
 from epctx.session.overrides import apply_dimension_overrides, apply_initializers
 from epctx.session.plan import build_plan
 from epctx.session.prepared import PreparedSession, prepare
@@ -42,6 +42,10 @@ _log = logging.getLogger("epctx")
 _PASSES = (
     3  # partitionings after a hand-back, each refusing what a compiling EP newly claimed (the last: all)
 )
+_COMPILE_ROUNDS = (
+    4  # partitionings after EPs failed to compile partitions, each refusing those partitions' nodes
+)
+_COMPILE_FAILED = "failed to compile its partition: "
 _NOT_MEASURED = (
     "measured rule: {ep} claimed this node only after its slower partitions were handed back; a partition "
     "formed then would not be measured, so it is left to the next EP"
@@ -149,12 +153,18 @@ class Pipeline:
         self,
         partitioning: Partitioning,
         target: Callable[[ExecutionProvider], BinaryLayout | None] | None = None,
+        failed_rounds: int = 0,
     ) -> CompiledUnits:
         """Stage 4: the contexts loaded and the partitions compiled (``target``: EP -> the sharing group's
         binary the partitions will be saved into, when generating into one), each EP's capability artefacts
         handed to its compile. The value returned holds the partitioning without those artefacts."""
         setup = CompileSetup(partitioning.guard, partitioning.artefacts, target)
-        found = self._builder(partitioning).compile_units(partitioning.units, partitioning.loader, setup)
+        try:
+            found = self._builder(partitioning).compile_units(partitioning.units, partitioning.loader, setup)
+        except PartitionsFailed as failure:
+            if failed_rounds >= _COMPILE_ROUNDS:
+                raise
+            return self.compile(self._without_failed(partitioning, failure), target, failed_rounds + 1)
         compiled = CompiledUnits(partitioning.without_artefacts(), found)
         again = (
             self._hand_back(compiled)
@@ -165,6 +175,21 @@ class Pipeline:
             rest = self.config.replace({opt.PARTITION_MEASURED_RULE: "0"})
             return dataclasses.replace(self, config=rest).compile(again, target)
         return compiled
+
+    def _without_failed(self, partitioning: Partitioning, failure: PartitionsFailed) -> Partitioning:
+        """The graph partitioned again with the nodes of each partition its EP failed to compile refused to that
+        EP, in its words (OpenVINO's query claims what its CPU plugin then fails to compile: onnx-asr's NeMo front
+        ends, "Check '!shape.rank().is_dynamic()' failed"); warned. Each round refuses at least one partition's
+        nodes; past ``_COMPILE_ROUNDS`` rounds the failure is raised."""
+        refused = dict(partitioning.refused)
+        for k, message in failure.failed.items():
+            unit = failure.units[k]
+            name = unit.partition.name if unit.partition is not None else "?"
+            _log.warning("%s failed to compile its partition %r (%d node(s)); they go to the next EP: %s",
+                         unit.ep.name, name, len(unit.nodes), message)  # fmt: skip
+            why = f"{_COMPILE_FAILED}{message.splitlines()[0][:400]}"
+            refused.update({node: (unit.ep.name, why) for node in unit.nodes})
+        return self._partition_within(partitioning, refused, set(partitioning.loaded.model.graph))
 
     def _hand_back(self, compiled: CompiledUnits) -> Partitioning | None:
         """The measured rule (``epctx.partition.measured``): the graph partitioned again without the compiled
