@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -83,29 +84,68 @@ def _iree_compiles(folder: Path) -> set[int]:
     return found
 
 
+class _Watch:
+    """The iree-compile processes seen in ``folder`` while a block runs, and when the first appeared."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.seen, self.first = folder, set[int](), None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        start = time.perf_counter()
+        while not self._stop.is_set():
+            found = _iree_compiles(self.folder)
+            if found and self.first is None:
+                self.first = time.perf_counter() - start
+            self.seen |= found
+            time.sleep(0.02)
+
+    def __enter__(self) -> _Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 @pytest.mark.slow
 @requires("iree.runtime", "iree.compiler")
 def test_a_compile_still_running_at_the_deadline_is_stopped_and_kept_nowhere(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Timed on a first compile run to its end: the second one's deadline falls halfway through its iree-compile,
+    which must then be running, and must not outlive its stopped worker."""
     import onnx_ir as ir
+    from benchmarks.models import resnet18
 
     from epctx.providers.iree.provider import IREEExecutionProvider
 
     flags = IREEExecutionProvider().flags()
     monkeypatch.setattr(iree_compile, "_CACHE", {})
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the job folders: where its iree-compile runs
-    graph = ir.from_proto(mlp(batch=2, sizes=(8, 16, 4))).graph
+    model = resnet18(image=64, widths=(32, 64, 64, 64), blocks=(2, 2, 2, 2), num_classes=10)
+    graph = ir.from_proto(model).graph
     partition = make_partition("p", "IREEExecutionProvider", graph, list(graph), {"": 17})
-    start = time.perf_counter()
-    [result] = compile_partitions([partition], flags, CompileGuard(), deadline=start + 0.3)
+    with _Watch(tmp_path) as whole:
+        start = time.perf_counter()
+        [done] = compile_partitions([partition], flags, CompileGuard())
+        total = time.perf_counter() - start
+    assert done.ok, done.error
+    assert whole.first is not None and not _iree_compiles(tmp_path)
+    iree_compile._CACHE.clear()
+    with _Watch(tmp_path) as stopped:
+        start = time.perf_counter()
+        [result] = compile_partitions(
+            [partition], flags, CompileGuard(), deadline=start + (whole.first + total) / 2
+        )
+        assert stopped.seen, "iree-compile was not running when the deadline came"
     assert result.stage == BUDGET_STAGE and not result.ok and "capability_budget_s" in result.error
-    assert time.perf_counter() - start < 5  # stopped, not run to its end
+    assert time.perf_counter() - start < total  # stopped, not run to its end
     assert not iree_compile._CACHE
     time.sleep(0.5)  # iree-compile gets its SIGKILL when its worker ends
     assert not _iree_compiles(tmp_path), "an iree-compile outlived its stopped worker"
-    [again] = compile_partitions([partition], flags, CompileGuard())  # no deadline: compiled
-    assert again.ok, again.error
 
 
 def test_a_stopped_compile_is_not_kept_in_the_probe_records(tmp_path: Path) -> None:
