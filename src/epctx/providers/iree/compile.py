@@ -31,6 +31,7 @@ from epctx.providers.iree.options import (
     FAST_CODEGEN,
     MATMUL_DATA_TILING,
     REWRITE_DEPTHWISE,
+    REWRITE_DIVISIONS,
     REWRITE_NEAREST_UPSAMPLES,
     REWRITE_NHWC_POOLS,
     REWRITE_STRIDED_STEMS,
@@ -55,6 +56,7 @@ REWRITES = frozenset(
         REWRITE_STRIDED_STEMS,
         REWRITE_NHWC_POOLS,
         REWRITE_NEAREST_UPSAMPLES,
+        REWRITE_DIVISIONS,
         FAST_1D_CONVS,
         CONV_TILING_FALLBACK,
         STATIC_DATA_TILING,
@@ -108,6 +110,7 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
         "strided_pointwise": REWRITE_STRIDED_STEMS in optional,
         "nhwc_pools": REWRITE_NHWC_POOLS in optional,
         "upsamples": REWRITE_NEAREST_UPSAMPLES in optional,
+        "divisions": REWRITE_DIVISIONS in optional,
     }
     (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
 
@@ -133,6 +136,7 @@ _JOB_KEYS = {
     "strided_pointwise": REWRITE_STRIDED_STEMS,
     "nhwc_pools": REWRITE_NHWC_POOLS,
     "upsamples": REWRITE_NEAREST_UPSAMPLES,
+    "divisions": REWRITE_DIVISIONS,
 }
 
 
@@ -144,7 +148,8 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
       matmuls over channels-last data (``pointwise``): where its convolutions are data-tiled (the rewrites are what
       make those fast under that tiling; untiled, a stem is fast as it is) and such a convolution is in it;
     - global average pools and max pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
-    - nearest upsampling as a broadcast (``upsample``): with a ``Resize``."""
+    - nearest upsampling as a broadcast (``upsample``): with a ``Resize``;
+    - HardSwish and divisions by constants as products (``reciprocals``): with a ``HardSwish`` or a ``Div``."""
     nodes = list(ir_nodes(partition.nodes))
     found = []
     if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
@@ -155,6 +160,8 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
         found += [REWRITE_NHWC_POOLS] if any(n.op_type in POOLS for n in nodes) else []
     if REWRITE_NEAREST_UPSAMPLES in flags and any(n.op_type == "Resize" for n in nodes):
         found.append(REWRITE_NEAREST_UPSAMPLES)
+    if REWRITE_DIVISIONS in flags and any(n.op_type in ("HardSwish", "Div") for n in nodes):
+        found.append(REWRITE_DIVISIONS)
     return found
 
 

@@ -57,6 +57,7 @@ _REWRITE_MODULES = (
     "space_to_depth.py",
     "pointwise.py",
     "upsample.py",
+    "reciprocals.py",
 )
 
 

@@ -45,6 +45,7 @@ from epctx.providers.iree.options import (
     FAST_1D_CONVS,
     FAST_CODEGEN,
     REWRITE_DEPTHWISE,
+    REWRITE_DIVISIONS,
     REWRITE_NEAREST_UPSAMPLES,
     REWRITE_NHWC_POOLS,
     REWRITE_STRIDED_STEMS,
@@ -140,7 +141,7 @@ class IREEExecutionProvider(ExecutionProvider):
 
     def flags(self) -> list[str]:
         flags = [*self.target.compile_flags(), f"--iree-opt-level={self.config.opt_level}", STACK_LIMIT]
-        flags.append(REWRITE_NEAREST_UPSAMPLES)
+        flags += [REWRITE_NEAREST_UPSAMPLES, REWRITE_DIVISIONS]
         if self.config.channels_last:
             flags += [CHANNELS_LAST, REWRITE_NHWC_POOLS]
         if self.config.depthwise_rewrite:

@@ -7,7 +7,8 @@ The job folder holds ``model.onnx`` (the partition; large weights as external da
 ``space_to_depth``: strided stems over the space-to-depth of their input, see ``space_to_depth``;
 ``strided_pointwise``: strided 1x1 convolutions as matmuls over channels-last data, see ``pointwise``;
 ``nhwc_pools``: global average pools over channels-last data, see ``nhwc_pools``; ``upsamples``: nearest
-upsampling as a broadcast, see ``upsample``). The worker (``worker <job folder> <caller pid> [<MiB>]``)
+upsampling as a broadcast, see ``upsample``; ``divisions``: HardSwish and divisions by constants as products, see
+``reciprocals``). The worker (``worker <job folder> <caller pid> [<MiB>]``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``); ``iree-compile`` is stopped when its
 resident memory passes ``<MiB>`` (``run_capped``). It
 
@@ -97,6 +98,7 @@ def _load(
     from epctx.providers.iree.depthwise import constants_as_initializers, decompose_depthwise
     from epctx.providers.iree.nhwc_pools import global_pools_channels_last
     from epctx.providers.iree.pointwise import strided_pointwise_as_matmuls
+    from epctx.providers.iree.reciprocals import divisions_as_products
     from epctx.providers.iree.space_to_depth import strided_stems_to_depth
     from epctx.providers.iree.upsample import nearest_upsamples_as_broadcasts
 
@@ -107,7 +109,7 @@ def _load(
         model = onnx.version_converter.convert_version(model, min_opset)
     transposed: dict[str, list[int]] = {}
     if any(
-        job.get(k) for k in ("depthwise", "space_to_depth", "upsamples", "strided_pointwise")
+        job.get(k) for k in ("depthwise", "space_to_depth", "upsamples", "strided_pointwise", "divisions")
     ):  # initializers
         constants_as_initializers(model.graph)
     # the rewrites that infer shapes first, before filters are stored transposed (their recorded shapes then stale)
@@ -115,6 +117,7 @@ def _load(
     _optional(job, "space_to_depth", strided_stems_to_depth, model, made)
     _optional(job, "nhwc_pools", global_pools_channels_last, model, made)
     _optional(job, "upsamples", nearest_upsamples_as_broadcasts, model, made)
+    _optional(job, "divisions", divisions_as_products, model, made)
     _optional(
         job, "strided_pointwise", lambda m: _stored(strided_pointwise_as_matmuls(m), transposed), model, made
     )
