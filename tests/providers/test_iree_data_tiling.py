@@ -233,6 +233,46 @@ def test_static_partitions_with_grouped_convolutions_tile_only_their_matrix_prod
     assert all(f in job for f in conv_tiling) == (group == 1)
 
 
+def _depthwise_block(channels: tuple[int, int], size: int = 8) -> bytes:
+    """A depthwise convolution between two 1x1 convolutions (MobileNet's block): ``channels`` in and expanded."""
+    c, e = channels
+    inits = [
+        numpy_helper.from_array(np.full((e, c, 1, 1), 0.1, np.float32), "expand"),
+        numpy_helper.from_array(np.full((e, 1, 3, 3), 0.1, np.float32), "dw"),
+        numpy_helper.from_array(np.full((c, e, 1, 1), 0.1, np.float32), "project"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "expand"], ["a"]),
+        helper.make_node("Conv", ["a", "dw"], ["b"], group=e, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["b", "project"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, size, size])
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits)).SerializeToString()
+
+
+@pytest.mark.parametrize(("channels", "named"), [((16, 96), True), ((96, 576), True), ((128, 256), False)])
+def test_depthwise_nets_with_narrow_1x1_convolutions_tile_only_their_named_products(
+    channels: tuple[int, int], named: bool
+) -> None:
+    """options.NAMED_PRODUCT_DATA_TILING where most of the 1x1 work has fewer than 128 channels in or out (a
+    MobileNetV3's 96 -> 576 expansion is narrow), MATMUL_DATA_TILING where it is wide; never both."""
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree.options import MATMUL_DATA_TILING, NAMED_PRODUCT_DATA_TILING
+    from epctx.providers.iree.provider import IREEExecutionProvider
+
+    model = onnx.shape_inference.infer_shapes(onnx.load_from_string(_depthwise_block(channels)))
+    graph = ir.from_proto(model).graph
+    partition = make_partition("p", EP, graph, list(graph), {"": 17})
+    job = iree_compile._job_flags(partition, IREEExecutionProvider().flags())
+    assert (NAMED_PRODUCT_DATA_TILING[0] in job) == named
+    assert (MATMUL_DATA_TILING[0] in job) == (not named)
+    assert "--iree-dispatch-creation-experimental-set-data-tiling-ops=convolution" not in job
+
+
 def _static_resnet_style() -> bytes:
     import onnx
 
@@ -463,7 +503,7 @@ def test_a_real_squeeze_and_excitation_net_with_its_pools_rewritten_matches_onnx
 
     import onnx
 
-    from epctx.providers.iree.options import REWRITE_NHWC_POOLS
+    from epctx.providers.iree.options import NAMED_PRODUCT_DATA_TILING, REWRITE_NHWC_POOLS
 
     spec = importlib.util.find_spec("rapidocr_onnxruntime")
     if spec is None or not spec.submodule_search_locations:
@@ -474,17 +514,21 @@ def test_a_real_squeeze_and_excitation_net_with_its_pools_rewritten_matches_onnx
         dim.Clear()
         dim.dim_value = size
     decided: list[bool] = []
+    tiled: list[bool] = []
     real = iree_compile._optional_rewrites
 
     def spy(partition: object, flags: list[str]) -> list[str]:
         found = real(partition, flags)  # type: ignore[arg-type]
         decided.append(REWRITE_NHWC_POOLS in found)
+        # its 1x1 convolutions are narrow (at most 200 channels, never 128 both in and out)
+        job = iree_compile._job_flags(partition, flags)  # type: ignore[arg-type]
+        tiled.append(NAMED_PRODUCT_DATA_TILING[0] in job)
         return found
 
     monkeypatch.setattr(iree_compile, "_optional_rewrites", spy)
     data = model.SerializeToString()
     sess = epctx.InferenceSession(data, providers=[EP])
-    assert [ep for ep, _ in sess.get_partitions()] == [EP] and decided and all(decided)
+    assert [ep for ep, _ in sess.get_partitions()] == [EP] and decided and all(decided) and all(tiled)
     x = np.random.default_rng(6).random((1, 3, 48, 192), dtype=np.float32)
     (got,) = sess.run(None, {"x": x})
     (expected,) = run_ort(data, {"x": x})

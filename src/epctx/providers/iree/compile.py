@@ -30,6 +30,7 @@ from epctx.providers.iree.options import (
     FAST_1D_CONVS,
     FAST_CODEGEN,
     MATMUL_DATA_TILING,
+    NAMED_PRODUCT_DATA_TILING,
     REWRITE_DEPTHWISE,
     REWRITE_DIVISIONS,
     REWRITE_NEAREST_UPSAMPLES,
@@ -119,14 +120,16 @@ def _job_flags(partition: Partition, flags: Sequence[str]) -> list[str]:
     """The iree-compile flags of a job: the markers out, the fast code generation's in for a partition holding a
     one-dimensional convolution when ``FAST_1D_CONVS`` asks, the data tiling of matrix products and convolutions for
     one whose shapes are known when ``STATIC_DATA_TILING`` does (of its matrix products only where it holds grouped
-    convolutions)."""
+    convolutions, of its named ones only where its 1x1 convolutions are mostly narrow too)."""
     kept = [f for f in flags if f not in REWRITES]
-    if FAST_1D_CONVS in flags and any(_one_dimensional(n) for n in ir_nodes(partition.nodes)):
+    nodes = list(ir_nodes(partition.nodes))
+    if FAST_1D_CONVS in flags and any(_one_dimensional(n) for n in nodes):
         kept = with_flags(kept, FAST_CODEGEN)
     if STATIC_DATA_TILING in flags and _static_products(partition) and FAST_CODEGEN[0] not in kept:
-        # depthwise nets run slower with convolution data tiling: their matrix products only
-        grouped = any(_grouped(n) for n in ir_nodes(partition.nodes))
-        kept = with_flags(kept, MATMUL_DATA_TILING if grouped else CONV_DATA_TILING)
+        tiling = CONV_DATA_TILING
+        if any(_grouped(n) for n in nodes):  # depthwise nets run slower with convolution data tiling
+            tiling = NAMED_PRODUCT_DATA_TILING if _narrow_pointwise(nodes) else MATMUL_DATA_TILING
+        kept = with_flags(kept, tiling)
     return kept
 
 
@@ -193,6 +196,28 @@ _PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger
 def _grouped(node: Any) -> bool:
     group = node.attributes.get("group")
     return node.op_type == "Conv" and group is not None and group.value != 1
+
+
+_WIDE_CHANNELS = 128
+
+
+def _narrow_pointwise(nodes: Sequence[Any]) -> bool:
+    """Whether most of the work of the 1x1 convolutions among ``nodes`` (group 1, shapes known; work: multiply-adds)
+    is in narrow ones, with fewer than ``_WIDE_CHANNELS`` channels in or out (options.NAMED_PRODUCT_DATA_TILING)."""
+    narrow = wide = 0
+    for node in nodes:
+        if node.op_type != "Conv" or _grouped(node) or len(node.inputs) < 2 or not node.outputs:
+            continue
+        w, y = getattr(node.inputs[1], "shape", None), getattr(node.outputs[0], "shape", None)
+        dims = [*w, *y] if w is not None and y is not None else []
+        if len(dims) != 8 or not all(isinstance(d, int) for d in dims) or dims[2:4] != [1, 1]:
+            continue
+        work = dims[0] * dims[1] * dims[6] * dims[7]
+        if min(dims[0], dims[1]) < _WIDE_CHANNELS:
+            narrow += work
+        else:
+            wide += work
+    return narrow > wide
 
 
 def _static_products(partition: Partition) -> bool:
@@ -268,7 +293,8 @@ def _run_one(
         logger.info("%s: IREE %s failed with %s, again without", label, result.stage, ", ".join(optional))
         flags = [f for f in flags if f not in optional]
         result = _run_job(partition, flags, label, limits)
-    tiled = STATIC_DATA_TILING in flags and CONV_DATA_TILING[0] in _job_flags(partition, flags)
+    job = set(_job_flags(partition, flags))
+    tiled = STATIC_DATA_TILING in flags and bool(job & {CONV_DATA_TILING[0], NAMED_PRODUCT_DATA_TILING[0]})
     if not result.ok and result.stage == "compile" and tiled:  # the data tiling is an option, not a need
         logger.info("%s: IREE compile failed with data tiling, again without it", label)
         return _run_job(partition, [f for f in flags if f != STATIC_DATA_TILING], label, limits)

