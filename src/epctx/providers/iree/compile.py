@@ -31,6 +31,7 @@ from epctx.providers.iree.options import (
     FAST_CODEGEN,
     MATMUL_DATA_TILING,
     NAMED_PRODUCT_DATA_TILING,
+    ONE_ROW_SMALL_CONVS,
     REWRITE_DEPTHWISE,
     REWRITE_DIVISIONS,
     REWRITE_NEAREST_UPSAMPLES,
@@ -41,6 +42,7 @@ from epctx.providers.iree.options import (
 )
 from epctx.providers.iree.space_to_depth import MAX_CHANNELS
 from epctx.providers.iree.worker import BUDGET_STAGE, MEMORY_STAGE
+from epctx.providers.iree.workgroups import MAX_ROWS
 
 __all__ = ["BUDGET_STAGE", "CompileResult", "JobLimits", "compile_partitions", "memory_cap"]
 
@@ -58,6 +60,7 @@ REWRITES = frozenset(
         REWRITE_NHWC_POOLS,
         REWRITE_NEAREST_UPSAMPLES,
         REWRITE_DIVISIONS,
+        ONE_ROW_SMALL_CONVS,
         FAST_1D_CONVS,
         CONV_TILING_FALLBACK,
         STATIC_DATA_TILING,
@@ -112,6 +115,7 @@ def _write_job(partition: Partition, folder: Path, flags: Sequence[str]) -> None
         "nhwc_pools": REWRITE_NHWC_POOLS in optional,
         "upsamples": REWRITE_NEAREST_UPSAMPLES in optional,
         "divisions": REWRITE_DIVISIONS in optional,
+        "one_row_convs": ONE_ROW_SMALL_CONVS in optional,
     }
     (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
 
@@ -140,6 +144,7 @@ _JOB_KEYS = {
     "nhwc_pools": REWRITE_NHWC_POOLS,
     "upsamples": REWRITE_NEAREST_UPSAMPLES,
     "divisions": REWRITE_DIVISIONS,
+    "one_row_convs": ONE_ROW_SMALL_CONVS,
 }
 
 
@@ -152,7 +157,8 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
       make those fast under that tiling; untiled, a stem is fast as it is) and such a convolution is in it;
     - global average pools and max pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
     - nearest upsampling as a broadcast (``upsample``): with a ``Resize``;
-    - HardSwish and divisions by constants as products (``reciprocals``): with a ``HardSwish`` or a ``Div``."""
+    - HardSwish and divisions by constants as products (``reciprocals``): with a ``HardSwish`` or a ``Div``;
+    - one output row per workgroup (``workgroups``): convolutions data-tiled, one of them over a small image."""
     nodes = list(ir_nodes(partition.nodes))
     found = []
     if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
@@ -165,7 +171,19 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
         found.append(REWRITE_NEAREST_UPSAMPLES)
     if REWRITE_DIVISIONS in flags and any(n.op_type in ("HardSwish", "Div") for n in nodes):
         found.append(REWRITE_DIVISIONS)
+    if ONE_ROW_SMALL_CONVS in flags and _CONV_TILING in _job_flags(partition, flags):
+        found += [ONE_ROW_SMALL_CONVS] if any(_small_conv(n) for n in nodes) else []
     return found
+
+
+def _small_conv(node: Any) -> bool:
+    """An ungrouped 2-D Conv whose output is known and at most ``workgroups.MAX_ROWS`` high and wide."""
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or _grouped(node) or not node.outputs:
+        return False
+    shape = getattr(node.outputs[0], "shape", None)
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[2:]):
+        return False
+    return max(shape[2], shape[3]) <= MAX_ROWS
 
 
 def _strided_stem(node: Any) -> bool:

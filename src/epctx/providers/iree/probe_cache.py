@@ -58,6 +58,7 @@ _REWRITE_MODULES = (
     "pointwise.py",
     "upsample.py",
     "reciprocals.py",
+    "workgroups.py",
 )
 
 

@@ -44,6 +44,7 @@ from epctx.providers.iree.options import (
     CONV_TILING_FALLBACK,
     FAST_1D_CONVS,
     FAST_CODEGEN,
+    ONE_ROW_SMALL_CONVS,
     REWRITE_DEPTHWISE,
     REWRITE_DIVISIONS,
     REWRITE_NEAREST_UPSAMPLES,
@@ -141,7 +142,7 @@ class IREEExecutionProvider(ExecutionProvider):
 
     def flags(self) -> list[str]:
         flags = [*self.target.compile_flags(), f"--iree-opt-level={self.config.opt_level}", STACK_LIMIT]
-        flags += [REWRITE_NEAREST_UPSAMPLES, REWRITE_DIVISIONS]
+        flags += [REWRITE_NEAREST_UPSAMPLES, REWRITE_DIVISIONS, ONE_ROW_SMALL_CONVS]
         if self.config.channels_last:
             flags += [CHANNELS_LAST, REWRITE_NHWC_POOLS]
         if self.config.depthwise_rewrite:

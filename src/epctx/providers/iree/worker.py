@@ -8,7 +8,8 @@ The job folder holds ``model.onnx`` (the partition; large weights as external da
 ``strided_pointwise``: strided 1x1 convolutions as matmuls over channels-last data, see ``pointwise``;
 ``nhwc_pools``: global average pools over channels-last data, see ``nhwc_pools``; ``upsamples``: nearest
 upsampling as a broadcast, see ``upsample``; ``divisions``: HardSwish and divisions by constants as products, see
-``reciprocals``). The worker (``worker <job folder> <caller pid> [<MiB>]``)
+``reciprocals``; ``one_row_convs``: compiled in two phases, small data-tiled convolutions one output row per
+workgroup between them, see ``workgroups``). The worker (``worker <job folder> <caller pid> [<MiB>]``)
 ends with its caller, and ``iree-compile`` with the worker (``lifeline``); ``iree-compile`` is stopped when its
 resident memory passes ``<MiB>`` (``run_capped``). It
 
@@ -264,6 +265,37 @@ def _compile_tool() -> str:
     return str(find_tool("iree-compile"))
 
 
+def _compile(
+    folder: Path, source: str, job: dict[str, Any], limit: int, rewritten: list[str]
+) -> tuple[int, str, bool]:
+    """iree-compile ``source`` into ``module.vmfb`` (``run_capped``'s result). With ``one_row_convs``, in two
+    phases, IREE's lowering configurations changed between them (``workgroups``; noted in ``rewritten`` when it
+    changed one, so a failed job is tried again without it)."""
+    # relative names, run in the job folder: the module records its source's path, which must not be the
+    # temporary folder's (the same model and options must give the same bytes)
+    tool, flags = _compile_tool(), job["flags"]
+    if not job.get("one_row_convs"):
+        return run_capped(with_parent([tool, source, *flags, "-o", "module.vmfb"]), folder, limit)
+    from epctx.providers.iree.workgroups import one_row_small_convs
+
+    configs = "configs.mlir"
+    first = with_parent([tool, source, *flags, f"--compile-to={_CONFIGURED}", "-o", configs])
+    status, text, over = run_capped(first, folder, limit)
+    if status != 0 or over:
+        return status, text, over
+    changed, count = one_row_small_convs((folder / configs).read_text(encoding="utf-8"))
+    if count:
+        (folder / configs).write_text(changed, encoding="utf-8")
+        rewritten.append("one_row_convs")
+    second = with_parent([tool, configs, *flags, f"--compile-from={_CONFIGURED}", "-o", "module.vmfb"])
+    return run_capped(second, folder, limit)
+
+
+_CONFIGURED = (
+    "executable-configurations"  # the phase of iree-compile whose output holds the lowering configurations
+)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:  # the pid of the process that asked for the compile: this worker ends with it
         die_with_parent(int(argv[1]))
@@ -278,12 +310,9 @@ def main(argv: list[str]) -> int:
     mlir = folder / "module.mlir"
     mlir.write_text(asm, encoding="utf-8")
     del asm, model
-    # relative names, run in the job folder: the module records its source's path, which must not be the
-    # temporary folder's (the same model and options must give the same bytes)
-    command = with_parent([_compile_tool(), mlir.name, *job["flags"], "-o", "module.vmfb"])
     limit = int(argv[2]) if len(argv) > 2 else 0
     started = time.perf_counter()
-    status, text, over = run_capped(command, folder, limit)
+    status, text, over = _compile(folder, mlir.name, job, limit, rewritten)
     if over:
         return _fail(folder, MEMORY_STAGE, f"iree-compile passed {limit} MiB of memory after "
                      f"{time.perf_counter() - started:.1f} s and was stopped (provider option compile_memory_mb)",
