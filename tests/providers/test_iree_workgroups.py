@@ -158,3 +158,30 @@ def test_a_compile_that_fails_with_one_row_per_workgroup_is_tried_again_without(
     assert retried and "epctx:one-row-small-convs" in retried[0]
     x = np.random.default_rng(7).standard_normal((1, 64, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], run_ort(data, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("target", "asked"), [("host", True), ("aarch64", False)])
+def test_it_is_asked_for_data_tiled_small_convolutions_on_x86_64_only(target: str, asked: bool) -> None:
+    """Measured on x86-64 only: another target's jobs keep IREE's configurations; a 14x14 net never asks."""
+    import onnx
+    import onnx_ir as ir
+
+    from epctx.ep import make_partition
+    from epctx.providers.iree import compile as iree_compile
+    from epctx.providers.iree.options import ONE_ROW_SMALL_CONVS
+    from epctx.providers.iree.provider import IREEExecutionProvider
+    from epctx.providers.iree.targets import host_triple
+
+    if asked and not host_triple().startswith("x86_64"):
+        pytest.skip("the host is not x86-64")
+    for size, small in ((7, True), (14, False)):
+        model = onnx.load_from_string(_small_net(16))
+        for value in (*model.graph.input, *model.graph.output):
+            for axis in (2, 3):
+                value.type.tensor_type.shape.dim[axis].dim_value = size
+        graph = ir.from_proto(onnx.shape_inference.infer_shapes(model)).graph
+        partition = make_partition("p", EP, graph, list(graph), {"": 17})
+        flags = IREEExecutionProvider({"target": target}).flags()
+        found = iree_compile._optional_rewrites(partition, flags)
+        assert (ONE_ROW_SMALL_CONVS in found) == (asked and small)
+        assert ONE_ROW_SMALL_CONVS not in iree_compile._job_flags(partition, flags)

@@ -158,7 +158,8 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
     - global average pools and max pools over NHWC data (``nhwc_pools``): compiled channels-last, with such a pool;
     - nearest upsampling as a broadcast (``upsample``): with a ``Resize``;
     - HardSwish and divisions by constants as products (``reciprocals``): with a ``HardSwish`` or a ``Div``;
-    - one output row per workgroup (``workgroups``): convolutions data-tiled, one of them over a small image."""
+    - one output row per workgroup (``workgroups``): for an x86-64 target, convolutions data-tiled, one of them over a
+      small image."""
     nodes = list(ir_nodes(partition.nodes))
     found = []
     if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
@@ -171,7 +172,8 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
         found.append(REWRITE_NEAREST_UPSAMPLES)
     if REWRITE_DIVISIONS in flags and any(n.op_type in ("HardSwish", "Div") for n in nodes):
         found.append(REWRITE_DIVISIONS)
-    if ONE_ROW_SMALL_CONVS in flags and _CONV_TILING in _job_flags(partition, flags):
+    x86 = any(f.startswith("--iree-llvmcpu-target-triple=x86_64") for f in flags)  # where it was measured
+    if ONE_ROW_SMALL_CONVS in flags and x86 and _CONV_TILING in _job_flags(partition, flags):
         found += [ONE_ROW_SMALL_CONVS] if any(_small_conv(n) for n in nodes) else []
     return found
 

@@ -162,7 +162,8 @@ CONV_DATA_TILING = (
 #   2 x 16 channels: no change (the 16-column tile is already clamped to the 7 columns); one workgroup per 16
 #   channels over all 7 rows (distribution [0, 1, 7], the filter's slice reused from L2): those convolutions about
 #   10% faster (their time against the 56x56 convolutions' 1.53-1.65 -> 1.41-1.50), about 0.8 ms of ResNet-18's run;
-#   not adopted (only a two-phase compile patching IREE's textual configurations would carry it);
+#   adopted at stop 27 as a two-phase compile that changes IREE's textual configurations (``workgroups``: one row
+#   per workgroup is what matters);
 # - 1x1 convolutions as 2-D MatMuls over NHWC data (Transpose, Reshape to (H*W, C), MatMul, back; IREE data-tiles
 #   them), with the transposes between them moved through BatchNormalization / HardSwish in ONNX until they cancel:
 #   ResNet-18's strided downsamples 0.27-0.64 -> 0.10-0.16 ms but its run within noise (27.2 / 29.9 -> 28.1 / 28.4
