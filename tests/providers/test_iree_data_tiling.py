@@ -383,24 +383,11 @@ def test_the_corpus_resnet18_with_its_pool_and_downsamples_rewritten_matches_onn
 def test_a_compile_that_fails_with_the_stems_rewritten_is_tried_again_without(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import json
-    from pathlib import Path
+    from tests.providers.iree_jobs import failing_with
 
-    real = iree_compile._compile_job
     rewritten: list[bool] = []
-
-    def failing_when_rewritten(
-        folder: Path, label: str, start: float, limits: iree_compile.JobLimits = iree_compile.NO_LIMITS
-    ) -> object:
-        job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
-        rewritten.append(job["space_to_depth"])
-        if job["space_to_depth"]:  # as IREE would, failing on the rewritten graph
-            return iree_compile.CompileResult(
-                False, stage="compile", error="error: failed to legalize", rewritten=("space_to_depth",)
-            )
-        return real(folder, label, start, limits)
-
-    monkeypatch.setattr(iree_compile, "_compile_job", failing_when_rewritten)
+    failing = failing_with("space_to_depth", rewritten, "error: failed to legalize")
+    monkeypatch.setattr(iree_compile, "_compile_job", failing)
     monkeypatch.setattr(iree_compile, "_CACHE", {})
     data = _static_resnet_style()
     with caplog.at_level(logging.INFO, logger="epctx"):

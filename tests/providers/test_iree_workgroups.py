@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from epctx.providers.iree.workgroups import one_row_small_convs
 from tests.oracle import run_ort
+from tests.providers.iree_jobs import failing_with
 from tests.requires import requires
 
 EP = "IREEExecutionProvider"
@@ -134,21 +135,9 @@ def test_a_compile_that_fails_with_one_row_per_workgroup_is_tried_again_without(
     import epctx
     from epctx.providers.iree import compile as iree_compile
 
-    real = iree_compile._compile_job
     asked: list[bool] = []
-
-    def failing_with_it(
-        folder: Path, label: str, start: float, limits: iree_compile.JobLimits = iree_compile.NO_LIMITS
-    ):  # type: ignore[no-untyped-def]
-        job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
-        asked.append(job["one_row_convs"])
-        if job["one_row_convs"]:  # as IREE would, failing on the changed configuration
-            return iree_compile.CompileResult(
-                False, stage="compile", error="error: invalid lowering config", rewritten=("one_row_convs",)
-            )
-        return real(folder, label, start, limits)
-
-    monkeypatch.setattr(iree_compile, "_compile_job", failing_with_it)
+    failing = failing_with("one_row_convs", asked, "error: invalid lowering config")
+    monkeypatch.setattr(iree_compile, "_compile_job", failing)
     monkeypatch.setattr(iree_compile, "_CACHE", {})
     data = _small_net(64)
     with caplog.at_level(logging.INFO, logger="epctx"):
