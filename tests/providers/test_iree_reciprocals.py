@@ -172,3 +172,37 @@ def test_iree_compiles_the_products_and_matches_onnxruntime(monkeypatch: pytest.
     (got,) = sess.run(None, {"x": x})
     (expected,) = run_ort(data, {"x": x})
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@requires("iree.runtime", "iree.compiler")
+def test_a_division_by_a_large_constant_keeps_the_models_own_parameters() -> None:
+    """A divisor of at least the worker's ``_MIN_ELEMENTS`` values is one of IREE's parameters, which the EP serves
+    from the model's own initializers (weightless and refit included): its reciprocal is computed in the graph
+    (``Reciprocal``), never a new initializer the model does not have."""
+    import epctx
+    from epctx.providers.iree.worker import _MIN_ELEMENTS
+
+    channels = 128
+    assert channels >= _MIN_ELEMENTS
+    rng = np.random.default_rng(8)
+    divisor = (rng.random((1, channels, 1, 1)) + 0.5).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Div", ["c", "scale"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((channels, 8, 3, 3)).astype(np.float32) * 0.1, "w"),
+        numpy_helper.from_array(divisor, "scale"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 6, 6])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits))
+    model.opset_import[0].version = 17
+    rewritten, count = _rewritten(model)
+    assert count == 1 and {t.name for t in rewritten.graph.initializer} == {"w", "scale"}
+    data = model.SerializeToString()
+    sess = epctx.InferenceSession(data, providers=["IREEExecutionProvider"])
+    assert [ep for ep, _ in sess.get_partitions()] == ["IREEExecutionProvider"]
+    feed = {"x": rng.standard_normal((1, 8, 6, 6)).astype(np.float32)}
+    np.testing.assert_allclose(sess.run(None, feed)[0], run_ort(data, feed)[0], rtol=1e-5, atol=1e-6)

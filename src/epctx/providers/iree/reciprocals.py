@@ -7,7 +7,9 @@ each one a vector division (it is not compiled with reciprocal math), fused into
 dispatch that computes the activation, where it costs more than the products around it. Written as products:
 ``HardSwish`` as ONNX defines it, ``x * max(0, min(1, x * (1/6) + 0.5))`` (onnxruntime's formula); a float
 ``Div`` by an initializer whose elements and their reciprocals are finite and non-zero as a ``Mul`` by those
-reciprocals (exact for powers of two, else within about an ulp of the quotient; onnxruntime divides).
+reciprocals (exact for powers of two, else within about an ulp of the quotient; onnxruntime divides): a small
+divisor's reciprocals a constant, a large one's (one of IREE's parameters, which the EP serves from the model's own
+initializers) a ``Reciprocal`` of it, computed by the module.
 
 One thread, sizes stated, IREE's cpu time against onnxruntime's in the same process (medians of 300 runs, four
 alternating blocks): MobileNetV3 (19 HardSwish) 2.57-2.63 -> 2.34-2.51 ms, PP-OCR cls (18 divisions by 6)
@@ -46,6 +48,7 @@ def divisions_as_products(model: Any) -> int:
     from onnx import TensorProto, helper, numpy_helper
 
     from epctx.providers.iree.node_rewrites import Replacement, rewrite_nodes, value_types
+    from epctx.providers.iree.worker import _MIN_ELEMENTS
 
     graph = model.graph
     inputs = {value.name for value in graph.input}
@@ -54,16 +57,24 @@ def divisions_as_products(model: Any) -> int:
     types = value_types(model)[1] if any(n.op_type == "HardSwish" for n in graph.node) else {}
 
     def division(node: Any) -> Replacement | None:
-        divisor, made = node.input[1], []
+        divisor, made, nodes = node.input[1], [], []
         if divisor not in reciprocals:
             inverse = _reciprocal(initializers[divisor]) if divisor in initializers else None
-            reciprocals[divisor] = None if inverse is None else f"epctx_rcp{len(reciprocals)}"
-            if inverse is not None:  # added with the first division that reads it
-                made.append(numpy_helper.from_array(inverse, reciprocals[divisor]))
+            made_name = f"epctx_rcp{len(reciprocals)}"
+            reciprocals[divisor] = None if inverse is None else made_name
+            # added with the first division that reads it: a small one as a constant; a large one (one of IREE's
+            # parameters, which the EP serves from the model's own initializers) computed by the module
+            if inverse is not None and inverse.size < _MIN_ELEMENTS:
+                made.append(numpy_helper.from_array(inverse, made_name))
+            elif inverse is not None:
+                nodes.append(helper.make_node("Reciprocal", [divisor], [made_name]))
         name = reciprocals[divisor]
         if name is None:
             return None
-        return [helper.make_node("Mul", [node.input[0], name], list(node.output), name=node.name)], made
+        return [
+            *nodes,
+            helper.make_node("Mul", [node.input[0], name], list(node.output), name=node.name),
+        ], made
 
     def replace(k: int, node: Any) -> Replacement | None:
         if node.domain not in ("", "ai.onnx"):
