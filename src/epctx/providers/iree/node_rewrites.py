@@ -6,7 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Replacement", "rewrite_nodes", "value_shapes", "value_types"]
+__all__ = ["PARAMETER_MIN_ELEMENTS", "Replacement", "rewrite_nodes", "value_shapes", "value_types"]
+
+# Initializers of at least this many elements become IREE parameters (the worker's import), which the EP serves from
+# the model's own initializers; smaller ones (shapes, axes, scalars) stay in the code, where the compiler folds them
+PARAMETER_MIN_ELEMENTS = 100
 
 # A node's replacement: the nodes that stand for it, in order, and the initializers they read
 Replacement = tuple[Sequence[Any], Sequence[Any]]

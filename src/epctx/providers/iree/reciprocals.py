@@ -47,8 +47,12 @@ def divisions_as_products(model: Any) -> int:
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    from epctx.providers.iree.node_rewrites import Replacement, rewrite_nodes, value_types
-    from epctx.providers.iree.worker import _MIN_ELEMENTS
+    from epctx.providers.iree.node_rewrites import (
+        PARAMETER_MIN_ELEMENTS,
+        Replacement,
+        rewrite_nodes,
+        value_types,
+    )
 
     graph = model.graph
     inputs = {value.name for value in graph.input}
@@ -64,7 +68,7 @@ def divisions_as_products(model: Any) -> int:
             reciprocals[divisor] = None if inverse is None else made_name
             # added with the first division that reads it: a small one as a constant; a large one (one of IREE's
             # parameters, which the EP serves from the model's own initializers) computed by the module
-            if inverse is not None and inverse.size < _MIN_ELEMENTS:
+            if inverse is not None and inverse.size < PARAMETER_MIN_ELEMENTS:
                 made.append(numpy_helper.from_array(inverse, made_name))
             elif inverse is not None:
                 nodes.append(helper.make_node("Reciprocal", [divisor], [made_name]))

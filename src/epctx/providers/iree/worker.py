@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from epctx.providers.iree.lifeline import die_with_parent, with_parent
+from epctx.providers.iree.node_rewrites import PARAMETER_MIN_ELEMENTS
 
 __all__ = [
     "BUDGET_STAGE",
@@ -49,9 +50,7 @@ __all__ = [
 ]
 
 PARAMS_SCOPE = "model"
-_MIN_ELEMENTS = (
-    100  # smaller constants (shapes, axes, scalars) stay in the code, where the compiler folds them
-)
+_MIN_ELEMENTS = PARAMETER_MIN_ELEMENTS  # smaller constants (shapes, axes, scalars) stay in the code
 _ERROR_CHARS = 4000
 # Why a partition whose boundary holds a value typed without a shape is not given to IREE (also capability's)
 SHAPELESS = (
