@@ -40,64 +40,76 @@ def _reciprocal(tensor: Any) -> Any | None:
     return inverse
 
 
+def _hardswish(node: Any, name: str) -> tuple[list[Any], list[Any]]:
+    """``node`` (a HardSwish over float32) as ``x * clip(x * (1/6) + 0.5, 0, 1)``: its nodes and constants."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    (x,), (y,) = node.input, node.output
+    consts = [
+        numpy_helper.from_array(np.array(value, np.float32), f"{name}_{what}")
+        for what, value in (("alpha", _SIXTH), ("beta", 0.5), ("zero", 0.0), ("one", 1.0))
+    ]
+    nodes = [
+        helper.make_node("Mul", [x, f"{name}_alpha"], [f"{name}_scaled"]),
+        helper.make_node("Add", [f"{name}_scaled", f"{name}_beta"], [f"{name}_shifted"]),
+        helper.make_node("Clip", [f"{name}_shifted", f"{name}_zero", f"{name}_one"], [f"{name}_gate"]),
+        helper.make_node("Mul", [x, f"{name}_gate"], [y], name=node.name),
+    ]
+    return nodes, consts
+
+
+class _Reciprocals:
+    """The reciprocal of each divisor ``_reciprocal`` takes, made once, with the first division that reads it: a
+    small one as a constant; a large one (one of IREE's parameters, which the EP serves from the model's own
+    initializers) a ``Reciprocal`` node the module computes."""
+
+    def __init__(self, initializers: dict[str, Any]) -> None:
+        self._initializers = initializers
+        self._names: dict[str, str | None] = {}  # divisor -> its reciprocal's value name (None: not taken)
+
+    def division(self, node: Any) -> tuple[list[Any], list[Any]] | None:
+        from onnx import helper, numpy_helper
+
+        from epctx.providers.iree.node_rewrites import PARAMETER_MIN_ELEMENTS
+
+        divisor, made, nodes = node.input[1], [], []
+        if divisor not in self._names:
+            tensor = self._initializers.get(divisor)
+            inverse = None if tensor is None else _reciprocal(tensor)
+            name = f"epctx_rcp{len(self._names)}"
+            self._names[divisor] = None if inverse is None else name
+            if inverse is not None and inverse.size < PARAMETER_MIN_ELEMENTS:
+                made.append(numpy_helper.from_array(inverse, name))
+            elif inverse is not None:
+                nodes.append(helper.make_node("Reciprocal", [divisor], [name]))
+        found = self._names[divisor]
+        if found is None:
+            return None
+        nodes.append(helper.make_node("Mul", [node.input[0], found], list(node.output), name=node.name))
+        return nodes, made
+
+
 def divisions_as_products(model: Any) -> int:
     """Rewrite each ``HardSwish`` of ``model`` (an onnx ModelProto) and each ``Div`` by an initializer that
     ``_reciprocal`` takes (and no graph input overrides) as products; returns how many. A float32 ``HardSwish``
     only (its constants are float32)."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto
 
-    from epctx.providers.iree.node_rewrites import (
-        PARAMETER_MIN_ELEMENTS,
-        Replacement,
-        rewrite_nodes,
-        value_types,
-    )
+    from epctx.providers.iree.node_rewrites import Replacement, rewrite_nodes, value_types
 
     graph = model.graph
     inputs = {value.name for value in graph.input}
-    initializers = {t.name: t for t in graph.initializer if t.name not in inputs}
-    reciprocals: dict[str, str | None] = {}  # divisor -> the initializer of its reciprocal (None: not taken)
+    reciprocals = _Reciprocals({t.name: t for t in graph.initializer if t.name not in inputs})
     types = value_types(model)[1] if any(n.op_type == "HardSwish" for n in graph.node) else {}
-
-    def division(node: Any) -> Replacement | None:
-        divisor, made, nodes = node.input[1], [], []
-        if divisor not in reciprocals:
-            inverse = _reciprocal(initializers[divisor]) if divisor in initializers else None
-            made_name = f"epctx_rcp{len(reciprocals)}"
-            reciprocals[divisor] = None if inverse is None else made_name
-            # added with the first division that reads it: a small one as a constant; a large one (one of IREE's
-            # parameters, which the EP serves from the model's own initializers) computed by the module
-            if inverse is not None and inverse.size < PARAMETER_MIN_ELEMENTS:
-                made.append(numpy_helper.from_array(inverse, made_name))
-            elif inverse is not None:
-                nodes.append(helper.make_node("Reciprocal", [divisor], [made_name]))
-        name = reciprocals[divisor]
-        if name is None:
-            return None
-        return [
-            *nodes,
-            helper.make_node("Mul", [node.input[0], name], list(node.output), name=node.name),
-        ], made
 
     def replace(k: int, node: Any) -> Replacement | None:
         if node.domain not in ("", "ai.onnx"):
             return None
         if node.op_type == "Div" and len(node.input) == 2:
-            return division(node)
-        if node.op_type != "HardSwish" or types.get(node.input[0]) != TensorProto.FLOAT:
-            return None
-        (x,), (y,), name = node.input, node.output, f"epctx_hswish{k}"
-        consts = [
-            numpy_helper.from_array(np.array(value, np.float32), f"{name}_{what}")
-            for what, value in (("alpha", _SIXTH), ("beta", 0.5), ("zero", 0.0), ("one", 1.0))
-        ]
-        nodes = [
-            helper.make_node("Mul", [x, f"{name}_alpha"], [f"{name}_scaled"]),
-            helper.make_node("Add", [f"{name}_scaled", f"{name}_beta"], [f"{name}_shifted"]),
-            helper.make_node("Clip", [f"{name}_shifted", f"{name}_zero", f"{name}_one"], [f"{name}_gate"]),
-            helper.make_node("Mul", [x, f"{name}_gate"], [y], name=node.name),
-        ]
-        return nodes, consts
+            return reciprocals.division(node)
+        if node.op_type == "HardSwish" and types.get(node.input[0]) == TensorProto.FLOAT:
+            return _hardswish(node, f"epctx_hswish{k}")
+        return None
 
     return rewrite_nodes(model, replace)
