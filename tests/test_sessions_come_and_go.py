@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -92,14 +93,13 @@ def test_sessions_created_and_dropped_leave_fds_maps_and_memory_flat(
 ) -> None:
     if not _installed(ep):
         pytest.skip(f"{ep} is not installed")
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, ep, str(tmp_path), str(SESSIONS), str(FD_LIMIT), embed],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**_env(), "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"},
-    )
+    done = _child(ep, tmp_path / "first", embed)
+    if done.returncode < 0 and _IREE_GIL_CRASH in done.stderr:
+        # A rare native crash in the child under the full suite (2 of 7 full-suite runs at stop 27, none in over 40
+        # runs of this test alone; a nested GIL release, the Python stack only at the session loop): said aloud,
+        # and the child run once more, which must pass
+        warnings.warn(f"{ep}: the child crashed (GIL), run again: {done.stderr[:300]}", stacklevel=1)
+        done = _child(ep, tmp_path / "again", embed)
     assert done.returncode == 0, done.stderr[-3000:]
     samples = json.loads(done.stdout.strip().splitlines()[-1])  # [fds, maps, RSS MiB] every quarter
     (fds0, maps0, rss0), (fds1, maps1, rss1) = samples[0], samples[-1]
@@ -110,6 +110,21 @@ def test_sessions_created_and_dropped_leave_fds_maps_and_memory_flat(
     growth = [b[2] - a[2] for a, b in itertools.pairwise(samples)]
     assert min(growth) <= 1.0, samples  # MiB per 400 sessions: under 2.5 KiB kept per session
     assert rss1 <= rss0 + 32, samples
+
+
+_IREE_GIL_CRASH = "PyEval_SaveThread: the function must be called with the GIL held"
+
+
+def _child(ep: str, folder: Path, embed: str) -> subprocess.CompletedProcess[str]:
+    folder.mkdir()
+    return subprocess.run(
+        [sys.executable, "-c", _CHILD, ep, str(folder), str(SESSIONS), str(FD_LIMIT), embed],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**_env(), "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"},
+    )
 
 
 def _env() -> dict[str, str]:
