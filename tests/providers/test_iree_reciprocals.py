@@ -177,14 +177,14 @@ def test_iree_compiles_the_products_and_matches_onnxruntime(monkeypatch: pytest.
 @pytest.mark.slow
 @requires("iree.runtime", "iree.compiler")
 def test_a_division_by_a_large_constant_keeps_the_models_own_parameters() -> None:
-    """A divisor of at least the worker's ``_MIN_ELEMENTS`` values is one of IREE's parameters, which the EP serves
+    """A divisor of at least ``PARAMETER_MIN_ELEMENTS`` values is one of IREE's parameters, which the EP serves
     from the model's own initializers (weightless and refit included): its reciprocal is computed in the graph
     (``Reciprocal``), never a new initializer the model does not have."""
     import epctx
-    from epctx.providers.iree.worker import _MIN_ELEMENTS
+    from epctx.providers.iree.node_rewrites import PARAMETER_MIN_ELEMENTS
 
     channels = 128
-    assert channels >= _MIN_ELEMENTS
+    assert channels >= PARAMETER_MIN_ELEMENTS
     rng = np.random.default_rng(8)
     divisor = (rng.random((1, channels, 1, 1)) + 0.5).astype(np.float32)
     nodes = [

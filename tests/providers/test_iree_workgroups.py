@@ -121,8 +121,9 @@ def test_a_real_compile_gets_one_row_per_workgroup_and_matches_onnxruntime(
     sess = epctx.InferenceSession(data, providers=[EP])
     assert [ep for ep, _ in sess.get_partitions()] == [EP]
     (iree_rows, worker_rows) = seen[-1]
-    assert len(iree_rows) == 2 and all(rows > 1 for rows in iree_rows)  # IREE's choice: several rows
-    assert worker_rows == [1, 1]
+    # IREE 3.13's choice here is several rows (x86-64 with AVX-512: fails without the worker's change); another
+    # CPU may pick one already, which the worker leaves as it is (the text test above covers the change itself)
+    assert len(iree_rows) == 2 and worker_rows == [1, 1]
     x = np.random.default_rng(6).standard_normal((1, 256, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], run_ort(data, {"x": x})[0], rtol=1e-4, atol=1e-4)
 

@@ -162,7 +162,8 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
       small image."""
     nodes = list(ir_nodes(partition.nodes))
     found = []
-    if REWRITE_STRIDED_STEMS in flags and _CONV_TILING in _job_flags(partition, flags):
+    convs_tiled = _CONV_TILING in _job_flags(partition, flags)
+    if REWRITE_STRIDED_STEMS in flags and convs_tiled:
         found += (
             [REWRITE_STRIDED_STEMS] if any(_strided_stem(n) or _strided_pointwise(n) for n in nodes) else []
         )
@@ -173,7 +174,7 @@ def _optional_rewrites(partition: Partition, flags: Sequence[str]) -> list[str]:
     if REWRITE_DIVISIONS in flags and any(n.op_type in ("HardSwish", "Div") for n in nodes):
         found.append(REWRITE_DIVISIONS)
     x86 = any(f.startswith("--iree-llvmcpu-target-triple=x86_64") for f in flags)  # where it was measured
-    if ONE_ROW_SMALL_CONVS in flags and x86 and _CONV_TILING in _job_flags(partition, flags):
+    if ONE_ROW_SMALL_CONVS in flags and x86 and convs_tiled:
         found += [ONE_ROW_SMALL_CONVS] if any(_small_conv(n) for n in nodes) else []
     return found
 

@@ -15,7 +15,7 @@ resident memory passes ``<MiB>`` (``run_capped``). It
 
 1. loads the model, upgrades its default opset to ``min_opset`` when lower (IREE's importer fails on the older
    Softmax and friends), infers shapes;
-2. imports it with IREE's ONNX importer, weights of at least ``_MIN_ELEMENTS`` elements externalized as
+2. imports it with IREE's ONNX importer, weights of at least ``PARAMETER_MIN_ELEMENTS`` elements externalized as
    ``#stream.parameter.named<"model"::"<key>">`` (no ``.irpa`` is written: the EP stores the weights itself);
 3. runs ``iree-compile`` on the MLIR.
 
@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 PARAMS_SCOPE = "model"
-_MIN_ELEMENTS = PARAMETER_MIN_ELEMENTS  # smaller constants (shapes, axes, scalars) stay in the code
 _ERROR_CHARS = 4000
 # Why a partition whose boundary holds a value typed without a shape is not given to IREE (also capability's)
 SHAPELESS = (
@@ -205,7 +204,7 @@ def _import(model: Any) -> tuple[str, list[list[str]]]:
     module = info.create_module(context=context).operation
     params = ParamData(
         param_bit_threshold=None,
-        num_elements_threshold=_MIN_ELEMENTS,
+        num_elements_threshold=PARAMETER_MIN_ELEMENTS,
         params_scope=PARAMS_SCOPE,
         data_dir="",
         param_path="",

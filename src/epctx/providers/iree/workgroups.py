@@ -4,7 +4,7 @@ lowering configurations, made between ``iree-compile --compile-to=executable-con
 
 IREE 3.13 gives a data-tiled convolution whose output is at most 7x7 (ResNet-18's last stage: 7x7 over 512 channels,
 a 9.4 MB filter) workgroups of four output rows (``distribution = [0, 4, 1, ...]``); with one row each, the same code
-runs 10-14 % faster here (one thread, each dispatch's fastest of 15 runs: 2.61-2.80 -> 2.28-2.44 ms for the three
+runs 10-14 % faster here (one thread, each dispatch's fastest of 15 runs: 2.53-2.80 -> 2.28-2.44 ms for the three
 7x7x512 convolutions, 1.22-1.29 -> 1.13-1.17 ms for the strided one; the whole module 28.3-30.5 -> 27.6-28.1 ms).
 ResNet-18 in one process with and without it (bench_iree_ab, sizes stated, cpu ratio to onnxruntime): 1.53-1.54 ->
 1.44-1.46. Other row counts ([0, 1, 2 / 7 / 32, ...] the same; [0, 7, 1, ...] no gain), and the 14x14 and 56x56
