@@ -166,6 +166,52 @@ def test_at_most_max_signatures(tmp_path: Path) -> None:
     assert not _routed(session, _feed(3)) and _routed(session, _feed(2))
 
 
+def test_no_more_than_max_mb_holds_copies_of_the_weights(tmp_path: Path) -> None:
+    """Each specialization compiles its own copy of the model: ``epctx.specialize_shapes_max_mb`` room for one
+    takes the first signature seen twice and refuses the next, saying why; room for none takes nothing."""
+    from epctx.session.specialize_source import source_megabytes
+
+    megabytes = source_megabytes(_model(), opt.SessionConfig())
+    assert megabytes == len(_model()) / (1 << 20)
+    so = _options(tmp_path, **{opt.SPECIALIZE_SHAPES_MAX_MB: repr(1.5 * megabytes)})
+    session = epctx.InferenceSession(_model(), so, providers=[EP])
+    for batch in (1, 2, 3):
+        session.run(None, _feed(batch))
+        session.run(None, _feed(batch))
+        _wait(session)
+    report = session.get_shape_specializations()
+    assert [state.state for state in report.values()] == ["ready", "failed"], report
+    assert "each specialization compiles its own copy" in report["x[2,8]"].reason
+    assert "1 fit in epctx.specialize_shapes_max_mb" in report["x[2,8]"].reason
+    assert list(report) == ["x[1,8]", "x[2,8]"]  # closed: the third signature is not taken
+    assert StaticShapesEP.compiled_shapes[1:] == [[[1, 8]]]
+    np.testing.assert_allclose(
+        session.run(None, feed := _feed(2))[0], run_ort(_model(), feed)[0], rtol=1e-5, atol=1e-5
+    )
+    none = _options(tmp_path, **{opt.SPECIALIZE_SHAPES_MAX_MB: "0", opt.SPECIALIZE_SHAPES: "sync"})
+    session = epctx.InferenceSession(_model(), none, providers=[EP])
+    session.run(None, _feed(4))
+    session.run(None, _feed(4))
+    (state,) = session.get_shape_specializations().values()
+    assert state.state == "failed" and "0 fit in" in state.reason
+    assert len(StaticShapesEP.compiled_shapes) == 3  # the two sessions' own compiles and x[1,8]
+
+
+def test_a_models_size_counts_its_external_data(tmp_path: Path) -> None:
+    from epctx.session.specialize_source import source_megabytes
+
+    model = onnx.load_from_string(_model())
+    for k, tensor in enumerate(model.graph.initializer):  # as raw data, which onnx writes out
+        model.graph.initializer[k].CopyFrom(
+            onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(tensor), tensor.name)
+        )
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="m.bin", size_threshold=0)
+    expected = path.stat().st_size + (tmp_path / "m.bin").stat().st_size
+    assert (tmp_path / "m.bin").stat().st_size >= 36 * 4
+    assert source_megabytes(str(path), opt.SessionConfig()) == expected / (1 << 20)
+
+
 def test_a_failed_specialization_warns_once_and_the_session_serves(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -230,6 +276,8 @@ def test_no_specializer_for_static_inputs_or_eps_it_does_not_help(tmp_path: Path
         (opt.SPECIALIZE_SHAPES_MAX, "0"),
         (opt.SPECIALIZE_SHAPES_MAX, "-1"),
         (opt.SPECIALIZE_SHAPES_MAX, "many"),
+        (opt.SPECIALIZE_SHAPES_MAX_MB, "-1"),
+        (opt.SPECIALIZE_SHAPES_MAX_MB, "lots"),
     ],
 )
 def test_bad_values_are_invalid_argument(key: str, value: str) -> None:
@@ -243,6 +291,8 @@ def test_bad_values_are_invalid_argument(key: str, value: str) -> None:
 def test_config_defaults_and_values() -> None:
     assert opt.SessionConfig().specialize_shapes == "auto"
     assert opt.SessionConfig().specialize_shapes_max == 8
+    assert opt.SessionConfig().specialize_shapes_max_mb == 1024.0
+    assert opt.SessionConfig({opt.SPECIALIZE_SHAPES_MAX_MB: "300"}).specialize_shapes_max_mb == 300.0
     config = opt.SessionConfig({opt.SPECIALIZE_SHAPES: "sync", opt.SPECIALIZE_SHAPES_MAX: "3"})
     assert (config.specialize_shapes, config.specialize_shapes_max) == ("sync", 3)
 

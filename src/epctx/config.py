@@ -48,6 +48,7 @@ __all__ = [
     "SHARE_EP_CONTEXTS",
     "SPECIALIZE_SHAPES",
     "SPECIALIZE_SHAPES_MAX",
+    "SPECIALIZE_SHAPES_MAX_MB",
     "SPECIALIZE_SHAPES_MODES",
     "STOP_SHARE_EP_CONTEXTS",
     "SessionConfig",
@@ -149,10 +150,14 @@ INPUT_VALUES = "epctx.input_values"
 # dimensions whose providers hold a compiling EP with ``static_shapes_help`` makes, for an input-shape signature
 # seen twice, a session of its own with those shapes stated (INPUT_SHAPES) and routes runs of that signature to
 # it: "auto" (default) in a background thread, "sync" in the run that sees it the second time, "off" never; at
-# most SPECIALIZE_SHAPES_MAX signatures per session (default 8).
+# most SPECIALIZE_SHAPES_MAX signatures per session (default 8), and at most as many as fit in
+# SPECIALIZE_SHAPES_MAX_MB (default 1024) at the source model's size each (its file and its external data): each
+# specialization compiles its own copy of the weights (in memory and in the cache), so a model of 300 MB gets 3,
+# one over 1 GB none.
 SPECIALIZE_SHAPES = "epctx.specialize_shapes"
 SPECIALIZE_SHAPES_MODES = ("auto", "sync", "off")
 SPECIALIZE_SHAPES_MAX = "epctx.specialize_shapes_max"
+SPECIALIZE_SHAPES_MAX_MB = "epctx.specialize_shapes_max_mb"
 
 
 class SessionConfig:
@@ -190,8 +195,8 @@ class SessionConfig:
     - ``input_values`` (epctx.input_values, tuple of (input name, number), ()): scalar input values set at
       load, the control flow they decide folded (``epctx.model.fold_static``);
     - ``specialize_shapes`` (epctx.specialize_shapes, one of SPECIALIZE_SHAPES_MODES, "auto") and
-      ``specialize_shapes_max`` (epctx.specialize_shapes_max, int >= 1, 8): per-shape specialization
-      (``epctx.session.specialize``);
+      ``specialize_shapes_max`` (epctx.specialize_shapes_max, int >= 1, 8) and ``specialize_shapes_max_mb``
+      (epctx.specialize_shapes_max_mb, float >= 0, 1024.0): per-shape specialization (``epctx.session.specialize``);
     - ``context_cache`` (epctx.context_cache, str, ""): the transparent cache's folder;
     - ``context_cache_max_mb`` (epctx.context_cache_max_mb, float or None): its size bound in MB;
     - ``context_reuse`` (epctx.context_reuse, bool): reuse (or compile again) the context at the context path;
@@ -236,6 +241,7 @@ class SessionConfig:
         "share_ep_contexts",
         "specialize_shapes",
         "specialize_shapes_max",
+        "specialize_shapes_max_mb",
         "stop_share_ep_contexts",
         "trust_keys",
         "trust_policy",
@@ -268,6 +274,7 @@ class SessionConfig:
     input_values: tuple[tuple[str, float], ...]
     specialize_shapes: str
     specialize_shapes_max: int
+    specialize_shapes_max_mb: float
     partition_cost_rule: bool
     partition_measured_rule: bool
     context_cache: str
@@ -477,6 +484,7 @@ _CONFIG_KEYS: dict[str, tuple[str, Callable[[str, str], Any], Any]] = {
     INPUT_VALUES: ("input_values", input_values, ()),
     SPECIALIZE_SHAPES: ("specialize_shapes", _one_of(SPECIALIZE_SHAPES_MODES), "auto"),
     SPECIALIZE_SHAPES_MAX: ("specialize_shapes_max", _count, 8),
+    SPECIALIZE_SHAPES_MAX_MB: ("specialize_shapes_max_mb", _megabytes, 1024.0),
     CONTEXT_CACHE: ("context_cache", _text, ""),
     CONTEXT_CACHE_MAX_MB: ("context_cache_max_mb", _megabytes, None),
     CONTEXT_REUSE: ("context_reuse", _flag, False),

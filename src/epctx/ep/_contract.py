@@ -102,10 +102,11 @@ class ExecutionProvider(abc.ABC):
     # than this is left to the next EP (crossing its boundaries costs more than compiling it saves). 0: no rule.
     min_partition_nodes: ClassVar[int] = 0
     # True: code this compiling EP makes for static input shapes runs clearly faster than its code for dynamic
-    # dimensions (IREE). A session over a model with dynamic input dimensions whose providers hold such an EP
-    # then specializes per input-shape signature (``epctx.specialize_shapes``, ``epctx.session.specialize``): a
-    # signature seen twice gets a session of its own compiled for those shapes. False (the default): the EP
-    # runs dynamic shapes about as fast (OpenVINO), and nothing is specialized for it.
+    # dimensions (IREE, OpenVINO). A session over a model with dynamic input dimensions whose providers hold such
+    # an EP then specializes per input-shape signature (``epctx.specialize_shapes``, ``epctx.session.specialize``):
+    # a signature seen twice gets a session of its own compiled for those shapes (within
+    # ``epctx.specialize_shapes_max`` and ``epctx.specialize_shapes_max_mb``). False (the default): the EP runs
+    # dynamic shapes about as fast, and nothing is specialized for it.
     static_shapes_help: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:

@@ -4,7 +4,7 @@ stalling ``run()`` by default.
 
 A session over a model that keeps dynamic input dimensions (after free dimension overrides and
 ``epctx.input_shapes``), whose providers hold a compiling EP with ``static_shapes_help`` (IREE: its code for
-dynamic dimensions runs 1.1-2.2x slower than for static ones), owns a ``ShapeSpecializer``. ``run()`` hands it the
+dynamic dimensions runs 1.1-2.2x slower than for static ones; OpenVINO's 1.0-1.9x on the corpus), owns a ``ShapeSpecializer``. ``run()`` hands it the
 bound inputs: their shapes, as a tuple, are the run's *signature* (~0.3 us; a dict lookup routes it). A signature
 seen a second time (a one-off shape compiles nothing) gets a *specialized session*: an ordinary
 ``InferenceSession`` over the same source model, providers, provider options and session options, with
@@ -18,7 +18,10 @@ session's own plan runs.
   specialization compiles is freed then, and the thread drops what it made and ends.
 - ``sync``: the run that sees the signature the second time makes it and runs on it (OpenVINO's
   ``disable_dynamic_shapes``); ``off``: nothing.
-- At most ``epctx.specialize_shapes_max`` signatures per session (default 8). A specialization that fails is
+- At most ``epctx.specialize_shapes_max`` signatures per session (default 8), and at most as many as
+  ``epctx.specialize_shapes_max_mb`` (default 1024) holds at the source model's size (its file and external data):
+  each specialization compiles its own copy of the weights, so a 300 MB model gets 3, one over 1 GB none (the
+  signature that finds no room reports why, and nothing more is taken). A specialization that fails is
   logged once (WARNING under ``epctx``), and that signature of that model and providers is not tried again in
   the process; the session's own plan serves it.
 - Each specialization is logged at INFO (signature, seconds, nodes per EP) and reported by
@@ -40,7 +43,13 @@ from typing import Any
 
 from epctx import options as opt
 from epctx.errors import Fail
-from epctx.session.specialize_source import Source, shapes_text, specialization_source, specialized_options
+from epctx.session.specialize_source import (
+    Source,
+    shapes_text,
+    source_megabytes,
+    specialization_source,
+    specialized_options,
+)
 
 __all__ = ["ShapeSpecialization", "ShapeSpecializer", "specializer_for"]
 
@@ -182,9 +191,9 @@ class ShapeSpecializer:
                     return
                 session = self._make(text, values)
             _check_interface(session, self._names, self._outputs)
-        except _NoSource as exc:
+        except _Closed as exc:  # no source model, or no room for another copy of its weights
             self.close(str(exc))
-            self._settle(signature, None, f"no source model: {exc}", None)
+            self._settle(signature, None, exc.reason, None)
             return
         except Exception as exc:  # a background thread has no caller to raise to; the owner serves the shape
             why = f"{type(exc).__name__}: {exc}"
@@ -284,8 +293,24 @@ def _check_interface(session: Any, names: Sequence[str], outputs: Sequence[str])
         raise Fail(f"the specialized session's outputs {given} are not the session's {list(outputs)}")
 
 
-class _NoSource(Exception):
+class _Closed(Exception):
+    """No more specializations for this session: ``reason`` says why (the signature's report)."""
+
+    @property
+    def reason(self) -> str:
+        return str(self)
+
+
+class _NoSource(_Closed):
     """The session's context model names no source model to compile a specialization from."""
+
+    @property
+    def reason(self) -> str:
+        return f"no source model: {self}"
+
+
+class _OverBudget(_Closed):
+    """Another specialization would pass ``epctx.specialize_shapes_max_mb`` (each holds a copy of the weights)."""
 
 
 def specializer_for(
@@ -311,6 +336,7 @@ def specializer_for(
         return None
     derived = specialized_options(options, config)
     found: list[tuple[Source | None, str]] = []  # the source, looked for on first use (it hashes the files)
+    room = _Room(config.specialize_shapes_max_mb)
 
     def make(text: str, values: str) -> Any:
         if not found:
@@ -318,8 +344,13 @@ def specializer_for(
         model, why = found[0]
         if model is None:
             raise _NoSource(why)
+        room.take(model, config)  # (one make at a time: under the process's compile lock)
         shaped = opt.with_config(derived, {opt.INPUT_SHAPES: text, opt.INPUT_VALUES: values or None})
-        return factory(model, shaped, providers=spec[0], provider_options=spec[1])
+        try:
+            return factory(model, shaped, providers=spec[0], provider_options=spec[1])
+        except BaseException:
+            room.taken -= 1  # a specialization that failed holds no copy
+            raise
 
     eps = tuple((ep.name, tuple(sorted(ep.provider_options().items()))) for ep in owner._providers)
     return ShapeSpecializer(
@@ -333,6 +364,32 @@ def specializer_for(
         identity=lambda: (_model_identity(source), eps),
         deciding=deciding,
     )
+
+
+class _Room:
+    """How many specializations ``epctx.specialize_shapes_max_mb`` leaves room for: each compiles its own copy of
+    the source model's weights (in memory, and in the cache), so at most ``max_mb`` // the model's MB of them
+    (its size measured at the first, in the thread that makes it)."""
+
+    __slots__ = ("fits", "max_mb", "megabytes", "taken")
+
+    def __init__(self, max_mb: float) -> None:
+        self.max_mb = max_mb
+        self.megabytes: float | None = None
+        self.fits = 0
+        self.taken = 0
+
+    def take(self, model: Source, config: opt.SessionConfig) -> None:
+        """Counts one more specialization; _OverBudget when there is no room for it."""
+        if self.megabytes is None:
+            self.megabytes = source_megabytes(model, config)
+            self.fits = int(self.max_mb // self.megabytes) if self.megabytes > 0 else 1 << 30
+        if self.taken >= self.fits:
+            raise _OverBudget(
+                f"the source model is {self.megabytes:.1f} MB and each specialization compiles its own copy of "
+                f"it: {self.fits} fit in {opt.SPECIALIZE_SHAPES_MAX_MB}={self.max_mb:g}"
+            )
+        self.taken += 1
 
 
 def _model_identity(source: Source) -> Any:

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_MAX_MB",
     "Source",
     "shapes_text",
+    "source_megabytes",
     "specialized_options",
     "specialization_source",
 ]
@@ -51,6 +52,7 @@ _DROPPED = (
     opt.REFIT_CONTEXT,
     opt.TRUST_SIGN_KEY,
     opt.SPECIALIZE_SHAPES_MAX,
+    opt.SPECIALIZE_SHAPES_MAX_MB,
 )
 
 
@@ -95,6 +97,30 @@ def specialization_source(source: Source, config: opt.SessionConfig) -> tuple[So
 
     found, why = find_source(path, config)
     return found, why
+
+
+def source_megabytes(source: Source, config: opt.SessionConfig) -> float:
+    """The size of a specialization's source model in MB: its bytes and its external data files (looked for in
+    ``session.model_external_initializers_file_folder_path`` when set, else beside the model; a missing one
+    counts nothing, the compile says so). What each specialization compiles a copy of."""
+    from epctx.cache.key import external_data_files
+    from epctx.cache.scan import read_mapped
+
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        locations = external_data_files(memoryview(source))
+        total, folder = len(source), Path(config.external_initializers_folder or Path.cwd())
+    else:
+        path = Path(source)
+        locations = read_mapped(path, external_data_files)
+        total, folder = (
+            path.stat().st_size,
+            Path(config.external_initializers_folder or path.resolve().parent),
+        )
+    for location in locations:
+        file = folder / location
+        if file.is_file():
+            total += file.stat().st_size
+    return total / (1 << 20)
 
 
 def _is_context(scanned: ScannedModel) -> bool:

@@ -1,0 +1,70 @@
+"""OpenVINO specializes per input shape (``static_shapes_help``): its CPU plugin runs a model compiled for static
+shapes faster than one with dynamic dimensions, so a session over a dynamic model makes, for a signature seen
+twice, a session OpenVINO compiled for those shapes; the results equal onnxruntime's on every shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+pytest.importorskip("openvino")
+
+import epctx
+from epctx import options as opt
+from epctx.providers.openvino import OpenVINOExecutionProvider
+from tests.oracle import run_ort
+
+EP = "OpenVINOExecutionProvider"
+RNG = np.random.default_rng(3)
+
+
+def _model() -> bytes:
+    """x[batch, 8] -> Relu(x @ W + b) -> y[batch, 4]."""
+    weights = np.random.default_rng(11)
+    w = onnx.numpy_helper.from_array(weights.standard_normal((8, 4)).astype(np.float32), "w")
+    b = onnx.numpy_helper.from_array(weights.standard_normal(4).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [w, b],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_openvino_says_static_shapes_help_it() -> None:
+    assert OpenVINOExecutionProvider.static_shapes_help
+
+
+def test_a_signature_seen_twice_runs_on_a_model_openvino_compiled_for_it(tmp_path: Path) -> None:
+    so = epctx.SessionOptions()
+    so.add_session_config_entry(opt.CONTEXT_CACHE, str(tmp_path / "cache"))
+    so.add_session_config_entry(opt.SPECIALIZE_SHAPES, "sync")
+    session = epctx.InferenceSession(_model(), so, providers=[EP])
+    assert session._shapes is not None  # x has a dynamic batch
+    feed = {"x": RNG.standard_normal((3, 8)).astype(np.float32)}
+    first = session.run(None, feed)[0]
+    got = session.run(None, feed)[0]  # made in this run, which runs on it
+    (text, made), *_ = session.get_shape_specializations().items()
+    assert text == "x[3,8]" and made.state == "ready", made
+    assert dict(made.nodes) == {EP: 3}
+    special = session._shapes._ready[((3, 8),)]
+    assert [list(value.shape) for value in special.model.graph.inputs] == [
+        [3, 8]
+    ]  # compiled for static shapes
+    expected = run_ort(_model(), feed)[0]
+    np.testing.assert_allclose(first, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    other = {"x": RNG.standard_normal((5, 8)).astype(np.float32)}  # another batch: the session's own plan
+    np.testing.assert_allclose(session.run(None, other)[0], run_ort(_model(), other)[0], rtol=1e-5, atol=1e-5)
+    assert list(session.get_shape_specializations()) == ["x[3,8]"]
