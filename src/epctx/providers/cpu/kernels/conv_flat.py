@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from epctx.providers.cpu import parallel
+from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry
 
 __all__ = ["FlatGemm", "FlatLayout", "flat_gemm_fits"]
@@ -62,8 +62,11 @@ def flat_gemm_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geom
 class FlatGemm:
     """A dense stride-1 2-D conv without an im2col copy: for each kernel offset k, ``W_k (M, C)`` times the
     shifted runs ``(C, oh * Wp)`` of the flattened padded input (a strided operand BLAS reads in place), summed.
-    Column blocks are shared with helper threads (``parallel.split_columns``). Measured on PP-OCRv4 det's
-    96 -> 24 channel 3x3 conv at 80x80, one thread: 9.9 ms with the im2col copy."""
+    Measured on PP-OCRv4 det's 96 -> 24 channel 3x3 conv at 80x80, one thread: 9.9 ms with the im2col copy.
+    BLAS runs on one thread (the serial gate) and the columns are not shared with helper threads: a block is two
+    numpy calls per kernel offset, each taking the GIL back from the other thread, and shared blocks took twice
+    as long as one thread's (the YOLO of the corpus at two threads: 1367 against 643 us a call on its 40x40
+    convolutions; the whole model 33.9 ms shared, 24.4 not, 23.8 at one thread)."""
 
     __slots__ = ("layout",)
 
@@ -90,6 +93,6 @@ class FlatGemm:
                         np.matmul(wk[k], src, out=part)
                         yi[:, lo:hi] += part
 
-            parallel.split_columns(length, block)
+            blas.serial()(block, 0, length)
         SCRATCH.give(buf, tmp)
         return layout.crop(y)
