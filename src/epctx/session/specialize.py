@@ -4,8 +4,9 @@ stalling ``run()`` by default.
 
 A session over a model that keeps dynamic input dimensions (after free dimension overrides and
 ``epctx.input_shapes``), whose providers hold a compiling EP with ``static_shapes_help`` (IREE: its code for
-dynamic dimensions runs 1.1-2.2x slower than for static ones; OpenVINO's 1.0-1.9x on the corpus), owns a ``ShapeSpecializer``. ``run()`` hands it the
-bound inputs: their shapes, as a tuple, are the run's *signature* (~0.3 us; a dict lookup routes it). A signature
+dynamic dimensions runs 1.1-2.2x slower than for static ones; OpenVINO's 1.0-1.9x on the corpus), owns a
+``ShapeSpecializer``. ``run()`` hands it the bound inputs: their shapes, as a tuple, are the run's *signature*
+(~0.3 us; a dict lookup routes it). A signature
 seen a second time (a one-off shape compiles nothing) gets a *specialized session*: an ordinary
 ``InferenceSession`` over the same source model, providers, provider options and session options, with
 ``epctx.input_shapes`` stating the signature, through the transparent cache (``specialize_source.py``), so that
