@@ -1,6 +1,7 @@
 """numpy's OpenBLAS GEMM with a beta (``providers/cpu/cblas.py``): the product added to what the output holds,
-on strided operands as the flat GEMM passes them, against numpy; and the flat GEMM summing its kernel offsets with
-it, equal to numpy's form (the temporary and the add) and to onnxruntime."""
+on strided operands as the flat GEMM passes them, against numpy; the flat GEMM summing its kernel offsets with
+it, equal to numpy's form (the temporary and the add) and to onnxruntime; a 1x1 conv's product added to its bias
+written first."""
 
 from __future__ import annotations
 
@@ -75,3 +76,55 @@ def test_the_flat_gemm_sums_its_offsets_in_the_gemm_and_equals_numpys_form(
     assert calls == ["summed", "added"]
     np.testing.assert_array_equal(with_gemm, without)  # the same terms in the same order
     np.testing.assert_allclose(with_gemm, run_ort(model, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def _depthwise_pointwise_depthwise() -> bytes:
+    """x[1, 16, 64, 64] -> 3x3 depthwise -> 1x1 conv to 32 (bias) -> HardSwish -> 3x3 depthwise -> y: the first
+    conv hands its result over channels-last, which the 1x1 conv reads as a row-major (pixels, C) matrix and
+    multiplies by W^T (``conv.pointwise_last``), handing its own result over to the last conv."""
+    w0 = numpy_helper.from_array((RNG.standard_normal((16, 1, 3, 3)) * 0.3).astype(np.float32), "w0")
+    w1 = numpy_helper.from_array((RNG.standard_normal((32, 16, 1, 1)) * 0.3).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(RNG.standard_normal(32).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array((RNG.standard_normal((32, 1, 3, 3)) * 0.3).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["d"], group=16, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["d", "w1", "b1"], ["p"]),
+        helper.make_node("HardSwish", ["p"], ["h"]),
+        helper.make_node("Conv", ["h", "w2"], ["y"], group=32, pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dpd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w0, w1, b1, w2],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8
+    ).SerializeToString()
+
+
+def test_a_pointwise_convs_bias_is_written_under_its_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bias filled into the output and the product added by the GEMM (beta 1), equal to the product then the
+    bias added (no cblas GEMM) and to onnxruntime."""
+    from epctx.providers.cpu.kernels import conv
+
+    gemm = _gemm(np.float32)
+    model = _depthwise_pointwise_depthwise()
+    x = {"x": RNG.standard_normal((1, 16, 64, 64)).astype(np.float32)}
+    betas: list[float] = []
+
+    def counted(*args: Any) -> None:
+        betas.append(args[7])
+        gemm(*args)
+
+    monkeypatch.setattr(conv, "gemm_for", lambda dtype: counted)
+    session = epctx.InferenceSession(model)
+    with_gemm = [session.run(None, x)[0] for _ in range(2)]
+    assert betas == [1.0, 1.0]  # the 1x1 conv's product added to its bias, at each run
+    monkeypatch.setattr(conv, "gemm_for", lambda dtype: None)
+    without = epctx.InferenceSession(model).run(None, x)[0]
+    expected = run_ort(model, x)[0]
+    for got in (*with_gemm, without):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(with_gemm[0], without, rtol=1e-5, atol=1e-5)

@@ -21,7 +21,7 @@ from epctx.providers.cpu import fusion, parallel
 from epctx.providers.cpu.kernels.conv_short import short_conv, short_fits
 from epctx.providers.cpu.kernels.im2col import biased_weights, im2col_gemm
 
-__all__ = ["Route", "channels_last_bias", "gate_of", "route_for"]
+__all__ = ["Route", "channels_last_bias", "channels_last_fill", "gate_of", "route_for"]
 
 Route = Callable[[np.ndarray], tuple[np.ndarray]]
 Gate = Callable[..., Any]
@@ -49,7 +49,9 @@ class _Plan(Protocol):
 
     def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray: ...
     def lean_gemm(self, w2: np.ndarray) -> Callable[[np.ndarray], np.ndarray]: ...
-    def pointwise_last(self, prep: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]: ...
+    def pointwise_last(
+        self, prep: dict[str, Any], bias: np.ndarray | None = None
+    ) -> Callable[[np.ndarray], np.ndarray]: ...
     def im2col_channels_last(
         self, x: np.ndarray, prep: dict[str, Any], bias: np.ndarray | None = None
     ) -> np.ndarray: ...
@@ -128,8 +130,9 @@ def _channels_last(
         fn = plan.im2col_channels_last
         if add is not None and constant_bias:
             args, add = (prep, add), None
-    else:
-        fn, args = plan.pointwise_last(prep), ()
+    else:  # a constant bias written under the product, which the GEMM adds to it (when cblas is found)
+        fn, args = plan.pointwise_last(prep, add if constant_bias else None), ()
+        add = None if constant_bias else add
     gate = gate_of(plan)
     biased = None if add is None else channels_last_bias(add, pixels)
 
@@ -154,18 +157,7 @@ def channels_last_bias(add: np.ndarray, pixels: int) -> Callable[[np.ndarray], N
     rows of T pixels (T the largest divisor of ``pixels`` with T * C <= ``_BIAS_ROW``) with the bias tiled T
     times, laid out once: 12544 x 16 62 -> 28 us, 12544 x 32 76 -> 54, 3136 x 72 41 -> 30, 784 x 88 12 -> 9
     (one thread, load 3.3, measured here); one pixel a row where no T above 1 fits (C >= 1024)."""
-    c = add.size
-    tile = max(1, min(pixels, _BIAS_ROW // max(1, c)))
-    while pixels % tile:
-        tile -= 1
-    if tile == 1:
-
-        def plain(y: np.ndarray) -> None:
-            y += add
-
-        return plain
-    row = np.tile(add, tile)
-    shape = (pixels // tile, tile * c)
+    row, shape = _bias_rows(add, pixels)
 
     def tiled(y: np.ndarray) -> None:
         rows = y.view()
@@ -173,6 +165,29 @@ def channels_last_bias(add: np.ndarray, pixels: int) -> Callable[[np.ndarray], N
         rows += row
 
     return tiled
+
+
+def channels_last_fill(bias: np.ndarray, pixels: int) -> Callable[[np.ndarray], None]:
+    """Writes ``bias`` (C,) into every pixel of a contiguous channels-last array of ``pixels`` pixels, over the
+    rows ``channels_last_bias`` adds over: the output a GEMM then adds its product to (``cblas``, beta 1)."""
+    row, shape = _bias_rows(bias, pixels)
+
+    def fill(y: np.ndarray) -> None:
+        rows = y.view()
+        rows.shape = shape
+        np.copyto(rows, row)
+
+    return fill
+
+
+def _bias_rows(bias: np.ndarray, pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """The bias tiled T times and the (pixels / T, T * C) rows of a channels-last array it spans (one pixel a
+    row, the bias as it is, when no T above 1 fits)."""
+    c = bias.size
+    tile = max(1, min(pixels, _BIAS_ROW // max(1, c)))
+    while pixels % tile:
+        tile -= 1
+    return (np.tile(bias, tile) if tile > 1 else bias.reshape(-1)), (pixels // tile, tile * c)
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
