@@ -7,9 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 pytest.importorskip("openvino")
 
@@ -17,29 +15,10 @@ import epctx
 from epctx import options as opt
 from epctx.providers.openvino import OpenVINOExecutionProvider
 from tests.oracle import run_ort
+from tests.test_shape_specialization import _model  # x[batch, 8] -> Relu(x @ W + b)
 
 EP = "OpenVINOExecutionProvider"
 RNG = np.random.default_rng(3)
-
-
-def _model() -> bytes:
-    """x[batch, 8] -> Relu(x @ W + b) -> y[batch, 4]."""
-    weights = np.random.default_rng(11)
-    w = onnx.numpy_helper.from_array(weights.standard_normal((8, 4)).astype(np.float32), "w")
-    b = onnx.numpy_helper.from_array(weights.standard_normal(4).astype(np.float32), "b")
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["m"]),
-        helper.make_node("Add", ["m", "b"], ["a"]),
-        helper.make_node("Relu", ["a"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "dyn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
-        [w, b],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
 def test_openvino_says_static_shapes_help_it() -> None:

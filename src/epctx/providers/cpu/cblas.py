@@ -3,8 +3,8 @@ holds (``C = A B + beta C``), which ``np.matmul`` cannot do.
 
 A sum of products (a flat GEMM's kernel offsets, ``kernels/conv_flat.py``) then needs no temporary and no add
 pass per term: ResNet-18's 64 -> 64 3x3 conv at 56x56 2.48 -> 1.88 ms, a 32 -> 32 one at 80x80 2.03 -> 1.34, one
-thread, the same results to the bit (the terms are added in the same order); a 1x1 conv's product is added to its
-bias written first, a write pass instead of a pass that reads and writes the result (``conv.pointwise_last``: 10-27
+thread, the same results to the bit here (the terms are added in the same order); a 1x1 conv's product is added to its
+bias written first, a write pass instead of a pass that reads and writes the result (``conv.pointwise_last``: 18-27
 us a conv on 56x56 and larger maps). Found once, through threadpoolctl as
 ``blas_serial`` finds the thread count, in numpy's OpenBLAS only (the BLAS numpy multiplies with); None where there
 is none (another BLAS, a numpy without OpenBLAS): callers keep their numpy form.
