@@ -108,7 +108,7 @@ def _depthwise_pointwise_depthwise() -> bytes:
 def test_a_pointwise_convs_bias_is_written_under_its_product(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bias filled into the output and the product added by the GEMM (beta 1), equal to the product then the
     bias added (no cblas GEMM) and to onnxruntime."""
-    from epctx.providers.cpu.kernels import conv
+    from epctx.providers.cpu.kernels import conv_pointwise
 
     gemm = _gemm(np.float32)
     model = _depthwise_pointwise_depthwise()
@@ -119,11 +119,11 @@ def test_a_pointwise_convs_bias_is_written_under_its_product(monkeypatch: pytest
         betas.append(args[7])
         gemm(*args)
 
-    monkeypatch.setattr(conv, "gemm_for", lambda dtype: counted)
+    monkeypatch.setattr(conv_pointwise, "gemm_for", lambda dtype: counted)
     session = epctx.InferenceSession(model)
     with_gemm = [session.run(None, x)[0] for _ in range(2)]
     assert betas == [1.0, 1.0]  # the 1x1 conv's product added to its bias, at each run
-    monkeypatch.setattr(conv, "gemm_for", lambda dtype: None)
+    monkeypatch.setattr(conv_pointwise, "gemm_for", lambda dtype: None)
     without = epctx.InferenceSession(model).run(None, x)[0]
     expected = run_ort(model, x)[0]
     for got in (*with_gemm, without):

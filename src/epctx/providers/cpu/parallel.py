@@ -7,6 +7,12 @@ onnxruntime's pool, whose caller takes work too, degrades gracefully. Here BLAS 
 the blocks are shared as onnxruntime shares them: whoever is free takes the next block, the caller included,
 and the caller only ever waits for blocks a helper has already started. As many runners as BLAS has threads at
 the call (``intra_op_num_threads`` sets that, as before); with one, the GEMM runs as a single call.
+
+One block per runner, each a whole run of BLAS calls (``split_product``): every block a thread starts takes the
+GIL back at its end, so finer blocks lose to the hand-offs on two cores (a 64 -> 64 3x3 conv at 56x56 as nine
+column-block GEMMs: one thread 1594 us, 2 blocks 958, 4 blocks 1076, 8 blocks 1635; one GEMM 128 x 1152 x 784:
+one thread 1541, 2 column blocks 997, 8 blocks 2066; measured here). A product is split along its longer side:
+each block then reads all of the smaller operand (512 x 4608 x 49: 2 row blocks 1260 us, 2 column blocks 1850).
 """
 
 from __future__ import annotations
@@ -20,9 +26,23 @@ import numpy as np
 
 from epctx.providers.cpu import blas_serial as blas
 
-__all__ = ["MIN_BLOCK_COLUMNS", "matmul_columns", "split_columns", "split_ranges"]
+__all__ = [
+    "MIN_BLOCK_COLUMNS",
+    "MIN_BLOCK_ROWS",
+    "SHARE_MACS",
+    "matmul_columns",
+    "split_columns",
+    "split_product",
+    "split_ranges",
+]
 
 MIN_BLOCK_COLUMNS = 128  # narrower blocks lose more to call overhead than they gain
+MIN_BLOCK_ROWS = 16
+# Work shared with a helper thread only from this many multiply-adds on: waking a sleeping helper takes tens of
+# microseconds here (an idle virtual CPU), more than half of a smaller product gains (a 1x1 conv 64 -> 64 at
+# 56x56, 12.8M: 194 us on OpenBLAS's own two threads, 253 in two shared bands; an empty two-block job 9 us
+# median, a 41 us ufunc pass split in two 100; measured here).
+SHARE_MACS = 1 << 25
 
 
 class _Job:
@@ -97,17 +117,19 @@ def _run(job: _Job, helpers: int) -> None:
 
 
 def split_columns(cols: int, block: Callable[[int, int], None]) -> None:
-    """Run ``block(lo, hi)`` over column ranges covering ``range(cols)``, shared with helper threads (as many
-    runners as BLAS has threads now), each range computed with BLAS on one thread."""
-    split_ranges(cols, block, MIN_BLOCK_COLUMNS)
+    """Run ``block(lo, hi)`` over column ranges covering ``range(cols)``, one per runner (as many runners as BLAS
+    has threads now), each range computed with BLAS on one thread."""
+    split_ranges(cols, block, MIN_BLOCK_COLUMNS, per_runner=1)
 
 
-def split_ranges(count: int, block: Callable[[int, int], None], min_size: int = 1) -> None:
-    """Run ``block(lo, hi)`` over ranges of at least ``min_size`` covering ``range(count)``, shared with helper
-    threads as :func:`split_columns` shares columns (any work that releases the GIL: BLAS, numpy's einsum)."""
+def split_ranges(
+    count: int, block: Callable[[int, int], None], min_size: int = 1, per_runner: int = 4
+) -> None:
+    """Run ``block(lo, hi)`` over ranges of at least ``min_size`` covering ``range(count)``, ``per_runner``
+    blocks a runner, shared with helper threads (any work that releases the GIL: BLAS, numpy's ufuncs)."""
     gate = blas.serial()
     runners = gate.threads()
-    blocks = min(4 * runners, count // max(1, min_size))
+    blocks = min(per_runner * runners, count // max(1, min_size))
     if runners <= 1:
         block(0, count)
         return
@@ -118,10 +140,30 @@ def split_ranges(count: int, block: Callable[[int, int], None], min_size: int = 
     gate(_run, _Job(lambda k: block(edges[k], edges[k + 1]), blocks), runners - 1)
 
 
-def matmul_columns(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """``out[...] = a @ b`` for 2-D ``a`` (M, K), ``b`` (K, L) and ``out`` (M, L), split by columns of ``b``."""
+def split_product(
+    rows: int, cols: int, by_rows: Callable[[int, int], None], by_cols: Callable[[int, int], None]
+) -> None:
+    """A product of ``rows`` x ``cols`` results computed in one block per runner along its longer side:
+    ``by_rows(lo, hi)`` computes rows ``[lo, hi)``, ``by_cols(lo, hi)`` columns ``[lo, hi)`` (each a run of BLAS
+    calls with BLAS on one thread); a product too small to split is one call of ``by_cols(0, cols)``."""
+    if rows >= 2 * MIN_BLOCK_ROWS and (rows >= cols or cols < 2 * MIN_BLOCK_COLUMNS):
+        split_ranges(rows, by_rows, MIN_BLOCK_ROWS, per_runner=1)
+    else:
+        split_ranges(cols, by_cols, MIN_BLOCK_COLUMNS, per_runner=1)
 
-    def block(lo: int, hi: int) -> None:
+
+def matmul_columns(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = a @ b`` for 2-D ``a`` (M, K), ``b`` (K, L) and ``out`` (M, L), split along its longer side
+    (``split_product``; the name kept from when only columns were split); under ``SHARE_MACS`` one call on
+    one BLAS thread."""
+
+    def rows(lo: int, hi: int) -> None:
+        np.matmul(a[lo:hi], b, out=out[lo:hi])
+
+    def cols(lo: int, hi: int) -> None:
         np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
 
-    split_columns(b.shape[1], block)
+    if a.shape[0] * a.shape[1] * b.shape[1] < SHARE_MACS:
+        blas.serial()(np.matmul, a, b, out=out)
+        return
+    split_product(a.shape[0], b.shape[1], rows, cols)

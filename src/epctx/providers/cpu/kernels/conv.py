@@ -19,13 +19,13 @@ from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu import fusion, layout, parallel
-from epctx.providers.cpu.cblas import gemm_for
 from epctx.providers.cpu.kernels.channel_rows import PixelRows, channel_rows
-from epctx.providers.cpu.kernels.conv_direct import Route, channels_last_bias, channels_last_fill, route_for
+from epctx.providers.cpu.kernels.conv_direct import Route, route_for
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
+from epctx.providers.cpu.kernels.conv_pointwise import pointwise_last
 from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
-from epctx.providers.cpu.kernels.im2col import biased_weights, phase_cols, phase_cols_fit
+from epctx.providers.cpu.kernels.im2col import Columns, band_rows, biased_weights
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
     Geometry,
@@ -196,6 +196,7 @@ class _ConvPlan:
         "pointwise",
         "pointwise_one",
         "serial",
+        "shared",
         "slices",
         "tiny",
         "w_shape",
@@ -221,12 +222,15 @@ class _ConvPlan:
             if self.depthwise and channels_last_fits(x_shape, w_shape, geo)
             else None
         )
-        self.flat_gemm = FlatGemm(geo) if flat_gemm_fits(x_shape, w_shape, geo, group) else None
+        # Small convolutions call BLAS on one thread (see blas.SERIAL_MACS).
+        macs = n * m * w_shape[1] * math.prod(geo.kernel) * self.l_out
+        # A large conv of one image shares its work with helper threads, in bands (parallel.SHARE_MACS).
+        self.shared = macs >= parallel.SHARE_MACS
+        fits = flat_gemm_fits(x_shape, w_shape, geo, group)
+        self.flat_gemm = FlatGemm(geo, self.shared) if fits else None
         self.winograd = (
             Winograd(x_shape, w_shape, geo) if winograd_fits(x_shape, w_shape, geo, group) else None
         )
-        # Small convolutions call BLAS on one thread (see blas.SERIAL_MACS).
-        macs = n * m * w_shape[1] * math.prod(geo.kernel) * self.l_out
         self.serial = blas.serial() if macs < blas.SERIAL_MACS else None
         # A small pointwise conv of one image is one GEMM called straight away (squeeze-excitation blocks:
         # 50 -> 200 channels at 1x1 was 10.6 us a call for a 1.5 us GEMM); OpenBLAS keeps one that small
@@ -299,65 +303,53 @@ class _ConvPlan:
         return self.pointwise_last(prep)(x)
 
     def pointwise_last(
-        self, prep: dict[str, Any], bias: np.ndarray | None = None
+        self,
+        prep: dict[str, Any],
+        bias: np.ndarray | None = None,
+        activation: fusion.Activation | None = None,
     ) -> Callable[[np.ndarray], np.ndarray]:
-        """A 1x1 conv of one image as (H * W, C) times W^T (C, M): the result (1, H, W, M), contiguous. From
-        channels-last memory both operands are row-major: 72 -> 24 channels at 28x28 24 us, where W x over the
-        transposed operand takes 33 (W x from NCHW: 20; measured here, one thread). W^T (kept in ``prep``) and
-        the shapes bound once. A constant ``bias`` (M,) is added too: written under the product, which the GEMM
-        adds to it (``cblas``, beta 1: a write pass instead of a pass reading and writing the result, 18-27 us a
-        conv on 56x56 and larger maps), else added after it."""
+        """A 1x1 conv of one image as (H * W, C) times W^T (C, M), the result (1, H, W, M) contiguous, with a
+        constant ``bias`` (M,) and ``activation`` (``conv_pointwise``); W^T kept in ``prep``."""
         w2t = prep.get("w2t")
         if w2t is None:
             w2t = prep["w2t"] = np.ascontiguousarray(prep["w2"].T)
         pixels = PixelRows(self.x_shape[1], self.l_out, len(self.geo.out))
-        (c, m), rows = w2t.shape, self.l_out
-        shape, flat = (1, *self.geo.out, m), (rows, m)
-        gemm = None if bias is None else gemm_for(w2t.dtype)
-        fill = None if gemm is None or bias is None else channels_last_fill(bias.astype(w2t.dtype), rows)
-        add = None if bias is None else channels_last_bias(bias, rows)
-        weights = (
-            w2t.ctypes.data
-        )  # its address, taken once (0.8 us an access): w2t lives as long as this closure
-
-        def run(x: np.ndarray) -> np.ndarray:
-            dtype = w2t.dtype if x.dtype == w2t.dtype else np.result_type(w2t.dtype, x.dtype)
-            y = np.empty(shape, dtype=dtype)
-            a = pixels(x)
-            if fill is not None and gemm is not None and a.dtype == dtype and a.flags.c_contiguous:
-                fill(y)
-                gemm(rows, m, c, a.ctypes.data, c, weights, m, 1.0, y.ctypes.data, m)
-                return y
-            np.matmul(a, w2t, out=y.reshape(flat))
-            if add is not None:
-                add(y)
-            return y
-
-        return run
+        return pointwise_last(w2t, pixels, self.geo.out, bias, activation, self.shared)
 
     def im2col_channels_last(
-        self, x: np.ndarray, prep: dict[str, Any], bias: np.ndarray | None = None
+        self,
+        x: np.ndarray,
+        prep: dict[str, Any],
+        bias: np.ndarray | None = None,
+        activation: fusion.Activation | None = None,
     ) -> np.ndarray:
         """An im2col conv of one image as cols^T (H * W, C * K) times W^T: the result (1, H, W, M), contiguous.
         A constant ``bias`` (M,) is added in the GEMM: a row of ones under the columns, the bias a last column
         of the weights (kept in ``prep``, whose bias it is), saving a pass over the result (a network's first
         conv, 3 -> 16 channels at 112x112: the bias's pass over (12544, 16) took 57 us; the GEMM 108 us either
-        way; measured here, one thread)."""
+        way; measured here, one thread). A large conv in bands of output rows shared with helper threads, each
+        band's ``activation`` applied while it is in cache."""
         w2 = prep["w2"] if bias is None else biased_weights(prep, bias)
-        k = x.shape[1] * math.prod(self.geo.kernel)
-        scratch = SCRATCH.take((w2.shape[1], self.l_out), x.dtype)
-        if phase_cols_fit(x.shape, self.geo):  # strided: from a phase split of the input (im2col.py)
-            phase_cols(x, self.geo, scratch[:k])
+        k, (m, rows) = x.shape[1] * math.prod(self.geo.kernel), w2.shape
+        y = np.empty((1, *self.geo.out, m), dtype=np.result_type(w2.dtype, x.dtype))
+        flat, source, w2t = y.reshape(self.l_out, m), Columns(x, self.geo), w2.T
+        per_row = self.l_out // max(1, self.geo.out[0])
+
+        def band(r0: int, r1: int) -> None:
+            scratch = SCRATCH.take((rows, (r1 - r0) * per_row), x.dtype)
+            source.fill(scratch[:k], r0, r1)  # strided: from a phase split of the input (im2col.py)
+            if bias is not None:
+                scratch[k] = 1
+            np.matmul(scratch.T, w2t, out=flat[r0 * per_row : r1 * per_row])
+            SCRATCH.give(scratch)
+            if activation is not None:  # after the bias: in the GEMM, or none
+                activation(flat[r0 * per_row : r1 * per_row])
+
+        if self.shared:  # bands of output rows shared with helper threads
+            parallel.split_ranges(self.geo.out[0], band, band_rows(per_row), per_runner=1)
         else:
-            xp = pad_input(x, self.geo)
-            view = window_view(xp, self.geo)  # (1, C, *K, *out)
-            np.copyto(scratch[:k].reshape(view.shape), view)
-            release_padded(x, xp)
-        if bias is not None:
-            scratch[k] = 1
-        y = np.empty((1, *self.geo.out, w2.shape[0]), dtype=np.result_type(w2.dtype, scratch.dtype))
-        np.matmul(scratch.T, w2.T, out=y.reshape(self.l_out, w2.shape[0]))
-        SCRATCH.give(scratch)
+            band(0, self.geo.out[0])
+        source.release()
         return y
 
     def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:

@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from epctx.providers.cpu import fusion, parallel
+from epctx.providers.cpu import fusion
 from epctx.providers.cpu.kernels.conv_short import short_conv, short_fits
 from epctx.providers.cpu.kernels.im2col import biased_weights, im2col_gemm
 
-__all__ = ["Route", "channels_last_bias", "channels_last_fill", "gate_of", "route_for"]
+__all__ = ["Route", "bias_rows", "channels_last_bias", "gate_of", "route_for"]
 
 Route = Callable[[np.ndarray], tuple[np.ndarray]]
 Gate = Callable[..., Any]
@@ -43,6 +43,7 @@ class _Plan(Protocol):
     pointwise_one: bool
     im2col_one: bool
     tiny: bool
+    shared: bool
 
     @property
     def serial(self) -> Gate | None: ...  # read-only here: the plan's is the gate's own type
@@ -50,10 +51,14 @@ class _Plan(Protocol):
     def run(self, x: np.ndarray, prep: dict[str, Any]) -> np.ndarray: ...
     def lean_gemm(self, w2: np.ndarray) -> Callable[[np.ndarray], np.ndarray]: ...
     def pointwise_last(
-        self, prep: dict[str, Any], bias: np.ndarray | None = None
+        self, prep: dict[str, Any], bias: np.ndarray | None = ..., activation: fusion.Activation | None = ...
     ) -> Callable[[np.ndarray], np.ndarray]: ...
     def im2col_channels_last(
-        self, x: np.ndarray, prep: dict[str, Any], bias: np.ndarray | None = None
+        self,
+        x: np.ndarray,
+        prep: dict[str, Any],
+        bias: np.ndarray | None = ...,
+        activation: fusion.Activation | None = ...,
     ) -> np.ndarray: ...
 
 
@@ -126,13 +131,17 @@ def _channels_last(
     fn: Callable[..., np.ndarray]
     if plan.channels_last is not None:
         fn = plan.channels_last.run_channels_last
-    elif plan.nhwc == "im2col":
+    elif plan.nhwc == "im2col":  # the bias in the GEMM, the activation by band, where the bias is constant
         fn = plan.im2col_channels_last
-        if add is not None and constant_bias:
-            args, add = (prep, add), None
-    else:  # a constant bias written under the product, which the GEMM adds to it (when cblas is found)
-        fn, args = plan.pointwise_last(prep, add if constant_bias else None), ()
-        add = None if constant_bias else add
+        if add is None or constant_bias:
+            args, add, activation = (prep, add, activation), None, None
+    else:  # a constant bias written under the product, which the GEMM adds to it; the activation by band
+        fused = add is None or constant_bias
+        fn, args = (
+            plan.pointwise_last(prep, add if constant_bias else None, activation if fused else None),
+            (),
+        )
+        add, activation = None if constant_bias else add, None if fused else activation
     gate = gate_of(plan)
     biased = None if add is None else channels_last_bias(add, pixels)
 
@@ -157,7 +166,7 @@ def channels_last_bias(add: np.ndarray, pixels: int) -> Callable[[np.ndarray], N
     rows of T pixels (T the largest divisor of ``pixels`` with T * C <= ``_BIAS_ROW``) with the bias tiled T
     times, laid out once: 12544 x 16 62 -> 28 us, 12544 x 32 76 -> 54, 3136 x 72 41 -> 30, 784 x 88 12 -> 9
     (one thread, load 3.3, measured here); one pixel a row where no T above 1 fits (C >= 1024)."""
-    row, shape = _bias_rows(add, pixels)
+    row, shape = bias_rows(add, pixels)
 
     def tiled(y: np.ndarray) -> None:
         rows = y.view()
@@ -167,20 +176,7 @@ def channels_last_bias(add: np.ndarray, pixels: int) -> Callable[[np.ndarray], N
     return tiled
 
 
-def channels_last_fill(bias: np.ndarray, pixels: int) -> Callable[[np.ndarray], None]:
-    """Writes ``bias`` (C,) into every pixel of a contiguous channels-last array of ``pixels`` pixels, over the
-    rows ``channels_last_bias`` adds over: the output a GEMM then adds its product to (``cblas``, beta 1)."""
-    row, shape = _bias_rows(bias, pixels)
-
-    def fill(y: np.ndarray) -> None:
-        rows = y.view()
-        rows.shape = shape
-        np.copyto(rows, row)
-
-    return fill
-
-
-def _bias_rows(bias: np.ndarray, pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
+def bias_rows(bias: np.ndarray, pixels: int) -> tuple[np.ndarray, tuple[int, int]]:
     """The bias tiled T times and the (pixels / T, T * C) rows of a channels-last array it spans (one pixel a
     row, the bias as it is, when no T above 1 fits)."""
     c = bias.size
@@ -190,28 +186,20 @@ def _bias_rows(bias: np.ndarray, pixels: int) -> tuple[np.ndarray, tuple[int, in
     return (np.tile(bias, tile) if tile > 1 else bias.reshape(-1)), (pixels // tile, tile * c)
 
 
-def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    np.matmul(a, b, out=out)
-
-
 def _im2col_biased(
     plan: _Plan, prep: dict[str, Any], bias: np.ndarray, activation: fusion.Activation | None
 ) -> Route:
     """A dense im2col conv of one image with a constant bias, NCHW: the bias added in the GEMM
-    (``im2col.im2col_gemm``), a large GEMM shared with helper threads as ``plan.run`` shares it."""
+    (``im2col.im2col_gemm``), a large conv in bands shared with helper threads."""
     w2b = biased_weights(prep, bias.reshape(-1))
-    matmul = parallel.matmul_columns if plan.serial is None else _matmul
+    shared = plan.shared
     gate = gate_of(plan)
     geo, shape = plan.geo, plan.out_shape
 
     def route(x: np.ndarray) -> tuple[np.ndarray]:
         if gate is None:
-            y = im2col_gemm(x, geo, w2b, shape, matmul)
-        else:
-            y = gate(im2col_gemm, x, geo, w2b, shape, matmul)
-        if activation is not None:
-            activation(y)
-        return (y,)
+            return (im2col_gemm(x, geo, w2b, shape, shared, activation),)
+        return (gate(im2col_gemm, x, geo, w2b, shape, shared, activation),)
 
     return route
 

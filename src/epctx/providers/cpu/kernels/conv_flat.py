@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from epctx.providers.cpu import blas_serial as blas
+from epctx.providers.cpu import parallel
 from epctx.providers.cpu.cblas import Gemm, gemm_for
 from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry
 
@@ -64,17 +65,18 @@ class FlatGemm:
     """A dense stride-1 2-D conv without an im2col copy: for each kernel offset k, ``W_k (M, C)`` times the
     shifted runs ``(C, oh * Wp)`` of the flattened padded input (a strided operand BLAS reads in place), summed.
     Measured on PP-OCRv4 det's 96 -> 24 channel 3x3 conv at 80x80, one thread: 9.9 ms with the im2col copy.
-    BLAS runs on one thread (the serial gate) and the columns are not shared with helper threads: a block is two
-    numpy calls per kernel offset, each taking the GIL back from the other thread, and shared blocks took twice
-    as long as one thread's (the YOLO of the corpus at two threads: 1367 against 643 us a call on its 40x40
-    convolutions; the whole model 33.9 ms shared, 24.4 not, 23.8 at one thread). The products are summed by the
-    GEMM itself where numpy's OpenBLAS is found (``cblas``: no temporary, no add pass per offset; 64 -> 64 at 56x56
-    2.48 -> 1.88 ms), else added by numpy."""
+    BLAS runs on one thread (the serial gate). The products are summed by the GEMM itself where numpy's OpenBLAS is
+    found (``cblas``: no temporary, no add pass per offset; 64 -> 64 at 56x56 2.48 -> 1.88 ms), else added by
+    numpy. A ``shared`` conv with ``cblas`` is one block of rows or columns per runner (``parallel``), each block
+    all nine GEMMs of its part: 64 -> 64 at 56x56, two threads, 1594 -> 958 us. (Blocks of numpy calls, two a kernel
+    offset taking the GIL back from the other thread, took twice as long as one thread: the YOLO of the corpus at
+    two threads 33.9 ms shared, 23.8 at one thread; those stay on one.)"""
 
-    __slots__ = ("layout",)
+    __slots__ = ("layout", "shared")
 
-    def __init__(self, geo: Geometry) -> None:
+    def __init__(self, geo: Geometry, shared: bool = False) -> None:
         self.layout = FlatLayout(geo)
+        self.shared = shared  # large enough to share with helper threads (``blas.SERIAL_MACS``)
 
     def run(self, x: np.ndarray, wk: np.ndarray) -> np.ndarray:
         layout = self.layout
@@ -84,7 +86,9 @@ class FlatGemm:
         y = np.empty((n, m, length), dtype=dt)
         plain = buf.dtype == wk.dtype == dt and buf.flags.c_contiguous and wk.flags.c_contiguous
         gemm = gemm_for(dt) if plain else None
-        if gemm is not None:
+        if gemm is not None and self.shared:
+            self._summed(gemm, buf, wk, y)  # gated per block (parallel.split_ranges)
+        elif gemm is not None:
             blas.serial()(self._summed, gemm, buf, wk, y)
         else:
             blas.serial()(self._added, buf, wk, y)
@@ -94,16 +98,51 @@ class FlatGemm:
     def _summed(self, gemm: Gemm, buf: np.ndarray, wk: np.ndarray, y: np.ndarray) -> None:
         """Each kernel offset's product added to ``y`` by the GEMM itself (``cblas``: beta 1 after the first):
         ``buf`` (N, C, size), ``wk`` (K, M, C) and ``y`` (N, M, length), all C-contiguous, of one dtype, alive
-        for the calls (the addresses are theirs)."""
+        for the calls (the addresses are theirs). A large conv in one block of rows or columns per runner
+        (``parallel.split_product``: each block all the offsets' GEMMs, which release the GIL)."""
         n, c, size = buf.shape
         m, length = y.shape[1], y.shape[2]
         item = buf.itemsize
-        weights, step = wk.ctypes.data, wk.strides[0]
+        weights, step, shifts = wk.ctypes.data, wk.strides[0], self.layout.shifts
         for i in range(n):
             xb, yb = buf.ctypes.data + i * buf.strides[0], y.ctypes.data + i * y.strides[0]
-            for k, shift in enumerate(self.layout.shifts):
-                beta = 0.0 if k == 0 else 1.0
-                gemm(m, length, c, weights + k * step, c, xb + shift * item, size, beta, yb, length)
+
+            def rows(lo: int, hi: int, xb: int = xb, yb: int = yb) -> None:
+                w0, y0 = weights + lo * c * item, yb + lo * length * item
+                for k, shift in enumerate(shifts):
+                    gemm(
+                        hi - lo,
+                        length,
+                        c,
+                        w0 + k * step,
+                        c,
+                        xb + shift * item,
+                        size,
+                        0.0 if k == 0 else 1.0,
+                        y0,
+                        length,
+                    )
+
+            def cols(lo: int, hi: int, xb: int = xb, yb: int = yb) -> None:
+                x0, y0 = xb + lo * item, yb + lo * item
+                for k, shift in enumerate(shifts):
+                    gemm(
+                        m,
+                        hi - lo,
+                        c,
+                        weights + k * step,
+                        c,
+                        x0 + shift * item,
+                        size,
+                        0.0 if k == 0 else 1.0,
+                        y0,
+                        length,
+                    )
+
+            if self.shared:
+                parallel.split_product(m, length, rows, cols)
+            else:
+                cols(0, length)
 
     def _added(self, buf: np.ndarray, wk: np.ndarray, y: np.ndarray) -> None:
         """numpy's form (no cblas GEMM, or mixed dtypes): each product into a temporary, added to ``y``."""

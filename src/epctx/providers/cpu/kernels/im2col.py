@@ -17,11 +17,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from epctx.providers.cpu import parallel
 from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry, pad_input, release_padded, window_view
 
-__all__ = ["biased_weights", "im2col_gemm", "phase_cols", "phase_cols_fit"]
+__all__ = ["Columns", "band_rows", "biased_weights", "im2col_gemm", "phase_cols", "phase_cols_fit"]
 
-MatMul = Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (a, b, out): out[...] = a @ b
+_ALL = slice(None)
 
 
 def phase_cols_fit(x_shape: tuple[int, ...], geo: Geometry) -> bool:
@@ -43,9 +44,8 @@ def _range(begin: int, size: int, phase: int, stride: int, extent: int) -> tuple
     return m0, max(m0, m1)
 
 
-def phase_cols(x: np.ndarray, geo: Geometry, cols: np.ndarray) -> None:
-    """Fills ``cols`` (C * KH * KW, OH * OW), rows ordered as a (C, KH, KW) window view's, for ``x`` (1, C, H, W)
-    (``phase_cols_fit``)."""
+def _phases(x: np.ndarray, geo: Geometry) -> np.ndarray:
+    """The phase split ``P`` (C, SH, SW, HQ, WQ) of ``x`` (1, C, H, W), from SCRATCH (give it back)."""
     c, h, w = x.shape[1:]
     (sh, sw), (kh, kw), (oh, ow) = geo.strides, geo.kernel, geo.out
     hq, wq = oh + (kh - 1) // sh, ow + (kw - 1) // sw
@@ -63,11 +63,50 @@ def phase_cols(x: np.ndarray, geo: Geometry, cols: np.ndarray) -> None:
             if m1 > m0 and n1 > n0:
                 rows = x[0, :, a + sh * m0 - top :: sh, b + sw * n0 - left :: sw]
                 plane[:, m0:m1, n0:n1] = rows[:, : m1 - m0, : n1 - n0]
-    out = cols.reshape(c, kh, kw, oh, ow)
-    for p in range(kh):
-        for q in range(kw):
-            out[:, p, q] = phases[:, p % sh, q % sw, p // sh : p // sh + oh, q // sw : q // sw + ow]
-    SCRATCH.give(phases)
+    return phases
+
+
+def phase_cols(x: np.ndarray, geo: Geometry, cols: np.ndarray) -> None:
+    """Fills ``cols`` (C * KH * KW, OH * OW), rows ordered as a (C, KH, KW) window view's, for ``x`` (1, C, H, W)
+    (``phase_cols_fit``)."""
+    source = Columns(x, geo)
+    source.fill(cols, 0, geo.out[0])
+    source.release()
+
+
+class Columns:
+    """The im2col columns of one image ``x`` (1, C, *spatial), filled a band of output rows at a time (a
+    band's columns built and multiplied by the thread that takes it, ``im2col_gemm``): from a phase split of
+    the input where the conv is strided (``phase_cols_fit``), else from the padded input's window view."""
+
+    __slots__ = ("geo", "phases", "view", "x", "xp")
+
+    def __init__(self, x: np.ndarray, geo: Geometry) -> None:
+        self.geo, self.x = geo, x
+        self.phases = _phases(x, geo) if phase_cols_fit(x.shape, geo) else None
+        self.xp = pad_input(x, geo) if self.phases is None else None
+        self.view = None if self.xp is None else window_view(self.xp, geo)[0]  # (C, *K, *out)
+
+    def fill(self, cols: np.ndarray, r0: int, r1: int) -> None:
+        """``cols`` (C * prod(K), (r1 - r0) * prod(out[1:])): the columns of output rows [r0, r1)."""
+        geo = self.geo
+        if self.view is not None:
+            view = self.view[(_ALL,) * (1 + len(geo.kernel)) + (slice(r0, r1),)]
+            np.copyto(cols.reshape(view.shape), view)
+            return
+        phases, (sh, sw), (kh, kw), ow = self.phases, geo.strides, geo.kernel, geo.out[1]
+        assert phases is not None
+        out = cols.reshape(phases.shape[0], kh, kw, r1 - r0, ow)
+        for p in range(kh):
+            for q in range(kw):
+                rows = slice(p // sh + r0, p // sh + r1)
+                out[:, p, q] = phases[:, p % sh, q % sw, rows, q // sw : q // sw + ow]
+
+    def release(self) -> None:
+        if self.phases is not None:
+            SCRATCH.give(self.phases)
+        if self.xp is not None:
+            release_padded(self.x, self.xp)
 
 
 def biased_weights(prep: dict[str, np.ndarray], bias: np.ndarray) -> np.ndarray:
@@ -81,24 +120,50 @@ def biased_weights(prep: dict[str, np.ndarray], bias: np.ndarray) -> np.ndarray:
 
 
 def im2col_gemm(
-    x: np.ndarray, geo: Geometry, w2b: np.ndarray, out_shape: tuple[int, ...], matmul: MatMul
+    x: np.ndarray,
+    geo: Geometry,
+    w2b: np.ndarray,
+    out_shape: tuple[int, ...],
+    shared: bool,
+    activation: Callable[[np.ndarray], None] | None = None,
 ) -> np.ndarray:
     """A dense conv of one image (1, C, *spatial) as W (M, K + 1) times its columns (K + 1, L), the bias the
     last weight column against a row of ones (no pass over the result to add it); columns from a phase split
-    where the conv is strided (``phase_cols``). YOLO's stem, 3 -> 16 channels, 3x3, stride 2 at 320x320: the
+    where the conv is strided (``Columns``). YOLO's stem, 3 -> 16 channels, 3x3, stride 2 at 320x320: the
     window copy (its inner axis stepping by the stride) and the bias's pass over (16, 25600) took 1148 us of
-    the conv's 1348 with SiLU (one thread, load 4, measured here)."""
-    k, length = w2b.shape[1] - 1, math.prod(geo.out)
-    cols = SCRATCH.take((k + 1, length), x.dtype)
-    if phase_cols_fit(x.shape, geo):
-        phase_cols(x, geo, cols[:k])
+    the conv's 1348 with SiLU (one thread, load 4, measured here). A ``shared`` conv (large) is computed in bands
+    of output rows, one per runner, each building its columns, multiplying them and applying ``activation`` (in
+    place, or None) to its part of the result while it is in cache (``parallel``)."""
+    k, length, m = w2b.shape[1] - 1, math.prod(geo.out), w2b.shape[0]
+    y = np.empty(out_shape, dtype=np.result_type(w2b.dtype, x.dtype))
+    flat, source = y.reshape(m, length), Columns(x, geo)
+    per_row = length // max(1, geo.out[0])
+
+    def band(r0: int, r1: int) -> None:
+        cols = SCRATCH.take((k + 1, (r1 - r0) * per_row), x.dtype)
+        source.fill(cols[:k], r0, r1)
+        cols[k] = 1
+        np.matmul(w2b, cols, out=flat[:, r0 * per_row : r1 * per_row])
+        SCRATCH.give(cols)
+        if activation is not None:
+            activation(flat[:, r0 * per_row : r1 * per_row])
+
+    if shared and length < 2 * parallel.MIN_BLOCK_COLUMNS:  # few columns: all of them, the rows split
+        cols = SCRATCH.take((k + 1, length), x.dtype)
+        source.fill(cols[:k], 0, geo.out[0])
+        cols[k] = 1
+        parallel.matmul_columns(w2b, cols, flat)
+        SCRATCH.give(cols)
+        if activation is not None:
+            activation(flat)
+    elif shared:
+        parallel.split_ranges(geo.out[0], band, band_rows(per_row), per_runner=1)
     else:
-        xp = pad_input(x, geo)
-        view = window_view(xp, geo)  # (1, C, *K, *out)
-        np.copyto(cols[:k].reshape(view.shape), view)
-        release_padded(x, xp)
-    cols[k] = 1
-    y = np.empty(out_shape, dtype=np.result_type(w2b.dtype, cols.dtype))
-    matmul(w2b, cols, y.reshape(w2b.shape[0], length))
-    SCRATCH.give(cols)
+        band(0, geo.out[0])
+    source.release()
     return y
+
+
+def band_rows(per_row: int) -> int:
+    """The fewest output rows of a shared band: at least ``parallel.MIN_BLOCK_COLUMNS`` columns."""
+    return -(-parallel.MIN_BLOCK_COLUMNS // max(1, per_row))
