@@ -83,7 +83,6 @@ CASES = {
     "one-dimensional": lambda: (_dense((1, 64, 2048), (128, 64, 5), "relu", pads=[2, 2]), (1, 64, 2048)),
     "few-columns-rows-split": lambda: (_dense((1, 256, 7, 7), (512, 256, 3, 3), "relu", pads=[1] * 4), (1, 256, 7, 7)),
     "channels-last-im2col": lambda: (_handing((1, 16, 128, 128), (64, 16, 3, 3), strides=[2, 2], pads=[1] * 4), (1, 16, 128, 128)),
-    "channels-last-pointwise": lambda: (_pointwise((1, 128, 56, 56), 128), (1, 128, 56, 56)),
 }  # fmt: skip
 
 
@@ -120,3 +119,36 @@ def test_a_product_under_share_macs_is_one_call_on_one_thread(monkeypatch: pytes
     out = np.empty((64, 1024), np.float32)
     parallel.matmul_columns(a, b, out)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_a_large_channels_last_pointwise_conv_is_one_call_with_its_epilogue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 1x1 conv reading channels-last memory: one GEMM on OpenBLAS's own threads (not bands: faster here),
+    its bias written under the product and its Relu applied in the same call; onnxruntime's numbers."""
+    from epctx.providers.cpu import blas_serial, parallel
+    from epctx.providers.cpu.kernels import conv_pointwise
+
+    monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
+    jobs: list[int] = []
+    real = parallel._run
+    monkeypatch.setattr(parallel, "_run", lambda job, helpers: (jobs.append(job.blocks), real(job, helpers)))
+    made: list[Any] = []
+    original = conv_pointwise.pointwise_last
+
+    def spied(*args: Any) -> Any:
+        made.append(args[4])  # the activation handed to it
+        return original(*args)
+
+    monkeypatch.setattr(conv_pointwise, "pointwise_last", spied)
+    from epctx.providers.cpu.kernels import conv
+
+    monkeypatch.setattr(conv, "pointwise_last", spied)
+    data = _pointwise((1, 128, 56, 56), 128)
+    x = RNG.standard_normal((1, 128, 56, 56)).astype(np.float32)
+    sess = epctx.InferenceSession(data)
+    expected = run_ort(data, {"x": x})[0]
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, atol=2e-4, rtol=1e-4)
+    assert made and all(fn is not None for fn in made)  # the Relu went with the product
+    assert 2 not in jobs, jobs  # only the depthwise convs shared rows (more blocks)

@@ -314,7 +314,7 @@ class _ConvPlan:
         if w2t is None:
             w2t = prep["w2t"] = np.ascontiguousarray(prep["w2"].T)
         pixels = PixelRows(self.x_shape[1], self.l_out, len(self.geo.out))
-        return pointwise_last(w2t, pixels, self.geo.out, bias, activation, self.shared)
+        return pointwise_last(w2t, pixels, self.geo.out, bias, activation)
 
     def im2col_channels_last(
         self,

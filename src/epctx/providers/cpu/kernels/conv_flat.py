@@ -76,7 +76,7 @@ class FlatGemm:
 
     def __init__(self, geo: Geometry, shared: bool = False) -> None:
         self.layout = FlatLayout(geo)
-        self.shared = shared  # large enough to share with helper threads (``blas.SERIAL_MACS``)
+        self.shared = shared  # large enough to share with helper threads (``parallel.SHARE_MACS``)
 
     def run(self, x: np.ndarray, wk: np.ndarray) -> np.ndarray:
         layout = self.layout
@@ -104,40 +104,20 @@ class FlatGemm:
         m, length = y.shape[1], y.shape[2]
         item = buf.itemsize
         weights, step, shifts = wk.ctypes.data, wk.strides[0], self.layout.shifts
+
+        def offsets(rows: int, cols: int, w0: int, x0: int, y0: int) -> None:
+            for k, shift in enumerate(shifts):
+                beta = 0.0 if k == 0 else 1.0
+                gemm(rows, cols, c, w0 + k * step, c, x0 + shift * item, size, beta, y0, length)
+
         for i in range(n):
             xb, yb = buf.ctypes.data + i * buf.strides[0], y.ctypes.data + i * y.strides[0]
 
             def rows(lo: int, hi: int, xb: int = xb, yb: int = yb) -> None:
-                w0, y0 = weights + lo * c * item, yb + lo * length * item
-                for k, shift in enumerate(shifts):
-                    gemm(
-                        hi - lo,
-                        length,
-                        c,
-                        w0 + k * step,
-                        c,
-                        xb + shift * item,
-                        size,
-                        0.0 if k == 0 else 1.0,
-                        y0,
-                        length,
-                    )
+                offsets(hi - lo, length, weights + lo * c * item, xb, yb + lo * length * item)
 
             def cols(lo: int, hi: int, xb: int = xb, yb: int = yb) -> None:
-                x0, y0 = xb + lo * item, yb + lo * item
-                for k, shift in enumerate(shifts):
-                    gemm(
-                        m,
-                        hi - lo,
-                        c,
-                        weights + k * step,
-                        c,
-                        x0 + shift * item,
-                        size,
-                        0.0 if k == 0 else 1.0,
-                        y0,
-                        length,
-                    )
+                offsets(m, hi - lo, weights, xb + lo * item, yb + lo * item)
 
             if self.shared:
                 parallel.split_product(m, length, rows, cols)
