@@ -637,7 +637,7 @@ def test_resize_nearest_halfway_sweep() -> None:
 @pytest.mark.parametrize(
     ("xs", "attrs"),
     [
-        ((2, 32, 40, 56), {"pads": [1, 1, 1, 1]}),
+        ((2, 32, 80, 56), {"pads": [1, 1, 1, 1]}),
         ((1, 64, 30, 200), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
     ],
     ids=["blocks", "phases"],
@@ -645,7 +645,7 @@ def test_resize_nearest_halfway_sweep() -> None:
 def test_depthwise_rows_shared_with_helper_threads(
     xs: tuple[int, ...], attrs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A depthwise conv of >= 2^20 multiply-adds splits its output rows over two runners (the caller and a
+    """A depthwise conv of >= 2^21 multiply-adds splits its output rows over two runners (the caller and a
     helper thread, einsum releasing the GIL): the same numbers as onnxruntime."""
     from epctx.providers.cpu import blas_serial, parallel
 
@@ -653,9 +653,9 @@ def test_depthwise_rows_shared_with_helper_threads(
     calls: list[int] = []
     split = parallel.split_ranges
 
-    def counted(count: int, block: Any, min_size: int = 1) -> None:
+    def counted(count: int, block: Any, min_size: int = 1, per_runner: int = 4) -> None:
         calls.append(count)
-        split(count, block, min_size)
+        split(count, block, min_size, per_runner)
 
     monkeypatch.setattr(parallel, "split_ranges", counted)
     k = 3 if attrs["pads"][0] == 1 else 5

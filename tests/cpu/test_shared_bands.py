@@ -151,4 +151,17 @@ def test_a_large_channels_last_pointwise_conv_is_one_call_with_its_epilogue(
     for _ in range(2):
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, atol=2e-4, rtol=1e-4)
     assert made and all(fn is not None for fn in made)  # the Relu went with the product
-    assert 2 not in jobs, jobs  # only the depthwise convs shared rows (more blocks)
+    assert len(jobs) == 4, jobs  # the two depthwise convs shared their rows, twice each; the 1x1 conv did not
+
+
+def test_a_shared_depthwise_conv_is_not_run_under_the_one_thread_gate() -> None:
+    """A channels-last depthwise conv shares its rows itself: run under the one-thread BLAS gate, its
+    ``split_ranges`` saw one runner and never shared (the gate sets OpenBLAS's count to 1 for the call)."""
+    from epctx.providers.cpu.kernels.conv import _ConvPlan
+    from epctx.providers.cpu.kernels.conv_direct import gate_of
+    from epctx.providers.cpu.kernels.windows import spatial_geometry
+
+    geo = spatial_geometry((112, 112), [3, 3], [1, 1], [1, 1], [1] * 4, "NOTSET", ceil_mode=False, node="dw")
+    plan = _ConvPlan((1, 32, 112, 112), (32, 1, 3, 3), geo, 32)
+    assert plan.channels_last is not None and plan.channels_last.shares
+    assert gate_of(plan) is None

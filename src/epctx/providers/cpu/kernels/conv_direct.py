@@ -63,15 +63,15 @@ class _Plan(Protocol):
 
 
 def gate_of(plan: _Plan) -> Gate | None:
-    """The one-thread gate ``plan``'s calls need, or None: none for a large conv (its GEMM is shared by blocks,
+    """The one-thread gate ``plan``'s calls need, or None: none for a large conv (its work is shared in bands,
     ``parallel.py``), none when no BLAS call of it could use more than one thread: OpenBLAS keeps a GEMM of
     under 2^18 multiply-adds on one thread itself (``plan.tiny``: each GEMM of a conv is at most the conv), and a
-    channels-last depthwise conv calls no BLAS, only asks for helper threads when its einsum is large
-    (``shares``)."""
+    channels-last depthwise conv calls no BLAS (under the gate, a large one's row sharing saw one runner, the
+    gate's count, and never shared)."""
     if plan.serial is None:
         return None
     if plan.channels_last is not None:
-        return plan.serial if plan.channels_last.shares else None
+        return None
     return None if plan.tiny else plan.serial
 
 

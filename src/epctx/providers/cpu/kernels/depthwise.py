@@ -255,7 +255,7 @@ class DepthwiseChannelsLast:
         for first, shape, strides, k0, k1, r0, r1 in found.bands:
             _c_einsum(self.eq, _window(buf, first, shape, strides), w[k0:k1], out=y[:, r0:r1])
         for r0, r1, k0, k1 in found.shared:
-            parallel.split_ranges(r1 - r0, found.rows(buf, w, y, r0, k0, k1))
+            parallel.split_ranges(r1 - r0, found.rows(buf, w, y, r0, k0, k1), per_runner=1)
         return y.reshape(found.result)
 
 
@@ -319,8 +319,11 @@ class _Layout:
 _PADDED = ScratchPool(64 << 20, fresh=np.zeros)
 
 
-# A depthwise conv of at least this many multiply-adds shares its output rows with helper threads.
-_SHARED_MACS = 1 << 20
+# A depthwise conv of at least this many multiply-adds shares its output rows with a helper thread, in one band
+# per runner: a shared job costs ~40 us more than its work here (the helper's wake-up, its block's cold cache), so
+# smaller convs lose (64 channels at 56x56, 3x3, 1.8M: 258 us whole, 241 in two bands, 289 in four; 32 at
+# 112x112, 3.6M: 545 -> 453 in two bands, 493 in four; two threads, median, measured here).
+_SHARED_MACS = 1 << 21
 
 
 def _find_c_einsum() -> Callable[..., Any]:
