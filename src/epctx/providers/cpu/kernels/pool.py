@@ -14,6 +14,7 @@ import numpy as np
 
 from epctx.ep import Kernel
 from epctx.providers.cpu import blas_serial as blas
+from epctx.providers.cpu.kernels.pool_max import UnpaddedMax
 from epctx.providers.cpu.kernels.windows import (
     Geometry,
     ints,
@@ -148,9 +149,17 @@ def _max_pool(info: NodeInfo) -> Kernel:
     with_indices = info.has_output(1)
     column_major = int(info.get("storage_order", 0)) == 1
     plans = _plan_cache(info, _index_offsets(column_major) if with_indices else None)
+    unpadded: dict[tuple[int, ...], UnpaddedMax | None] = {}  # per input shape (pool_max.py)
 
     def run(x: np.ndarray) -> tuple[np.ndarray, ...]:
         plan = plans(x.shape)
+        if not with_indices:
+            if x.shape not in unpadded:
+                pays = UnpaddedMax.pays(plan.geo, x.shape)
+                unpadded[x.shape] = UnpaddedMax(plan.geo, x.shape[2:]) if pays else None
+            fast = unpadded[x.shape]
+            if fast is not None:
+                return (fast(x),)
         xp = pad_input(x, plan.geo, _lowest(x.dtype))
         result = (plan.reduce_max(xp),) if not with_indices else _max_with_indices(plan, xp, x.shape)
         release_padded(x, xp)
