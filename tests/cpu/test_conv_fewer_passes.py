@@ -364,33 +364,22 @@ def test_narrow_maps_take_im2col_not_flat_gemms(
     assert (runs, spy.calls) == ((2, 0) if flat else (0, 2))
 
 
-def test_flat_gemms_share_one_block_per_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    """At two BLAS threads a large flat GEMM (cblas) is two blocks, each all nine offsets' GEMMs of its part,
-    one taken by a helper thread (blocks of numpy calls took the GIL back and forth: the corpus YOLO at two
-    threads 33.9 ms shared that way, 24.4 not); the same numbers as onnxruntime."""
-    from epctx.providers.cpu import blas_serial, parallel
+def test_flat_gemms_share_one_block_per_runner(shared_jobs: list[int]) -> None:
+    """At two runners a large flat GEMM (cblas) is two blocks, each all nine offsets' GEMMs of its part, one
+    taken by a helper thread (blocks of numpy calls took the GIL back and forth: the corpus YOLO at two threads
+    33.9 ms shared that way, 24.4 not); the same numbers as onnxruntime."""
     from epctx.providers.cpu.cblas import gemm_for
 
-    if blas_serial.serial().set_threads is None or gemm_for(np.dtype(np.float32)) is None:
-        pytest.skip("numpy's BLAS is not an OpenBLAS this process sets threads of and calls")
-    jobs: list[int] = []
-    real = parallel._run
-
-    def counted(job: Any, helpers: int) -> None:
-        jobs.append(job.blocks)
-        real(job, helpers)
-
-    monkeypatch.setattr(parallel, "_run", counted)
+    if gemm_for(np.dtype(np.float32)) is None:
+        pytest.skip("numpy's BLAS is not an OpenBLAS whose cblas_sgemm this process calls")
     data = _model((1, 64, 40, 40), (64, 64, 3, 3), IDENTITY, pads=[1] * 4)
-    so = epctx.SessionOptions()
-    so.intra_op_num_threads = 2
-    sess = epctx.InferenceSession(data, so)
+    sess = epctx.InferenceSession(data)
     x = _array(1, 64, 40, 40)
     for _ in range(2):
         np.testing.assert_allclose(
             sess.run(None, {"x": x})[0], run_ort(data, {"x": x})[0], atol=1e-4, rtol=1e-4
         )
-    assert jobs == [2, 2], jobs
+    assert shared_jobs == [2, 2]
 
 
 @pytest.mark.parametrize("op", ["HardSigmoid", "HardSwish"])
@@ -429,6 +418,13 @@ MAX_POOLS = {
     "1d": ((2, 4, 30), {"kernel_shape": [5], "pads": [2, 2]}),
     "3d": ((1, 2, 6, 7, 8), {"kernel_shape": [3, 3, 3], "pads": [1] * 6}),
     "same_upper": ((1, 3, 11, 11), {"kernel_shape": [4, 4], "auto_pad": "SAME_UPPER"}),
+    "same_lower": ((1, 8, 11, 11), {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}),
+    # large, strided and padded: without the padded copy (pool_max.py)
+    "resnet_stem": ((1, 64, 112, 112), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}),
+    "strided_asymmetric": (
+        (2, 32, 75, 64),
+        {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [1, 0, 0, 1]},
+    ),
 }
 
 

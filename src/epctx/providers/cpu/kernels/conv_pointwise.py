@@ -3,10 +3,11 @@
 From channels-last memory both operands are row-major: 72 -> 24 channels at 28x28 24 us, where W x over the
 transposed operand takes 33 (W x from NCHW: 20; measured here, one thread). A constant bias is written under
 the product, which the GEMM adds to it (``cblas``, beta 1: a write pass instead of a pass reading and writing
-the result, 18-27 us a conv on 56x56 and larger maps), then the epilogue's activation. One GEMM call on
-OpenBLAS's own threads, not bands shared with a helper thread (``parallel``): with one call to split, OpenBLAS's
-spinning threads start sooner than a sleeping helper (two threads, median: 480 -> 480 channels at 6x80 838 us
-against 1103 in two bands; 128 -> 128 at 56x56 507 against 929; measured here).
+the result, 18-27 us a conv on 56x56 and larger maps), then the epilogue's activation. One GEMM call (on one
+BLAS thread under ``blas_serial.SERIAL_MACS``, else on OpenBLAS's own threads), not bands shared with a helper
+thread (``parallel``): with one call to split, OpenBLAS's spinning threads start sooner than a sleeping helper
+(two threads, median: 480 -> 480 channels at 6x80 838 us against 1103 in two bands; 128 -> 128 at 56x56 507
+against 929; measured here).
 """
 
 from __future__ import annotations
@@ -35,34 +36,24 @@ def pointwise_last(
     (c, m), rows = w2t.shape, pixels.length
     shape, flat = (1, *out, m), (rows, m)
     gemm = gemm_for(w2t.dtype)
-    if bias is not None:
-        row, (tiles, width) = bias_rows(bias.astype(w2t.dtype), rows)
-    else:
-        row, (tiles, width) = None, (rows, m)
+    # the bias tiled along rows of the result (``bias_rows``), written before the GEMM adds its product
+    row, tiled = bias_rows(bias.astype(w2t.dtype), rows) if bias is not None else (None, flat)
     add = None if bias is None else channels_last_bias(bias, rows)
     weights = w2t.ctypes.data  # its address, taken once (0.8 us an access): w2t lives as long as this closure
     beta = 0.0 if bias is None else 1.0
-
-    def product(a: np.ndarray, y: np.ndarray) -> None:
-        """``y`` (rows, M): the bias written, the product added to it (cblas), the activation applied."""
-        if row is not None:
-            np.copyto(y.reshape(tiles, width), row)
-        assert gemm is not None
-        gemm(rows, m, c, a.ctypes.data, c, weights, m, beta, y.ctypes.data, m)
-        if activation is not None:
-            activation(y)
 
     def run(x: np.ndarray) -> np.ndarray:
         dtype = w2t.dtype if x.dtype == w2t.dtype else np.result_type(w2t.dtype, x.dtype)
         y = np.empty(shape, dtype=dtype)
         a = pixels(x)
-        y2 = y.reshape(flat)
         if gemm is not None and a.dtype == dtype and a.flags.c_contiguous:
-            product(a, y2)
-            return y
-        np.matmul(a, w2t, out=y2)
-        if add is not None:
-            add(y)
+            if row is not None:
+                np.copyto(y.reshape(tiled), row)
+            gemm(rows, m, c, a.ctypes.data, c, weights, m, beta, y.ctypes.data, m)
+        else:
+            np.matmul(a, w2t, out=y.reshape(flat))
+            if add is not None:
+                add(y)
         if activation is not None:
             activation(y)
         return y

@@ -20,7 +20,14 @@ import numpy as np
 from epctx.providers.cpu import parallel
 from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry, pad_input, release_padded, window_view
 
-__all__ = ["Columns", "band_rows", "biased_weights", "im2col_gemm", "phase_cols", "phase_cols_fit"]
+__all__ = [
+    "Columns",
+    "banded_columns",
+    "biased_weights",
+    "im2col_gemm",
+    "phase_cols",
+    "phase_cols_fit",
+]
 
 _ALL = slice(None)
 
@@ -134,36 +141,49 @@ def im2col_gemm(
     the conv's 1348 with SiLU (one thread, load 4, measured here). A ``shared`` conv (large) is computed in bands
     of output rows, one per runner, each building its columns, multiplying them and applying ``activation`` (in
     place, or None) to its part of the result while it is in cache (``parallel``)."""
-    k, length, m = w2b.shape[1] - 1, math.prod(geo.out), w2b.shape[0]
+    length, m = math.prod(geo.out), w2b.shape[0]
     y = np.empty(out_shape, dtype=np.result_type(w2b.dtype, x.dtype))
-    flat, source = y.reshape(m, length), Columns(x, geo)
-    per_row = length // max(1, geo.out[0])
+    flat = y.reshape(m, length)
+    few = shared and length < 2 * parallel.MIN_BLOCK_COLUMNS  # few columns: one band, the GEMM's rows split
 
-    def band(r0: int, r1: int) -> None:
-        cols = SCRATCH.take((k + 1, (r1 - r0) * per_row), x.dtype)
-        source.fill(cols[:k], r0, r1)
-        cols[k] = 1
-        np.matmul(w2b, cols, out=flat[:, r0 * per_row : r1 * per_row])
-        SCRATCH.give(cols)
+    def product(cols: np.ndarray, a: int, b: int) -> None:
+        out = flat[:, a:b]
+        if few:
+            parallel.matmul_columns(w2b, cols, out)
+        else:
+            np.matmul(w2b, cols, out=out)
         if activation is not None:
-            activation(flat[:, r0 * per_row : r1 * per_row])
+            activation(out)
 
-    if shared and length < 2 * parallel.MIN_BLOCK_COLUMNS:  # few columns: all of them, the rows split
-        cols = SCRATCH.take((k + 1, length), x.dtype)
-        source.fill(cols[:k], 0, geo.out[0])
-        cols[k] = 1
-        parallel.matmul_columns(w2b, cols, flat)
-        SCRATCH.give(cols)
-        if activation is not None:
-            activation(flat)
-    elif shared:
-        parallel.split_ranges(geo.out[0], band, band_rows(per_row), per_runner=1)
-    else:
-        band(0, geo.out[0])
-    source.release()
+    banded_columns(x, geo, w2b.shape[1], shared and not few, product)
     return y
 
 
-def band_rows(per_row: int) -> int:
+def banded_columns(
+    x: np.ndarray, geo: Geometry, rows: int, shared: bool, product: Callable[[np.ndarray, int, int], None]
+) -> None:
+    """The im2col columns of ``x`` (1, C, *spatial), ``rows`` of them (C * prod(K), and a last row of ones where
+    ``rows`` is one more: a bias in the GEMM), built a band of output rows at a time and handed to ``product(cols,
+    a, b)``, which computes result columns [a, b) from them: one band, or, ``shared``, one per runner
+    (``parallel``), each built and multiplied by the thread that takes it."""
+    k, source = x.shape[1] * math.prod(geo.kernel), Columns(x, geo)
+    per_row = math.prod(geo.out) // max(1, geo.out[0])
+
+    def band(r0: int, r1: int) -> None:
+        cols = SCRATCH.take((rows, (r1 - r0) * per_row), x.dtype)
+        source.fill(cols[:k], r0, r1)
+        if rows > k:
+            cols[k] = 1
+        product(cols, r0 * per_row, r1 * per_row)
+        SCRATCH.give(cols)
+
+    if shared:
+        parallel.split_ranges(geo.out[0], band, _band_rows(per_row), per_runner=1)
+    else:
+        band(0, geo.out[0])
+    source.release()
+
+
+def _band_rows(per_row: int) -> int:
     """The fewest output rows of a shared band: at least ``parallel.MIN_BLOCK_COLUMNS`` columns."""
     return -(-parallel.MIN_BLOCK_COLUMNS // max(1, per_row))

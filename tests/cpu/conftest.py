@@ -1,0 +1,25 @@
+"""Fixtures of the CPU EP's tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def shared_jobs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Two runners whatever BLAS has here (``blas_serial.serial().threads``), and the block count of every job
+    handed to helper threads (``parallel._run``), in order."""
+    from epctx.providers.cpu import blas_serial, parallel
+
+    monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
+    jobs: list[int] = []
+    real = parallel._run
+
+    def counted(job: Any, helpers: int) -> None:
+        jobs.append(job.blocks)
+        real(job, helpers)
+
+    monkeypatch.setattr(parallel, "_run", counted)
+    return jobs
