@@ -23,3 +23,16 @@ def shared_jobs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(parallel, "_run", counted)
     return jobs
+
+
+@pytest.fixture
+def numpy_kernels(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The CPU EP without its native kernels (``EPCTX_NATIVE=0``): the numpy forms they replace, for the tests
+    of those forms."""
+    from epctx.providers.cpu import native
+
+    monkeypatch.setenv("EPCTX_NATIVE", "0")
+    native.reset()
+    yield
+    monkeypatch.delenv("EPCTX_NATIVE")
+    native.reset()

@@ -383,10 +383,10 @@ def test_phase_columns_equal_the_window_view_columns() -> None:
 
 @pytest.mark.parametrize("source", ["channels-last", "NCHW"])
 def test_layout_copies_of_many_tiles(source: str) -> None:
-    """depthwise._copy_in_tiles into the padded channels-last buffer (one copy, the source channels-last or an
+    """depthwise.copy_in_tiles into the padded channels-last buffer (one copy, the source channels-last or an
     NCHW array seen channels-last) and back to NCHW (row tiles: the writes strided); the same values each way
     (sizes of many tiles)."""
-    from epctx.providers.cpu.kernels.depthwise import _TILE_VALUES, _copy_in_tiles
+    from epctx.providers.cpu.kernels.depthwise import _TILE_VALUES, copy_in_tiles
 
     x = RNG.standard_normal((1, 24, 60, 50)).astype(np.float32)  # (N, C, H, W)
     assert x.size > 4 * _TILE_VALUES
@@ -396,11 +396,11 @@ def test_layout_copies_of_many_tiles(source: str) -> None:
         else x.transpose(0, 2, 3, 1)
     )
     buf = np.zeros((1, 62, 52, 24), np.float32)
-    _copy_in_tiles(buf[:, 1:61, 1:51], src)
+    copy_in_tiles(buf[:, 1:61, 1:51], src)
     np.testing.assert_array_equal(buf[:, 1:61, 1:51], x.transpose(0, 2, 3, 1))
     assert not buf[:, 0].any() and not buf[:, :, 0].any() and not buf[:, 61].any() and not buf[:, :, 51].any()
     back = np.empty_like(x)
-    _copy_in_tiles(back.transpose(0, 2, 3, 1), buf[:, 1:61, 1:51])
+    copy_in_tiles(back.transpose(0, 2, 3, 1), buf[:, 1:61, 1:51])
     np.testing.assert_array_equal(back, x)
 
 

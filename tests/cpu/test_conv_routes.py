@@ -240,7 +240,7 @@ def _depthwise(sess: Any) -> Any:
     ids=["bands", "rows_of_padding", "whole"],
 )
 def test_depthwise_lays_out_its_einsums_once(
-    x_shape: tuple[int, ...], k: int, pads: list[int], banded: bool
+    x_shape: tuple[int, ...], k: int, pads: list[int], banded: bool, numpy_kernels: None
 ) -> None:
     """The windows of a depthwise conv's einsums (per band: offset, shape, strides, filter and output rows) are
     laid out at the first call and reused: each call's result the first's for the same input."""

@@ -170,7 +170,7 @@ def test_conv(
     ],
 )
 def test_depthwise_column_blocks(
-    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], block: int
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], block: int, numpy_kernels: None
 ) -> None:
     dilations = tuple(attrs.get("dilations", (1, 1)))
     geo = conv_kernels.spatial_geometry(
@@ -208,13 +208,25 @@ def test_lean_pointwise_plans(
 
 
 BANDED_CASES = [c for c in CONV_CASES if c[0][1] >= 32 and c[0][2] <= 3 and c[2].get("group")]
+DEPTHWISE_CASES = [c for c in CONV_CASES if c[2].get("group") and c[1][1] == 1]
+
+
+@pytest.mark.parametrize(("xs", "ws", "attrs"), DEPTHWISE_CASES)
+def test_depthwise_numpy_forms(
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], numpy_kernels: None
+) -> None:
+    """The depthwise cases of test_conv without the native kernels (which test_conv runs where they are built):
+    the numpy forms (einsum, column blocks, row bands, per offset) give onnxruntime's numbers."""
+    x, w = _f(*xs), _f(*ws)
+    _check("Conv", [x, w, _f(ws[0])], attrs, const=(1, 2), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize(("xs", "ws", "attrs"), BANDED_CASES)
 def test_depthwise_on_few_rows_runs_in_bands(
-    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any]
+    xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, Any], numpy_kernels: None
 ) -> None:
-    """The cases above take the banded einsum (so test_conv checks its numbers against onnxruntime)."""
+    """Without the native kernels, the cases above take the banded einsum (test_depthwise_numpy_forms checks
+    their numbers against onnxruntime)."""
     geo = conv_kernels.spatial_geometry(
         xs[2:],
         ws[2:],
@@ -642,12 +654,18 @@ def test_resize_nearest_halfway_sweep() -> None:
     ],
     ids=["blocks", "phases"],
 )
+@pytest.mark.parametrize("form", ["native", "numpy"])
 def test_depthwise_rows_shared_with_helper_threads(
-    xs: tuple[int, ...], attrs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    xs: tuple[int, ...], attrs: dict[str, Any], form: str, monkeypatch: pytest.MonkeyPatch, request: Any
 ) -> None:
     """A depthwise conv of >= 2^21 multiply-adds splits its output rows over two runners (the caller and a
-    helper thread, einsum releasing the GIL): the same numbers as onnxruntime."""
-    from epctx.providers.cpu import blas_serial, parallel
+    helper thread, the C loop or einsum releasing the GIL): the same numbers as onnxruntime."""
+    from epctx.providers.cpu import blas_serial, native, parallel
+
+    if form == "numpy":
+        request.getfixturevalue("numpy_kernels")
+    elif native.kernels() is None:
+        pytest.skip("the native kernels are not built here")
 
     monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
     calls: list[int] = []

@@ -18,13 +18,14 @@ import numpy as np
 from epctx.ep import Kernel
 from epctx.errors import InvalidArgument
 from epctx.providers.cpu import blas_serial as blas
-from epctx.providers.cpu import fusion, layout, parallel
+from epctx.providers.cpu import fusion, layout, native, parallel
 from epctx.providers.cpu.kernels.channel_rows import PixelRows, channel_rows
 from epctx.providers.cpu.kernels.conv_direct import Route, route_for
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
 from epctx.providers.cpu.kernels.conv_pointwise import pointwise_last
 from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
+from epctx.providers.cpu.kernels.depthwise_native import DepthwiseNative, native_fits
 from epctx.providers.cpu.kernels.im2col import banded_columns, biased_weights
 from epctx.providers.cpu.kernels.windows import (
     SCRATCH,
@@ -180,6 +181,19 @@ def _nhwc_form(plan: _ConvPlan, unit: bool) -> str:
     return ""
 
 
+def _depthwise_form(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry
+) -> DepthwiseNative | DepthwiseChannelsLast | None:
+    """How a depthwise conv runs channels-last: in C where the native kernels are built (``native.py``) and it
+    fits, else as numpy's einsum where that pays (``depthwise.py``); None: per kernel offset in NCHW."""
+    found = native.kernels()
+    if found is not None and native_fits(x_shape, w_shape, geo):
+        return DepthwiseNative(x_shape, w_shape, geo, found)
+    if channels_last_fits(x_shape, w_shape, geo):
+        return DepthwiseChannelsLast(x_shape, w_shape, geo)
+    return None
+
+
 class _ConvPlan:
     __slots__ = (
         "channels_last",
@@ -217,11 +231,7 @@ class _ConvPlan:
         self.pointwise = all(k == 1 for k in geo.kernel) and not geo.needs_pad
         self.depthwise = w_shape[1] == 1 and group > 1 and not self.pointwise
         self.slices = window_slices(geo) if self.depthwise else []
-        self.channels_last = (
-            DepthwiseChannelsLast(x_shape, w_shape, geo)
-            if self.depthwise and channels_last_fits(x_shape, w_shape, geo)
-            else None
-        )
+        self.channels_last = _depthwise_form(x_shape, w_shape, geo) if self.depthwise else None
         # Small convolutions call BLAS on one thread (see blas.SERIAL_MACS).
         macs = n * m * w_shape[1] * math.prod(geo.kernel) * self.l_out
         # A large conv of one image shares its work with helper threads, in bands (parallel.SHARE_MACS).

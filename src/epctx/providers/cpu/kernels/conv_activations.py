@@ -14,6 +14,8 @@ Conv scales its constant weights and bias once, ``conv_weights.Weights``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from epctx.providers.cpu import fusion
@@ -66,6 +68,9 @@ def prescaled_activation(epilogue: fusion.Epilogue) -> tuple[float, fusion.Activ
 def relu(y: np.ndarray) -> None:
     """In place: max(y, 0), NaN kept (``elementwise.relu``)."""
     relu_into(y, y)
+
+
+fusion.register_native(relu, (1, 0.0, 0.0, math.inf))
 
 
 def activation_of(epilogue: fusion.Epilogue) -> fusion.Activation:

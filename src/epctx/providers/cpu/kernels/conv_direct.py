@@ -89,6 +89,9 @@ def route_for(
     the epilogue's, ``handing`` whether the conv hands its result over channels-last (``layout.py``)."""
     if handing and plan.nhwc:
         return _channels_last(plan, prep, bias, activation, constant_bias)
+    native = getattr(plan.channels_last, "route", None)  # a native depthwise conv: bias and activation in C
+    if native is not None:
+        return native(prep, bias, activation, False)  # type: ignore[no-any-return]
     if _short(plan, prep):
         return short_conv(plan.x_shape, plan.geo, prep["w2"], bias, activation)
     if constant_bias and bias is not None and plan.im2col_one:
@@ -125,6 +128,9 @@ def _channels_last(
     """The conv (depthwise; 1x1 as the GEMM x^T W^T; im2col as cols^T W^T), its bias and its epilogue's
     activation channels-last, returned as an NCHW view of that memory. An im2col conv adds a constant bias in
     its GEMM (``im2col_channels_last``, which keeps the weights with the bias in ``prep``)."""
+    native = getattr(plan.channels_last, "route", None)  # a native depthwise conv: bias and activation in C
+    if native is not None:
+        return native(prep, bias, activation, True)  # type: ignore[no-any-return]
     add = None if bias is None else bias.reshape(-1)
     pixels = plan.out_shape[0] * math.prod(plan.out_shape[2:])
     args: tuple[Any, ...] = (prep,)

@@ -29,7 +29,13 @@ from epctx.providers.cpu import parallel
 from epctx.providers.cpu.kernels.windows import ALL as _ALL
 from epctx.providers.cpu.kernels.windows import Geometry, ScratchPool
 
-__all__ = ["DepthwiseChannelsLast", "channels_last_fits", "column_block", "row_bands"]
+__all__ = [
+    "DepthwiseChannelsLast",
+    "channels_last_fits",
+    "column_block",
+    "copy_in_tiles",
+    "row_bands",
+]
 
 # Depthwise convolutions with at least this many channels run channels-last without column blocks; with
 # fewer, the windows' rows are too short for that to pay off.
@@ -106,9 +112,7 @@ class _ColumnBlocks:
                 rows[:, :, phase, :start] = 0
                 rows[:, :, phase, start + count :] = 0
             if count:
-                _copy_in_tiles(
-                    rows[:, :, phase, start : start + count], xt[:, :, first::stride][:, :, :count]
-                )
+                copy_in_tiles(rows[:, :, phase, start : start + count], xt[:, :, first::stride][:, :, :count])
 
     def strides(self, buf: np.ndarray) -> tuple[int, ...]:
         geo, st = self.geo, buf.strides
@@ -194,7 +198,7 @@ class DepthwiseChannelsLast:
         """``prep["wl"]``: the filter as (*K, C, multiplier); the tiled filter is kept in ``prep`` too."""
         y = self.run_channels_last(x, prep)
         out = np.empty(tuple(y.shape[i] for i in self.out_nchw), dtype=y.dtype)
-        _copy_in_tiles(out.transpose(self.to_nhwc), y)
+        copy_in_tiles(out.transpose(self.to_nhwc), y)
         return out
 
     def run_channels_last(self, x: np.ndarray, prep: dict[str, np.ndarray]) -> np.ndarray:
@@ -346,7 +350,7 @@ _c_einsum = _find_c_einsum()
 _TILE_VALUES = 1 << 13
 
 
-def _copy_in_tiles(dst: np.ndarray, src: np.ndarray) -> None:
+def copy_in_tiles(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` for (N, H, W, C)-shaped arrays of which one is a transposed view, a few rows at a time
     where the writes are strided (a channels-last result copied back to NCHW). Where ``dst`` runs along C in
     memory (an input into the padded channels-last buffer, transposed or not, split into column phases or

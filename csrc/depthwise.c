@@ -1,0 +1,168 @@
+/* epctx's CPU EP: depthwise convolutions channels-last (2-D, float32, one output channel per group), in C.
+
+   A plain C library (no Python API), built as an optional extension when a C compiler is at hand (setup.py) and
+   loaded with ctypes (src/epctx/providers/cpu/native.py); without it the CPU EP computes the same with numpy
+   (kernels/depthwise.py). ctypes releases the GIL for each call, so helper threads run other rows meanwhile.
+
+   The input is read where it lies, channels contiguous (an (H, W, C) image: a channels-last array, or an NCHW
+   value handed over channels-last, src/epctx/providers/cpu/layout.py); taps outside it (padding) are skipped.
+   Output columns whose taps all land inside are computed COLS at a time, VL channels each, in vector registers
+   (GCC's vector extension: AVX-512, AVX2 + FMA or SSE2 code, chosen at load by the CPU's features): each
+   weight vector is loaded once for COLS products. A channel count that is no multiple of VL ends with one vector
+   overlapping the one before it (those channels computed twice, to the same values); under VL channels, one
+   channel at a time. */
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+#define VL 16
+#define COLS 4
+typedef float vf __attribute__((vector_size(VL * sizeof(float)), aligned(sizeof(float))));
+
+/* The conv's geometry; ctypes mirrors it (native.py, DwGeometry). */
+typedef struct {
+    int h, w, c;             /* the input image (H, W, C) */
+    ptrdiff_t x_row, x_col;  /* its strides in values (channels contiguous) */
+    int out_w;               /* output columns; an output row is out_w * c contiguous values */
+    int kh, kw, sh, sw, dh, dw, top, left;
+    int act;                 /* the activation applied to each result: ACT_* */
+    float a, b, hi;          /* its parameters */
+} dw_geometry;
+
+enum { ACT_NONE = 0, ACT_CLIP = 1, ACT_TIMES_CLIP = 2, ACT_CLIP_SCALED = 3 };
+
+/* In place over n values: ACT_CLIP min(max(v, a), hi) (ReLU: a = 0, hi = inf); ACT_TIMES_CLIP
+   v * min(max(v * a + b, 0), hi) (HardSwish); ACT_CLIP_SCALED min(max(v * a + b, 0), hi) (HardSigmoid). A NaN
+   stays NaN, as numpy's maximum and minimum keep it. */
+static void activate(float *v, ptrdiff_t n, const dw_geometry *g) {
+    const float a = g->a, b = g->b, hi = g->hi;
+    switch (g->act) {
+    case ACT_CLIP:
+        for (ptrdiff_t i = 0; i < n; i++) {
+            float t = v[i] < a ? a : v[i];
+            v[i] = t > hi ? hi : t;
+        }
+        break;
+    case ACT_TIMES_CLIP:
+        for (ptrdiff_t i = 0; i < n; i++) {
+            float t = v[i] * a + b;
+            t = t < 0.0f ? 0.0f : t;
+            v[i] *= t > hi ? hi : t;
+        }
+        break;
+    case ACT_CLIP_SCALED:
+        for (ptrdiff_t i = 0; i < n; i++) {
+            float t = v[i] * a + b;
+            t = t < 0.0f ? 0.0f : t;
+            v[i] = t > hi ? hi : t;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static inline vf load(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* [first, end) of the taps k with 0 <= at + k * dil < size, of k taps. */
+static inline void taps_inside(int at, int dil, int size, int k, int *first, int *end) {
+    int f = at >= 0 ? 0 : (-at + dil - 1) / dil;
+    int e = at >= size ? 0 : (size - 1 - at) / dil + 1;
+    *first = f;
+    *end = e < k ? e : k;
+}
+
+/* One output pixel (all channels) from the taps [p0, p1) x [q0, q1); x points at the pixel's window origin. */
+static inline void pixel(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *out,
+                         int p0, int p1, int q0, int q1) {
+    const int c = g->c;
+    int k = 0;
+    while (k < c) {
+        if (c < VL) { /* one channel */
+            float a = bias ? bias[k] : 0.0f;
+            for (int p = p0; p < p1; p++)
+                for (int q = q0; q < q1; q++)
+                    a += x[p * g->dh * g->x_row + q * g->dw * g->x_col + k] * wt[(p * g->kw + q) * c + k];
+            out[k++] = a;
+            continue;
+        }
+        if (k + VL > c) k = c - VL; /* the last vector overlaps the one before */
+        vf a = bias ? load(bias + k) : (vf){0};
+        for (int p = p0; p < p1; p++)
+            for (int q = q0; q < q1; q++)
+                a += load(x + p * g->dh * g->x_row + q * g->dw * g->x_col + k) * load(wt + (p * g->kw + q) * c + k);
+        store(out + k, a);
+        k += VL;
+    }
+}
+
+/* COLS output pixels side by side, every tap inside, the rows [p0, p1); c >= VL. */
+static inline void columns(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *out,
+                           int p0, int p1) {
+    const int c = g->c;
+    const ptrdiff_t step = (ptrdiff_t)g->sw * g->x_col;
+    for (int k = 0; k < c; k += VL) {
+        if (k + VL > c) k = c - VL;
+        vf a0, a1, a2, a3;
+        a0 = a1 = a2 = a3 = bias ? load(bias + k) : (vf){0};
+        for (int p = p0; p < p1; p++) {
+            const float *xr = x + p * g->dh * g->x_row + k;
+            const float *wr = wt + p * g->kw * c + k;
+            for (int q = 0; q < g->kw; q++) {
+                const vf wv = load(wr + q * c);
+                const float *xq = xr + q * g->dw * g->x_col;
+                a0 += load(xq) * wv;
+                a1 += load(xq + step) * wv;
+                a2 += load(xq + 2 * step) * wv;
+                a3 += load(xq + 3 * step) * wv;
+            }
+        }
+        store(out + k, a0);
+        store(out + c + k, a1);
+        store(out + 2 * c + k, a2);
+        store(out + 3 * c + k, a3);
+    }
+}
+
+/* Output rows [r0, r1) of one image into y (its row r0 first): bias[ch] (or 0 where bias is NULL) plus the
+   products of the taps inside the input, then the activation; wt the filter as (KH, KW, C). */
+CLONES void epctx_dw_rows_f32(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *y,
+                              int r0, int r1) {
+    const int c = g->c;
+    /* the output columns whose taps all land inside: [inner0, inner1) */
+    int inner0 = 0, inner1 = g->out_w;
+    while (inner0 < g->out_w && inner0 * g->sw - g->left < 0) inner0++;
+    while (inner1 > inner0 && (inner1 - 1) * g->sw - g->left + (g->kw - 1) * g->dw >= g->w) inner1--;
+    for (int r = r0; r < r1; r++) {
+        const int ih = r * g->sh - g->top;
+        int p0, p1;
+        taps_inside(ih, g->dh, g->h, g->kh, &p0, &p1);
+        float *yr = y + (ptrdiff_t)(r - r0) * g->out_w * c;
+        const float *xr = x + (ptrdiff_t)ih * g->x_row;
+        int j = 0;
+        while (j < g->out_w) {
+            const int iw = j * g->sw - g->left;
+            if (c >= VL && j >= inner0 && j + COLS <= inner1) {
+                columns(xr + (ptrdiff_t)iw * g->x_col, g, wt, bias, yr + (ptrdiff_t)j * c, p0, p1);
+                j += COLS;
+                continue;
+            }
+            int q0, q1;
+            taps_inside(iw, g->dw, g->w, g->kw, &q0, &q1);
+            pixel(xr + (ptrdiff_t)iw * g->x_col, g, wt, bias, yr + (ptrdiff_t)j * c, p0, p1, q0, q1);
+            j++;
+        }
+        activate(yr, (ptrdiff_t)g->out_w * c, g); /* the row still in cache */
+    }
+}
