@@ -6,7 +6,11 @@ import sys
 
 from setuptools import Extension, setup
 
-flags = [] if sys.platform == "win32" else ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-Wno-psabi"]
+flags = (
+    []
+    if sys.platform == "win32"
+    else ["-O3", "-std=gnu11", "-fno-strict-aliasing", "-fno-wrapv", "-Wno-psabi"]
+)
 setup(
     ext_modules=[
         Extension(

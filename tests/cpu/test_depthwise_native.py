@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 
 from epctx.providers.cpu import fusion, native
 from epctx.providers.cpu.kernels import conv as conv_kernels
+from epctx.providers.cpu.kernels import depthwise_native
 from epctx.providers.cpu.kernels.conv_weights import prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast
 from epctx.providers.cpu.kernels.depthwise_native import DepthwiseNative
@@ -186,13 +187,13 @@ def test_channels_last_input_read_in_place(
 
 
 @needs_native
-@pytest.mark.parametrize("x_shape", [(1, 32, 112, 112), (3, 32, 60, 60)])
+@pytest.mark.parametrize("x_shape", [(1, 64, 112, 112), (3, 48, 60, 60)])
 def test_rows_shared_with_a_helper(x_shape: tuple[int, ...], shared_jobs: list[int]) -> None:
-    """A conv of >= 2^21 multiply-adds: its rows (across the batch's images) in one band per runner."""
+    """A conv of >= _SHARED_MACS multiply-adds: its rows (across the batch's images) in one band per runner."""
     model = _model(x_shape, (3, 3), "relu", pads=[1, 1, 1, 1])
     x = RNG.standard_normal(x_shape).astype(np.float32)
     assert_matches_ort(model, {"x": x}, atol=1e-5, rtol=1e-5)
-    assert math.prod(x_shape) * 9 >= 1 << 21 and 2 in shared_jobs
+    assert math.prod(x_shape) * 9 >= depthwise_native._SHARED_MACS and 2 in shared_jobs
 
 
 def test_off_switch(numpy_kernels: None) -> None:

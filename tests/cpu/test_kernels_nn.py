@@ -649,7 +649,7 @@ def test_resize_nearest_halfway_sweep() -> None:
 @pytest.mark.parametrize(
     ("xs", "attrs"),
     [
-        ((2, 32, 80, 56), {"pads": [1, 1, 1, 1]}),
+        ((2, 32, 80, 104), {"pads": [1, 1, 1, 1]}),
         ((1, 64, 30, 200), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
     ],
     ids=["blocks", "phases"],
@@ -658,7 +658,7 @@ def test_resize_nearest_halfway_sweep() -> None:
 def test_depthwise_rows_shared_with_helper_threads(
     xs: tuple[int, ...], attrs: dict[str, Any], form: str, monkeypatch: pytest.MonkeyPatch, request: Any
 ) -> None:
-    """A depthwise conv of >= 2^21 multiply-adds splits its output rows over two runners (the caller and a
+    """A depthwise conv of >= 2^22 multiply-adds splits its output rows over two runners (the caller and a
     helper thread, the C loop or einsum releasing the GIL): the same numbers as onnxruntime."""
     from epctx.providers.cpu import blas_serial, native, parallel
 

@@ -26,8 +26,10 @@ from epctx.providers.cpu.native import DwGeometry, Native
 __all__ = ["DepthwiseNative", "native_fits"]
 
 # A conv of at least this many multiply-adds shares its output rows (of all images) with a helper thread, one band
-# a runner.
-_SHARED_MACS = 1 << 21
+# a runner: a shared job costs ~40 us more than its work (parallel.py), and the C loop is fast enough that smaller
+# convs lose (two threads, median, measured here: 32 channels at 112x112, 3x3, 3.6M: 256 us alone, 292 shared;
+# 144 at 56x56, 4.1M: 309 / 307; 64 at 112x112, 7.2M: 487 / 410; 32 at 224x224, 14.5M: 881 / 617).
+_SHARED_MACS = 1 << 22
 
 
 def native_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> bool:
