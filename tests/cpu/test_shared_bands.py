@@ -86,7 +86,7 @@ CASES = {  # name: (model, input shape, convs shared in bands)
     "uneven-bands": lambda: (_dense((1, 8, 75, 75), (96, 8, 3, 3), SILU, pads=[1] * 4), (1, 8, 75, 75), 1),
     "one-dimensional": lambda: (_dense((1, 64, 2048), (128, 64, 5), RELU, pads=[2, 2]), (1, 64, 2048), 1),
     "few-columns-rows-split": lambda: (_dense((1, 256, 7, 7), (512, 256, 3, 3), RELU, pads=[1] * 4), (1, 256, 7, 7), 1),
-    "channels-last-im2col": lambda: (_handing((1, 16, 128, 128), (64, 16, 3, 3), strides=[2, 2], pads=[1] * 4), (1, 16, 128, 128), 2),
+    "channels-last-im2col": lambda: (_handing((1, 16, 192, 192), (64, 16, 3, 3), strides=[2, 2], pads=[1] * 4), (1, 16, 192, 192), 2),
 }  # fmt: skip
 
 
@@ -129,8 +129,8 @@ def test_a_large_channels_last_pointwise_conv_is_one_call_with_its_epilogue(
         return original(*args)
 
     monkeypatch.setattr(conv, "pointwise_last", spied)
-    data = _pointwise((1, 128, 56, 56), 128)
-    x = RNG.standard_normal((1, 128, 56, 56)).astype(np.float32)
+    data = _pointwise((1, 128, 64, 64), 128)
+    x = RNG.standard_normal((1, 128, 64, 64)).astype(np.float32)
     sess = epctx.InferenceSession(data)
     expected = run_ort(data, {"x": x})[0]
     for _ in range(2):
@@ -149,6 +149,6 @@ def test_a_shared_depthwise_conv_is_not_run_under_the_one_thread_gate() -> None:
     from epctx.providers.cpu.kernels.windows import spatial_geometry
 
     geo = spatial_geometry((112, 112), [3, 3], [1, 1], [1, 1], [1] * 4, "NOTSET", ceil_mode=False, node="dw")
-    plan = _ConvPlan((1, 32, 112, 112), (32, 1, 3, 3), geo, 32)
+    plan = _ConvPlan((1, 64, 112, 112), (64, 1, 3, 3), geo, 64)
     assert plan.channels_last is not None and plan.channels_last.shares
     assert gate_of(plan) is None
