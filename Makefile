@@ -8,7 +8,7 @@ JOBS ?= 2
 
 .PHONY: install test test-fast lint typecheck pytest demo bench bench-iree bench-corpus parity clean cross-test
 
-$(STAMP): pyproject.toml setup.py Makefile $(wildcard csrc/*.c)
+$(STAMP): pyproject.toml setup.py Makefile $(wildcard csrc/*.c csrc/*.h)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev,openvino,iree,llm,farm]"

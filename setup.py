@@ -15,8 +15,11 @@ setup(
     ext_modules=[
         Extension(
             "epctx.providers.cpu._native",
-            sources=["csrc/depthwise.c"],
+            sources=["csrc/depthwise.c", "csrc/conv.c", "csrc/pool.c"],
+            include_dirs=["csrc"],
+            depends=["csrc/activation.h"],
             extra_compile_args=flags,
+            libraries=[] if sys.platform == "win32" else ["pthread"],
             optional=True,
         )
     ]

@@ -11,18 +11,9 @@
    weight vector is loaded once for COLS products. A channel count that is no multiple of VL ends with one vector
    overlapping the one before it (those channels computed twice, to the same values); under VL channels, one
    channel at a time. */
-#include <stddef.h>
-#include <string.h>
+#include "activation.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
-
-#define VL 16
 #define COLS 4
-typedef float vf __attribute__((vector_size(VL * sizeof(float)), aligned(sizeof(float))));
 
 /* The conv's geometry; ctypes mirrors it (native.py, DwGeometry). */
 typedef struct {
@@ -30,58 +21,8 @@ typedef struct {
     ptrdiff_t x_row, x_col;  /* its strides in values (channels contiguous) */
     int out_w;               /* output columns; an output row is out_w * c contiguous values */
     int kh, kw, sh, sw, dh, dw, top, left;
-    int act;                 /* the activation applied to each result: ACT_* */
-    float a, b, hi;          /* its parameters */
+    activation act;          /* applied to each result */
 } dw_geometry;
-
-enum { ACT_NONE = 0, ACT_CLIP = 1, ACT_TIMES_CLIP = 2, ACT_CLIP_SCALED = 3 };
-
-/* In place over n values: ACT_CLIP min(max(v, a), hi) (ReLU: a = 0, hi = inf); ACT_TIMES_CLIP
-   v * min(max(v * a + b, 0), hi) (HardSwish); ACT_CLIP_SCALED min(max(v * a + b, 0), hi) (HardSigmoid). A NaN
-   stays NaN, as numpy's maximum and minimum keep it. */
-static void activate(float *v, ptrdiff_t n, const dw_geometry *g) {
-    const float a = g->a, b = g->b, hi = g->hi;
-    switch (g->act) {
-    case ACT_CLIP:
-        for (ptrdiff_t i = 0; i < n; i++) {
-            float t = v[i] < a ? a : v[i];
-            v[i] = t > hi ? hi : t;
-        }
-        break;
-    case ACT_TIMES_CLIP:
-        for (ptrdiff_t i = 0; i < n; i++) {
-            float t = v[i] * a + b;
-            t = t < 0.0f ? 0.0f : t;
-            v[i] *= t > hi ? hi : t;
-        }
-        break;
-    case ACT_CLIP_SCALED:
-        for (ptrdiff_t i = 0; i < n; i++) {
-            float t = v[i] * a + b;
-            t = t < 0.0f ? 0.0f : t;
-            v[i] = t > hi ? hi : t;
-        }
-        break;
-    default:
-        break;
-    }
-}
-
-static inline vf load(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
-
-/* [first, end) of the taps k with 0 <= at + k * dil < size, of k taps. */
-static inline void taps_inside(int at, int dil, int size, int k, int *first, int *end) {
-    int f = at >= 0 ? 0 : (-at + dil - 1) / dil;
-    int e = at >= size ? 0 : (size - 1 - at) / dil + 1;
-    *first = f;
-    *end = e < k ? e : k;
-}
 
 /* One output pixel (all channels) from the taps [p0, p1) x [q0, q1); x points at the pixel's window origin. */
 static inline void pixel(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *out,
@@ -135,7 +76,7 @@ static inline void columns(const float *x, const dw_geometry *g, const float *wt
     }
 }
 
-/* Output rows [r0, r1) of one image into y (its row r0 first): bias[ch] (or 0 where bias is NULL) plus the
+/* Output rows [r0, r1) of one image into y (the image's whole result): bias[ch] (or 0 where bias is NULL) plus the
    products of the taps inside the input, then the activation; wt the filter as (KH, KW, C). */
 CLONES void epctx_dw_rows_f32(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *y,
                               int r0, int r1) {
@@ -148,7 +89,7 @@ CLONES void epctx_dw_rows_f32(const float *x, const dw_geometry *g, const float 
         const int ih = r * g->sh - g->top;
         int p0, p1;
         taps_inside(ih, g->dh, g->h, g->kh, &p0, &p1);
-        float *yr = y + (ptrdiff_t)(r - r0) * g->out_w * c;
+        float *yr = y + (ptrdiff_t)r * g->out_w * c;
         const float *xr = x + (ptrdiff_t)ih * g->x_row;
         int j = 0;
         while (j < g->out_w) {
@@ -163,6 +104,6 @@ CLONES void epctx_dw_rows_f32(const float *x, const dw_geometry *g, const float 
             pixel(xr + (ptrdiff_t)iw * g->x_col, g, wt, bias, yr + (ptrdiff_t)j * c, p0, p1, q0, q1);
             j++;
         }
-        activate(yr, (ptrdiff_t)g->out_w * c, g); /* the row still in cache */
+        activate(yr, (ptrdiff_t)g->out_w * c, &g->act); /* the row still in cache */
     }
 }

@@ -36,3 +36,23 @@ def numpy_kernels(monkeypatch: pytest.MonkeyPatch) -> Any:
     yield
     monkeypatch.delenv("EPCTX_NATIVE")
     native.reset()
+
+
+@pytest.fixture
+def native_shares(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Two runners whatever BLAS has here, and the thread count of every native kernel call
+    (``native.Native.rows``: above one, its rows are shared by csrc/pool.c's workers), in order."""
+    from epctx.providers.cpu import blas_serial, native
+
+    monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
+    threads: list[int] = []
+    real = native.Native.rows
+
+    def counted(
+        self: Any, kernel: int, xs: Any, ys: Any, rows: int, args: Any, count: int, blocks: int
+    ) -> None:
+        threads.append(count)
+        real(self, kernel, xs, ys, rows, args, count, blocks)
+
+    monkeypatch.setattr(native.Native, "rows", counted)
+    return threads

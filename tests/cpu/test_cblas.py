@@ -62,6 +62,7 @@ def _conv_model(c: int, size: int) -> bytes:
 
 def test_the_flat_gemm_sums_its_offsets_in_the_gemm_and_equals_numpys_form(
     monkeypatch: pytest.MonkeyPatch,
+    numpy_kernels: None,
 ) -> None:
     _gemm(np.float32)
     model = _conv_model(16, 20)  # stride 1, M <= C, a map wide enough: a flat GEMM, two images

@@ -289,7 +289,7 @@ def _weights(sess: Any) -> list[Any]:
 
 
 @pytest.mark.parametrize("bias", ["constant", "graph input"])
-def test_first_conv_adds_a_constant_bias_in_its_gemm(bias: str) -> None:
+def test_first_conv_adds_a_constant_bias_in_its_gemm(bias: str, numpy_kernels: None) -> None:
     """The im2col conv handing over channels-last adds a constant bias in its GEMM (a row of ones under the
     columns, the bias a last weight column; with HardSwish the prescaled bias); a bias fed at run time is
     added after the GEMM, each run's own."""

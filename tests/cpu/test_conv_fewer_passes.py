@@ -230,7 +230,7 @@ IM2COL = {
 @pytest.mark.parametrize("form", list(IM2COL))
 @pytest.mark.parametrize("tail", [IDENTITY, SILU], ids=["plain", "silu"])
 def test_im2col_conv_adds_its_bias_in_the_gemm(
-    monkeypatch: pytest.MonkeyPatch, form: str, tail: list[onnx.NodeProto]
+    monkeypatch: pytest.MonkeyPatch, form: str, tail: list[onnx.NodeProto], numpy_kernels: None
 ) -> None:
     spy = _Spy(monkeypatch)
     x_shape, w_shape, attrs = IM2COL[form]
@@ -347,6 +347,7 @@ def test_narrow_maps_take_im2col_not_flat_gemms(
     w_shape: tuple[int, ...],
     attrs: dict[str, Any],
     flat: bool,
+    numpy_kernels: None,
 ) -> None:
     from epctx.providers.cpu.kernels import conv_flat
 
@@ -364,7 +365,7 @@ def test_narrow_maps_take_im2col_not_flat_gemms(
     assert (runs, spy.calls) == ((2, 0) if flat else (0, 2))
 
 
-def test_flat_gemms_share_one_block_per_runner(shared_jobs: list[int]) -> None:
+def test_flat_gemms_share_one_block_per_runner(shared_jobs: list[int], numpy_kernels: None) -> None:
     """At two runners a large flat GEMM (cblas) is two blocks, each all nine offsets' GEMMs of its part, one
     taken by a helper thread (blocks of numpy calls took the GIL back and forth: the corpus YOLO at two threads
     33.9 ms shared that way, 24.4 not); the same numbers as onnxruntime."""

@@ -187,13 +187,18 @@ def test_channels_last_input_read_in_place(
 
 
 @needs_native
-@pytest.mark.parametrize("x_shape", [(1, 64, 112, 112), (3, 48, 60, 60)])
-def test_rows_shared_with_a_helper(x_shape: tuple[int, ...], shared_jobs: list[int]) -> None:
-    """A conv of >= _SHARED_MACS multiply-adds: its rows (across the batch's images) in one band per runner."""
-    model = _model(x_shape, (3, 3), "relu", pads=[1, 1, 1, 1])
-    x = RNG.standard_normal(x_shape).astype(np.float32)
-    assert_matches_ort(model, {"x": x}, atol=1e-5, rtol=1e-5)
-    assert math.prod(x_shape) * 9 >= depthwise_native._SHARED_MACS and 2 in shared_jobs
+@pytest.mark.parametrize("x_shape", [(1, 16, 64, 64), (3, 8, 50, 50), (1, 640, 10, 10)])
+def test_rows_shared_by_the_pool(x_shape: tuple[int, ...], native_shares: list[int]) -> None:
+    """A conv of >= _SHARED_MACS multiply-adds: its rows (across the batch's images) shared by csrc/pool.c's
+    workers; a smaller one on the calling thread alone."""
+    for shape in (x_shape, (1, 8, 6, 6)):
+        native_shares.clear()
+        model = _model(shape, (3, 3), "relu", pads=[1, 1, 1, 1])
+        x = RNG.standard_normal(shape).astype(np.float32)
+        assert_matches_ort(model, {"x": x}, atol=1e-5, rtol=1e-5)
+        shares = math.prod(shape) * 9 >= depthwise_native._SHARED_MACS
+        assert native_shares == [2 if shares else 1], shape
+        assert shares == (shape == x_shape)
 
 
 def test_off_switch(numpy_kernels: None) -> None:

@@ -254,6 +254,7 @@ def test_conv_winograd(
     attrs: dict[str, Any],
     const: Any,
     monkeypatch: pytest.MonkeyPatch,
+    numpy_kernels: None,
 ) -> None:
     # Winograd runs only when BLAS is single-threaded; force it so the path is tested on any machine.
     monkeypatch.setattr(winograd, "blas_single_threaded", lambda: True)
@@ -658,27 +659,29 @@ def test_resize_nearest_halfway_sweep() -> None:
 def test_depthwise_rows_shared_with_helper_threads(
     xs: tuple[int, ...], attrs: dict[str, Any], form: str, monkeypatch: pytest.MonkeyPatch, request: Any
 ) -> None:
-    """A depthwise conv of >= 2^22 multiply-adds splits its output rows over two runners (the caller and a
-    helper thread, the C loop or einsum releasing the GIL): the same numbers as onnxruntime."""
+    """A large depthwise conv splits its output rows over two runners: the numpy form's einsum bands between
+    the caller and a helper thread (from 2^21 multiply-adds), the C loop's blocks among csrc/pool.c's workers:
+    the same numbers as onnxruntime."""
     from epctx.providers.cpu import blas_serial, native, parallel
 
+    calls: list[int] = []
     if form == "numpy":
         request.getfixturevalue("numpy_kernels")
+        monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
+        split = parallel.split_ranges
+
+        def counted(count: int, block: Any, min_size: int = 1, per_runner: int = 4) -> None:
+            calls.append(count)
+            split(count, block, min_size, per_runner)
+
+        monkeypatch.setattr(parallel, "split_ranges", counted)
     elif native.kernels() is None:
         pytest.skip("the native kernels are not built here")
-
-    monkeypatch.setattr(blas_serial.serial(), "threads", lambda: 2)
-    calls: list[int] = []
-    split = parallel.split_ranges
-
-    def counted(count: int, block: Any, min_size: int = 1, per_runner: int = 4) -> None:
-        calls.append(count)
-        split(count, block, min_size, per_runner)
-
-    monkeypatch.setattr(parallel, "split_ranges", counted)
+    else:
+        calls = request.getfixturevalue("native_shares")
     k = 3 if attrs["pads"][0] == 1 else 5
     ws = (xs[1], 1, k, k)
     _check(
         "Conv", [_f(*xs), _f(*ws), _f(ws[0])], {"group": xs[1], **attrs}, const=(1, 2), atol=1e-4, rtol=1e-4
     )
-    assert calls
+    assert calls and (form == "numpy" or calls[-1] == 2)

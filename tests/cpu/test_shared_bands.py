@@ -91,7 +91,9 @@ CASES = {  # name: (model, input shape, convs shared in bands)
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_large_convs_shared_in_bands_match_onnxruntime(case: str, shared_jobs: list[int]) -> None:
+def test_large_convs_shared_in_bands_match_onnxruntime(
+    case: str, shared_jobs: list[int], numpy_kernels: None
+) -> None:
     data, x_shape, shared = CASES[case]()
     x = RNG.standard_normal(x_shape).astype(np.float32)
     sess = epctx.InferenceSession(data)
@@ -115,7 +117,7 @@ def test_a_product_under_share_macs_is_one_call_on_one_thread(monkeypatch: pytes
 
 
 def test_a_large_channels_last_pointwise_conv_is_one_call_with_its_epilogue(
-    monkeypatch: pytest.MonkeyPatch, shared_jobs: list[int]
+    monkeypatch: pytest.MonkeyPatch, shared_jobs: list[int], numpy_kernels: None
 ) -> None:
     """A 1x1 conv reading channels-last memory: one GEMM on OpenBLAS's own threads (not bands: faster here),
     its bias written under the product and its Relu applied in the same call; onnxruntime's numbers."""

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DwGeometry", "Native", "kernels", "reset"]
+__all__ = ["CONV", "DEPTHWISE", "Activation", "ConvGeometry", "DwGeometry", "Native", "kernels", "reset"]
 
 _log = logging.getLogger("epctx")
 _lock = threading.Lock()
@@ -24,10 +24,18 @@ _MODULE = "epctx.providers.cpu._native"
 _P, _I, _S = ctypes.c_void_p, ctypes.c_int, ctypes.c_ssize_t
 
 
+class Activation(ctypes.Structure):
+    """``activation`` of ``csrc/activation.h``: a ``fusion.NativeForm`` (code, a, b, hi)."""
+
+    _fields_ = [("code", _I), ("a", ctypes.c_float), ("b", ctypes.c_float), ("hi", ctypes.c_float)]
+
+
+_KERNEL = [(name, _I) for name in ("kh", "kw", "sh", "sw", "dh", "dw", "top", "left")]
+
+
 class DwGeometry(ctypes.Structure):
     """``dw_geometry`` of ``csrc/depthwise.c``: the input image (H, W, C) and its strides in values (channels
-    contiguous), the output's columns, the kernel, strides, dilations and the padding before; the activation
-    (``fusion.NativeForm``: its code and parameters)."""
+    contiguous), the output's columns, the kernel, strides, dilations and the padding before; the activation."""
 
     _fields_ = [
         ("h", _I),
@@ -36,11 +44,32 @@ class DwGeometry(ctypes.Structure):
         ("x_row", _S),
         ("x_col", _S),
         ("out_w", _I),
-        *((name, _I) for name in ("kh", "kw", "sh", "sw", "dh", "dw", "top", "left")),
-        ("act", _I),
-        ("a", ctypes.c_float),
-        ("b", ctypes.c_float),
-        ("hi", ctypes.c_float),
+        *_KERNEL,
+        ("act", Activation),
+    ]
+
+
+class ConvGeometry(ctypes.Structure):
+    """``conv_geometry`` of ``csrc/conv.c``: the input image (C, H, W) and its strides in values, the output
+    channels and the packed filter's row length, the output's size, the kernel, strides, dilations and the
+    padding before, the result's layout (1: channels-last), the activation, the address of the input offsets of
+    the filter's rows (int64, kept alive by the caller)."""
+
+    _fields_ = [
+        ("c", _I),
+        ("h", _I),
+        ("w", _I),
+        ("x_ch", _S),
+        ("x_row", _S),
+        ("x_col", _S),
+        ("m", _I),
+        ("m_pad", _I),
+        ("out_h", _I),
+        ("out_w", _I),
+        *_KERNEL,
+        ("nhwc", _I),
+        ("act", Activation),
+        ("offsets", _P),
     ]
 
 
@@ -51,7 +80,35 @@ class Native:
     path: str
     # (x, geometry, filter (KH, KW, C), bias (C,) or None, y, first row, end row): addresses, a row range
     dw_rows_f32: Any
+    # (x, geometry, packed filter (KH, KW, C, m_pad), bias (m_pad,) or None, y, first row, end row)
+    conv_rows_f32: Any
+    # (kernel: 0 dw_rows, 1 conv_rows; x per image, y per image (address arrays), images, rows per image,
+    # geometry, filter, bias or None, threads, blocks): every row of every image, shared by csrc/pool.c's workers
+    parallel_rows: Any
 
+    def rows(
+        self,
+        kernel: int,
+        xs: list[int],
+        ys: list[int],
+        rows: int,
+        args: tuple[int, int, int | None],
+        threads: int,
+        blocks: int,
+    ) -> None:
+        """Rows [0, rows) of each image (``xs``/``ys`` their addresses) through ``kernel`` with ``args``
+        (geometry, filter, bias addresses): one call on this thread, or shared among ``threads`` in ``blocks``."""
+        if threads <= 1 and len(xs) == 1:
+            fn = self.dw_rows_f32 if kernel == DEPTHWISE else self.conv_rows_f32
+            fn(xs[0], args[0], args[1], args[2], ys[0], 0, rows)
+            return
+        count = len(xs)
+        self.parallel_rows(
+            kernel, (_P * count)(*xs), (_P * count)(*ys), count, rows, *args, max(1, threads), blocks
+        )
+
+
+DEPTHWISE, CONV = 0, 1  # the kernels of ``Native.rows``
 
 _found: list[Native | None] = []
 
@@ -85,10 +142,16 @@ def _load() -> Native | None:
         return None
     try:
         lib = ctypes.CDLL(spec.origin)
-        rows = lib.epctx_dw_rows_f32
-        rows.argtypes = [_P, _P, _P, _P, _P, _I, _I]
-        rows.restype = None
-        return Native(spec.origin, rows)
+        bound = []
+        for name in ("epctx_dw_rows_f32", "epctx_conv_rows_f32"):
+            fn = getattr(lib, name)
+            fn.argtypes = [_P, _P, _P, _P, _P, _I, _I]
+            fn.restype = None
+            bound.append(fn)
+        parallel = lib.epctx_parallel_rows
+        parallel.argtypes = [_I, _P, _P, _I, _I, _P, _P, _P, _I, _I]
+        parallel.restype = None
+        return Native(spec.origin, bound[0], bound[1], parallel)
     except (OSError, AttributeError) as exc:
         _log.warning("native kernels at %s failed to load (%s): numpy kernels", spec.origin, exc)
         return None

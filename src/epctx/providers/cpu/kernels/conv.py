@@ -22,6 +22,7 @@ from epctx.providers.cpu import fusion, layout, native, parallel
 from epctx.providers.cpu.kernels.channel_rows import PixelRows, channel_rows
 from epctx.providers.cpu.kernels.conv_direct import Route, route_for
 from epctx.providers.cpu.kernels.conv_flat import FlatGemm, flat_gemm_fits
+from epctx.providers.cpu.kernels.conv_native import DirectConv, direct_fits
 from epctx.providers.cpu.kernels.conv_pointwise import pointwise_last
 from epctx.providers.cpu.kernels.conv_weights import Weights, prepare_weight
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, channels_last_fits
@@ -194,10 +195,21 @@ def _depthwise_form(
     return None
 
 
+def _direct_form(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry, group: int
+) -> DirectConv | None:
+    """A dense conv run directly in C (``conv_native.py``) where the native kernels are built and it fits."""
+    found = native.kernels()
+    if found is None or not direct_fits(x_shape, w_shape, geo, group):
+        return None
+    return DirectConv(x_shape, w_shape, geo, found)
+
+
 class _ConvPlan:
     __slots__ = (
         "channels_last",
         "depthwise",
+        "direct",
         "empty",
         "flat_gemm",
         "geo",
@@ -236,11 +248,12 @@ class _ConvPlan:
         macs = n * m * w_shape[1] * math.prod(geo.kernel) * self.l_out
         # A large conv of one image shares its work with helper threads, in bands (parallel.SHARE_MACS).
         self.shared = macs >= parallel.SHARE_MACS
-        fits = flat_gemm_fits(x_shape, w_shape, geo, group)
+        dense = not (self.pointwise or self.depthwise or self.empty)
+        self.direct = _direct_form(x_shape, w_shape, geo, group) if dense else None
+        fits = self.direct is None and flat_gemm_fits(x_shape, w_shape, geo, group)
         self.flat_gemm = FlatGemm(geo, self.shared) if fits else None
-        self.winograd = (
-            Winograd(x_shape, w_shape, geo) if winograd_fits(x_shape, w_shape, geo, group) else None
-        )
+        fits = self.direct is None and winograd_fits(x_shape, w_shape, geo, group)
+        self.winograd = Winograd(x_shape, w_shape, geo) if fits else None
         self.serial = blas.serial() if macs < blas.SERIAL_MACS else None
         # A small pointwise conv of one image is one GEMM called straight away (squeeze-excitation blocks:
         # 50 -> 200 channels at 1x1 was 10.6 us a call for a 1.5 us GEMM); OpenBLAS keeps one that small

@@ -18,18 +18,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from epctx.providers.cpu import fusion, parallel
+from epctx.providers.cpu import blas_serial as blas
+from epctx.providers.cpu import fusion
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, copy_in_tiles
 from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry
-from epctx.providers.cpu.native import DwGeometry, Native
+from epctx.providers.cpu.native import DEPTHWISE, Activation, DwGeometry, Native
 
 __all__ = ["DepthwiseNative", "native_fits"]
 
-# A conv of at least this many multiply-adds shares its output rows (of all images) with a helper thread, one band
-# a runner: a shared job costs ~40 us more than its work (parallel.py), and the C loop is fast enough that smaller
-# convs lose (two threads, median, measured here: 32 channels at 112x112, 3x3, 3.6M: 256 us alone, 292 shared;
-# 144 at 56x56, 4.1M: 309 / 307; 64 at 112x112, 7.2M: 487 / 410; 32 at 224x224, 14.5M: 881 / 617).
-_SHARED_MACS = 1 << 22
+# A conv of at least this many multiply-adds shares its output rows (of all images) with csrc/pool.c's workers,
+# in _BLOCKS blocks a thread.
+_SHARED_MACS = 1 << 19
+_BLOCKS = 4
 
 
 def native_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry) -> bool:
@@ -70,7 +70,7 @@ class DepthwiseNative:
         geometry = self.geometry
         if form is not None:
             geometry = DwGeometry.from_buffer_copy(geometry)
-            geometry.act, geometry.a, geometry.b, geometry.hi = form
+            geometry.act = Activation(*form)
 
         def route(x: np.ndarray) -> tuple[np.ndarray]:
             y = self._run(x, prep, add, geometry, None if form is None else activation)
@@ -119,16 +119,11 @@ class DepthwiseNative:
             nhwc = copied
         n, (h, w), c = x.shape[0], self.geo.out, x.shape[1]
         y = np.empty((n, h, w, c), dtype=np.float32)
-        images = [self._rows(nhwc[i], wl, bias, geometry, y[i]) for i in range(n)]
-
-        def rows(lo: int, hi: int) -> None:  # rows [lo, hi) of the batch's n * h
-            for i in range(lo // h, (hi - 1) // h + 1):
-                images[i](max(lo - i * h, 0), min(hi - i * h, h))
-
-        if self.shares:
-            parallel.split_ranges(n * h, rows, per_runner=1)
-        else:
-            rows(0, n * h)
+        threads = blas.serial().threads() if self.shares else 1
+        args = (ctypes.addressof(geometry), wl.ctypes.data, None if bias is None else bias.ctypes.data)
+        xs = [nhwc.ctypes.data + i * nhwc.strides[0] for i in range(n)]
+        ys = [y.ctypes.data + i * y.strides[0] for i in range(n)]
+        self.native.rows(DEPTHWISE, xs, ys, h, args, threads, _BLOCKS * threads)
         if copied is not None:
             SCRATCH.give(copied)
         return y
@@ -137,17 +132,3 @@ class DepthwiseNative:
         if self._fallback is None:
             self._fallback = DepthwiseChannelsLast(self.x_shape, self.w_shape, self.geo)
         return self._fallback
-
-    def _rows(
-        self, x: np.ndarray, wl: np.ndarray, bias: np.ndarray | None, geometry: DwGeometry, y: np.ndarray
-    ) -> Callable[[int, int], None]:
-        """The call computing output rows [lo, hi) of one image (``x`` (H, W, C) contiguous, ``y`` (H', W', C))."""
-        call, address = self.native.dw_rows_f32, ctypes.addressof(geometry)
-        x0, y0, w0 = x.ctypes.data, y.ctypes.data, wl.ctypes.data
-        b0 = None if bias is None else bias.ctypes.data
-        row = y.strides[0]
-
-        def rows(lo: int, hi: int) -> None:
-            call(x0, address, w0, b0, y0 + lo * row, lo, hi)
-
-        return rows
