@@ -1,12 +1,12 @@
-"""Dense 2-D convolutions of few input values per output in C (``csrc/conv.c``, loaded by ``native.py``): a
-network's stem (3 channels, 3x3), float32, one group.
+"""Dense 2-D convolutions in C (``csrc/conv.c``, loaded by ``native.py``), float32, one group, where that beats
+im2col and BLAS: a network's stem (3 channels, 3x3), few input values per output, or few output channels.
 
-im2col builds C * KH * KW rows of columns for such a conv and hands BLAS a GEMM of small inner dimension (27 for
-a stem), which it runs far from its peak; the C loop reads the input where it lies (NCHW or channels-last
-memory), skips the taps in the padding, and keeps 4 pixels x 32 output channels in vector registers over every
-tap and input channel, the bias their start and the activation applied before the store. The result channels-
-last when it is handed over (``layout.py``), else NCHW. Rows of a large conv are shared with helper threads
-(ctypes releases the GIL for the call).
+im2col builds C * KH * KW rows of columns and hands BLAS a GEMM of that inner dimension (27 for a stem), which it
+runs far from its peak, after a copy of every window; the C loop reads the input where it lies (NCHW or
+channels-last memory, any strides), skips the taps in the padding, and keeps 4 pixels x 32 output channels (8 x
+16 for up to 16) in vector registers over every tap and input channel, the bias their start and the activation
+applied before the store. The result channels-last when it is handed over (``layout.py``), else NCHW. Rows of a
+large conv are shared by ``csrc/pool.c``'s workers (ctypes releases the GIL for the call).
 """
 
 from __future__ import annotations
