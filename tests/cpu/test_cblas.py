@@ -106,7 +106,9 @@ def _depthwise_pointwise_depthwise() -> bytes:
     ).SerializeToString()
 
 
-def test_a_pointwise_convs_bias_is_written_under_its_product(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pointwise_convs_bias_is_written_under_its_product(
+    monkeypatch: pytest.MonkeyPatch, numpy_kernels: None
+) -> None:
     """The bias filled into the output and the product added by the GEMM (beta 1), equal to the product then the
     bias added (no cblas GEMM) and to onnxruntime."""
     from epctx.providers.cpu.kernels import conv_pointwise

@@ -236,7 +236,7 @@ def test_first_conv_hands_over_to_a_depthwise_conv(act: str | None) -> None:
     assert [p.nhwc for p in plans] == ["im2col"]
 
 
-def test_residual_add_passes_channels_last_on(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_residual_add_passes_channels_last_on(monkeypatch: pytest.MonkeyPatch, numpy_kernels: None) -> None:
     """dw -> 1x1 'proj' -> Add(residual) -> 1x1 'next': the projection reads channels-last and, its readers
     (the Add, then a 1x1 conv) taking it, writes channels-last as the GEMM x^T W^T; the Add's result is read
     by 'next' and is also a graph output (an NCHW array as onnxruntime's)."""

@@ -130,6 +130,47 @@ def test_stem_hands_over_channels_last_to_a_depthwise_conv(monkeypatch: pytest.M
 
 
 @needs_native
+def test_pointwise_reads_and_writes_channels_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dw -> 1x1 'proj' -> Add(residual) -> 1x1: the projection reads the depthwise conv's channels-last result
+    in place and, its readers (the Add, a 1x1 conv) taking it, writes channels-last; where the Add's result is
+    also a graph output, it writes NCHW."""
+    c = 32
+    inits = [
+        numpy_helper.from_array((RNG.standard_normal((c, 1, 3, 3)) * 0.3).astype(np.float32), "dw_w"),
+        numpy_helper.from_array((RNG.standard_normal((c, c, 1, 1)) * 0.2).astype(np.float32), "proj_w"),
+        numpy_helper.from_array(RNG.standard_normal(c).astype(np.float32), "proj_b"),
+        numpy_helper.from_array((RNG.standard_normal((24, c, 1, 1)) * 0.2).astype(np.float32), "next_w"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "dw_w"], ["d"], group=c, pads=[1] * 4),
+        helper.make_node("Relu", ["d"], ["y"]),
+        helper.make_node("Conv", ["y", "proj_w", "proj_b"], ["p"]),
+        helper.make_node("Add", ["p", "x"], ["a"]),
+        helper.make_node("Conv", ["a", "next_w"], ["z"]),
+    ]
+    handing: list[tuple[int, bool]] = []
+    real = conv_native.DirectConv.route
+
+    def spied(self: Any, *args: Any) -> Any:
+        handing.append((self.w_shape[0], args[3]))
+        return real(self, *args)
+
+    monkeypatch.setattr(conv_native.DirectConv, "route", spied)
+    for outputs in (["z"], ["z", "a"]):
+        handing.clear()
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, 20, 24])],
+            [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outputs],
+            inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        assert_matches_ort(model, {"x": RNG.standard_normal((1, c, 20, 24)).astype(np.float32)}, atol=1e-5)
+        assert handing == [(c, outputs == ["z"]), (24, False)]
+
+
+@needs_native
 def test_any_input_strides() -> None:
     """The C loop reads the input through its strides: a channels-last view and a sliced one give the numbers of
     a contiguous copy."""
@@ -188,7 +229,9 @@ def test_float64_takes_the_numpy_form() -> None:
         ((1, 3, 224, 224), (16, 3, 3, 3), True),  # a stem
         ((1, 64, 40, 40), (64, 64, 3, 3), True),  # 64 output channels
         ((1, 64, 40, 40), (128, 64, 3, 3), False),  # deep and wide: BLAS's GEMM
-        ((1, 64, 40, 40), (128, 64, 1, 1), False),  # 1x1: a GEMM
+        ((1, 64, 40, 40), (128, 64, 1, 1), True),  # 1x1 of few input channels
+        ((1, 128, 40, 40), (128, 128, 1, 1), False),  # 1x1 of many: BLAS's GEMM
+        ((1, 72, 1, 1), (24, 72, 1, 1), False),  # squeeze-excitation: the lean GEMM
         ((1, 16, 40), (16, 16, 3), False),  # 1-D
     ],
 )

@@ -190,6 +190,7 @@ def test_the_one_thread_gate_only_where_blas_could_use_more_threads(
     w_shape: tuple[int, ...],
     attrs: dict[str, Any],
     gated: bool,
+    numpy_kernels: None,
 ) -> None:
     count = _GateCount(monkeypatch)
     data = _conv_model(list(x_shape), w_shape, **attrs)

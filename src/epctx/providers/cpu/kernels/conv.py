@@ -248,8 +248,7 @@ class _ConvPlan:
         macs = n * m * w_shape[1] * math.prod(geo.kernel) * self.l_out
         # A large conv of one image shares its work with helper threads, in bands (parallel.SHARE_MACS).
         self.shared = macs >= parallel.SHARE_MACS
-        dense = not (self.pointwise or self.depthwise or self.empty)
-        self.direct = _direct_form(x_shape, w_shape, geo, group) if dense else None
+        self.direct = None if self.depthwise or self.empty else _direct_form(x_shape, w_shape, geo, group)
         fits = self.direct is None and flat_gemm_fits(x_shape, w_shape, geo, group)
         self.flat_gemm = FlatGemm(geo, self.shared) if fits else None
         fits = self.direct is None and winograd_fits(x_shape, w_shape, geo, group)

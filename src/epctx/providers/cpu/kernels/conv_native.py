@@ -32,6 +32,11 @@ __all__ = ["DirectConv", "direct_fits"]
 # grows). One thread, the direct loop won on each of these but the last two (stem 194 / 417, 64 -> 64 922 / 1335).
 _MAX_DEPTH = 160
 _MAX_OUTPUTS = 64
+# 1x1 convs: BLAS's GEMM wins from 128 input channels on (direct / before, two threads, NCHW input: 16 -> 32 at
+# 112x112: 146 / 269 us; 64 -> 128 at 28x28: 83 / 131; 96 -> 576 at 7x7: 59 / 58; 128 -> 128 at 28x28: 188 /
+# 185; 512 -> 512 at 7x7: 356 / 204), and on tiny ones (squeeze-excitation's 1x1 maps: 6-8 / 3 us, the lean GEMM).
+_MAX_POINTWISE = 96
+_MIN_POINTWISE_MACS = 1 << 16
 # Output channels a pass of the C loop over more than 16 (two vectors): the packed filter's rows are a multiple.
 _TILE = 32
 # A conv of at least this many multiply-adds shares its output rows with csrc/pool.c's workers, in _BLOCKS blocks
@@ -41,12 +46,16 @@ _BLOCKS = 4
 
 
 def direct_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry, group: int) -> bool:
-    """A 2-D dense conv of one group, not 1x1 (a plain GEMM), with at most ``_MAX_DEPTH`` input values per
-    output or at most ``_MAX_OUTPUTS`` output channels (where the C loop beat im2col or the flat GEMM, one
-    thread and two)."""
-    if len(geo.out) != 2 or group != 1 or math.prod(geo.kernel) == 1:
+    """A 2-D dense conv of one group that the C loop beats im2col and BLAS (or the flat GEMM) on: at most
+    ``_MAX_DEPTH`` input values per output or at most ``_MAX_OUTPUTS`` output channels; a 1x1 conv at most
+    ``_MAX_POINTWISE`` input channels and ``_MIN_POINTWISE_MACS`` multiply-adds."""
+    if len(geo.out) != 2 or group != 1:
         return False
-    return w_shape[1] * math.prod(geo.kernel) <= _MAX_DEPTH or w_shape[0] <= _MAX_OUTPUTS
+    depth = w_shape[1] * math.prod(geo.kernel)
+    if math.prod(geo.kernel) == 1:
+        macs = x_shape[0] * w_shape[0] * depth * math.prod(geo.out)
+        return depth <= _MAX_POINTWISE and macs >= _MIN_POINTWISE_MACS
+    return depth <= _MAX_DEPTH or w_shape[0] <= _MAX_OUTPUTS
 
 
 class DirectConv:
