@@ -25,18 +25,62 @@ static inline vf load(const float *p) {
 static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
 /* code: ACT_CLIP min(max(v, a), hi) (ReLU: a = 0, hi = inf); ACT_TIMES_CLIP v * min(max(v * a + b, 0), hi)
-   (HardSwish); ACT_CLIP_SCALED min(max(v * a + b, 0), hi) (HardSigmoid). ctypes mirrors it (native.py). */
+   (HardSwish); ACT_CLIP_SCALED min(max(v * a + b, 0), hi) (HardSigmoid); ACT_SILU t * sigmoid(t), t = v * a
+   (SiLU; a = 2 on a conv output halved, conv_activations.silu_halved). ctypes mirrors it (native.py). */
 typedef struct {
     int code;
     float a, b, hi;
 } activation;
 
-enum { ACT_NONE = 0, ACT_CLIP = 1, ACT_TIMES_CLIP = 2, ACT_CLIP_SCALED = 3 };
+enum { ACT_NONE = 0, ACT_CLIP = 1, ACT_TIMES_CLIP = 2, ACT_CLIP_SCALED = 3, ACT_SILU = 4 };
+
+typedef int vi __attribute__((vector_size(VL * sizeof(int))));
+
+static inline vf splat(float x) { return (vf){0} + x; }
+
+static inline vf select_where(vi mask, vf yes, vf no) { return (vf)((mask & (vi)yes) | (~mask & (vi)no)); }
+
+/* e^x for x in [-87, 88] (clamped there; NaN stays NaN): Cephes' expf, 2^n times a degree-7 polynomial of the
+   remainder, within 2 ulp. */
+static inline vf exp_clamped(vf x) {
+    x = select_where(x > splat(88.0f), splat(88.0f), x);
+    x = select_where(x < splat(-87.0f), splat(-87.0f), x);
+    const vf n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    return p * (vf)e;
+}
+
+/* t * sigmoid(t), t = v * a: -inf gives NaN as -inf * sigmoid(-inf) does (the sigmoid under 1e-37 flushed to 0). */
+static inline vf silu(vf v, float a) {
+    const vf t = v * a;
+    vf s = 1.0f / (1.0f + exp_clamped(-t));
+    s = select_where(s < splat(1e-37f), splat(0.0f), s);
+    return t * s;
+}
 
 /* In place over n values. A NaN stays NaN, as numpy's maximum and minimum keep it. */
 static inline void activate(float *v, ptrdiff_t n, const activation *act) {
     const float a = act->a, b = act->b, hi = act->hi;
     switch (act->code) {
+    case ACT_SILU: {
+        ptrdiff_t i = 0;
+        for (; i + VL <= n; i += VL) store(v + i, silu(load(v + i), a));
+        if (i < n) { /* the last values, through a vector of zeros */
+            float tail[VL] = {0};
+            memcpy(tail, v + i, (size_t)(n - i) * sizeof(float));
+            store(tail, silu(load(tail), a));
+            memcpy(v + i, tail, (size_t)(n - i) * sizeof(float));
+        }
+        break;
+    }
     case ACT_CLIP:
         for (ptrdiff_t i = 0; i < n; i++) {
             float t = v[i] < a ? a : v[i];

@@ -100,8 +100,8 @@ class Epilogue:
         return self._active
 
 
-# An activation as the native kernels apply it (``csrc/depthwise.c``, ``activate``): (code, a, b, hi); code 1
-# min(max(v, a), hi), 2 v * min(max(v * a + b, 0), hi), 3 min(max(v * a + b, 0), hi).
+# An activation as the native kernels apply it (``csrc/activation.h``, ``activate``): (code, a, b, hi); code 1
+# min(max(v, a), hi), 2 v * min(max(v * a + b, 0), hi), 3 min(max(v * a + b, 0), hi), 4 t * sigmoid(t), t = v * a.
 NativeForm = tuple[int, float, float, float]
 _NATIVE_FORMS: weakref.WeakKeyDictionary[Activation, NativeForm] = weakref.WeakKeyDictionary()
 
@@ -227,6 +227,9 @@ def _silu(y: np.ndarray) -> None:
     np.exp(t, out=t)  # overflows to inf for very negative y: 1 / inf = 0, the right limit
     t += 1
     np.divide(y, t, out=y)
+
+
+register_native(_silu, (4, 1.0, 0.0, 0.0))
 
 
 def _scalar(value: ir.Value | None, rank: int = 0) -> float | None:

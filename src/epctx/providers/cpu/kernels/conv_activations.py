@@ -48,6 +48,9 @@ def silu_halved(u: np.ndarray) -> None:
         _silu_halved_step(part, buffer[: part.size])
 
 
+fusion.register_native(silu_halved, (4, 1.0 / SILU_SCALE, 0.0, 0.0))  # y * sigmoid(y), y = u / SILU_SCALE
+
+
 def _is_silu(epilogue: fusion.Epilogue) -> bool:
     """The SiLU pair (PyTorch's export: ``Sigmoid(y)`` and ``Mul(y, Sigmoid(y))``): the only epilogue whose
     readers hold a Sigmoid (``fusion._pattern``)."""
