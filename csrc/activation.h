@@ -13,16 +13,20 @@
 #define CLONES
 #endif
 
+/* Every helper of a kernel is inlined into it, so that it is compiled for each clone's instruction set (a helper
+   left out of line is compiled once, for the baseline). */
+#define INLINE static inline __attribute__((always_inline))
+
 #define VL 16
 typedef float vf __attribute__((vector_size(VL * sizeof(float)), aligned(sizeof(float))));
 
-static inline vf load(const float *p) {
+INLINE vf load(const float *p) {
     vf v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
+INLINE void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
 /* code: ACT_CLIP min(max(v, a), hi) (ReLU: a = 0, hi = inf); ACT_TIMES_CLIP v * min(max(v * a + b, 0), hi)
    (HardSwish); ACT_CLIP_SCALED min(max(v * a + b, 0), hi) (HardSigmoid); ACT_SILU t * sigmoid(t), t = v * a
@@ -36,13 +40,13 @@ enum { ACT_NONE = 0, ACT_CLIP = 1, ACT_TIMES_CLIP = 2, ACT_CLIP_SCALED = 3, ACT_
 
 typedef int vi __attribute__((vector_size(VL * sizeof(int))));
 
-static inline vf splat(float x) { return (vf){0} + x; }
+INLINE vf splat(float x) { return (vf){0} + x; }
 
-static inline vf select_where(vi mask, vf yes, vf no) { return (vf)((mask & (vi)yes) | (~mask & (vi)no)); }
+INLINE vf select_where(vi mask, vf yes, vf no) { return (vf)((mask & (vi)yes) | (~mask & (vi)no)); }
 
 /* e^x for x in [-87, 88] (clamped there; NaN stays NaN): Cephes' expf, 2^n times a degree-7 polynomial of the
    remainder, within 2 ulp. */
-static inline vf exp_clamped(vf x) {
+INLINE vf exp_clamped(vf x) {
     x = select_where(x > splat(88.0f), splat(88.0f), x);
     x = select_where(x < splat(-87.0f), splat(-87.0f), x);
     const vf n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
@@ -59,7 +63,7 @@ static inline vf exp_clamped(vf x) {
 }
 
 /* t * sigmoid(t), t = v * a: -inf gives NaN as -inf * sigmoid(-inf) does (the sigmoid under 1e-37 flushed to 0). */
-static inline vf silu(vf v, float a) {
+INLINE vf silu(vf v, float a) {
     const vf t = v * a;
     vf s = 1.0f / (1.0f + exp_clamped(-t));
     s = select_where(s < splat(1e-37f), splat(0.0f), s);
@@ -67,7 +71,7 @@ static inline vf silu(vf v, float a) {
 }
 
 /* In place over n values. A NaN stays NaN, as numpy's maximum and minimum keep it. */
-static inline void activate(float *v, ptrdiff_t n, const activation *act) {
+INLINE void activate(float *v, ptrdiff_t n, const activation *act) {
     const float a = act->a, b = act->b, hi = act->hi;
     switch (act->code) {
     case ACT_SILU: {
@@ -107,7 +111,7 @@ static inline void activate(float *v, ptrdiff_t n, const activation *act) {
 }
 
 /* [first, end) of the taps k with 0 <= at + k * dil < size, of k taps. */
-static inline void taps_inside(int at, int dil, int size, int k, int *first, int *end) {
+INLINE void taps_inside(int at, int dil, int size, int k, int *first, int *end) {
     int f = at >= 0 ? 0 : (-at + dil - 1) / dil;
     int e = at >= size ? 0 : (size - 1 - at) / dil + 1;
     *first = f;

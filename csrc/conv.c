@@ -28,7 +28,7 @@ typedef struct {
 
 /* The results of `count` pixels of output row r from column j on, channels [mc, mc + n), from `tile` (count
    rows of `width` values): activated and written out. */
-static void put(const conv_geometry *g, float *tile, int width, int count, int n, float *y, int r, int j, int mc) {
+INLINE void put(const conv_geometry *g, float *tile, int width, int count, int n, float *y, int r, int j, int mc) {
     for (int i = 0; i < count; i++) activate(tile + i * width, n, &g->act);
     const ptrdiff_t pixel = (ptrdiff_t)r * g->out_w + j;
     if (g->nhwc) {
@@ -45,7 +45,7 @@ static void put(const conv_geometry *g, float *tile, int width, int count, int n
 
 /* 4 pixels side by side x 2 * VL output channels from mc: the products of the filter rows [t0, t1) (one per tap
    and input channel, g->offsets their input offsets from a pixel's origin x). */
-static inline void four_by_two(const float *x, const conv_geometry *g, const float *wp, const float *bias, int t0,
+INLINE void four_by_two(const float *x, const conv_geometry *g, const float *wp, const float *bias, int t0,
                                int t1, int mc, float *tile) {
     const ptrdiff_t step = (ptrdiff_t)g->sw * g->x_col;
     vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
@@ -78,7 +78,7 @@ static inline void four_by_two(const float *x, const conv_geometry *g, const flo
 }
 
 /* 8 pixels side by side x VL output channels (M <= VL), as four_by_two. */
-static inline void eight_by_one(const float *x, const conv_geometry *g, const float *wp, const float *bias, int t0,
+INLINE void eight_by_one(const float *x, const conv_geometry *g, const float *wp, const float *bias, int t0,
                                 int t1, float *tile) {
     const ptrdiff_t step = (ptrdiff_t)g->sw * g->x_col;
     vf a[8];
@@ -93,7 +93,7 @@ static inline void eight_by_one(const float *x, const conv_geometry *g, const fl
 }
 
 /* One pixel, the filter rows of taps inside: kernel rows [p0, p1), columns [q0, q1); x at its origin. */
-static inline void pixel(const float *x, const conv_geometry *g, const float *wp, const float *bias, int p0, int p1,
+INLINE void pixel(const float *x, const conv_geometry *g, const float *wp, const float *bias, int p0, int p1,
                          int q0, int q1, int mc, int width, float *tile) {
     vf a = {0}, b = {0};
     if (bias) {

@@ -25,7 +25,7 @@ typedef struct {
 } dw_geometry;
 
 /* One output pixel (all channels) from the taps [p0, p1) x [q0, q1); x points at the pixel's window origin. */
-static inline void pixel(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *out,
+INLINE void pixel(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *out,
                          int p0, int p1, int q0, int q1) {
     const int c = g->c;
     int k = 0;
@@ -49,7 +49,7 @@ static inline void pixel(const float *x, const dw_geometry *g, const float *wt, 
 }
 
 /* COLS output pixels side by side, every tap inside, the rows [p0, p1); c >= VL. */
-static inline void columns(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *out,
+INLINE void columns(const float *x, const dw_geometry *g, const float *wt, const float *bias, float *out,
                            int p0, int p1) {
     const int c = g->c;
     const ptrdiff_t step = (ptrdiff_t)g->sw * g->x_col;
