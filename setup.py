@@ -17,7 +17,7 @@ setup(
             "epctx.providers.cpu._native",
             sources=["csrc/depthwise.c", "csrc/conv.c", "csrc/pool.c"],
             include_dirs=["csrc"],
-            depends=["csrc/activation.h"],
+            depends=["csrc/common.h"],
             extra_compile_args=flags,
             libraries=[] if sys.platform == "win32" else ["pthread"],
             optional=True,

@@ -6,11 +6,11 @@
    4 at a time, 2 * VL output channels each (8 at a time where M <= VL), in vector registers: for each tap and
    input channel (one flat loop over the filter's rows), the filter's vectors are loaded once for all those
    pixels and each input value once for all channels. The filter is packed as (KH * KW * C, m_pad), zeros past M. The result goes out channels-last (H, W, M) or as
-   NCHW (M, H, W), after the bias (its start) and the activation (csrc/activation.h). */
+   NCHW (M, H, W), after the bias (its start) and the activation (csrc/common.h). */
 #include <stddef.h>
 #include <string.h>
 
-#include "activation.h"
+#include "common.h"
 
 
 typedef struct {
@@ -121,9 +121,8 @@ CLONES void epctx_conv_rows_f32(const float *x, const conv_geometry *g, const fl
                                 int r0, int r1) {
     float tile[8 * VL];
     const int width = g->m_pad == VL ? VL : 2 * VL, cols = width == VL ? 8 : 4;
-    int inner0 = 0, inner1 = g->out_w;
-    while (inner0 < g->out_w && inner0 * g->sw - g->left < 0) inner0++;
-    while (inner1 > inner0 && (inner1 - 1) * g->sw - g->left + (g->kw - 1) * g->dw >= g->w) inner1--;
+    int inner0, inner1;
+    inner_columns(g->out_w, g->sw, g->left, g->kw, g->dw, g->w, &inner0, &inner1);
     for (int r = r0; r < r1; r++) {
         const int ih = r * g->sh - g->top;
         int p0, p1;

@@ -11,7 +11,7 @@
    weight vector is loaded once for COLS products. A channel count that is no multiple of VL ends with one vector
    overlapping the one before it (those channels computed twice, to the same values); under VL channels, one
    channel at a time. */
-#include "activation.h"
+#include "common.h"
 
 #define COLS 4
 
@@ -82,9 +82,8 @@ CLONES void epctx_dw_rows_f32(const float *x, const dw_geometry *g, const float 
                               int r0, int r1) {
     const int c = g->c;
     /* the output columns whose taps all land inside: [inner0, inner1) */
-    int inner0 = 0, inner1 = g->out_w;
-    while (inner0 < g->out_w && inner0 * g->sw - g->left < 0) inner0++;
-    while (inner1 > inner0 && (inner1 - 1) * g->sw - g->left + (g->kw - 1) * g->dw >= g->w) inner1--;
+    int inner0, inner1;
+    inner_columns(g->out_w, g->sw, g->left, g->kw, g->dw, g->w, &inner0, &inner1);
     for (int r = r0; r < r1; r++) {
         const int ih = r * g->sh - g->top;
         int p0, p1;

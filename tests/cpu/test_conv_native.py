@@ -18,7 +18,7 @@ from epctx.providers.cpu import fusion, layout, native
 from epctx.providers.cpu.kernels import conv as conv_kernels
 from epctx.providers.cpu.kernels import conv_native
 from epctx.providers.cpu.kernels.conv_weights import prepare_weight
-from tests.cpu.test_depthwise_native import ACTIVATIONS
+from tests.cpu.test_depthwise_native import ACTIVATIONS, conv_model
 from tests.oracle import assert_matches_ort, run_epctx
 
 RNG = np.random.default_rng(2612)
@@ -30,27 +30,7 @@ def _model(
     x_shape: tuple[int, ...], w_shape: tuple[int, ...], activation: str, dtype: Any = np.float32, **attrs: Any
 ) -> bytes:
     w = (RNG.standard_normal(w_shape) / math.sqrt(math.prod(w_shape[1:]))).astype(dtype)
-    inits = [
-        numpy_helper.from_array(w, "w"),
-        numpy_helper.from_array(RNG.standard_normal(w_shape[0]).astype(dtype), "b"),
-    ]
-    inits += [
-        numpy_helper.from_array(np.array(0.0, dtype), "lo"),
-        numpy_helper.from_array(np.array(6.0, dtype), "hi"),
-    ]
-    tail = ACTIVATIONS[activation]
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y" if tail else "z"], **attrs), *tail]
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", elem, list(x_shape))],
-        [helper.make_tensor_value_info("z", elem, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
+    return conv_model(x_shape, w, RNG.standard_normal(w_shape[0]).astype(dtype), activation, **attrs)
 
 
 def _cases(count: int) -> list[tuple[Any, ...]]:

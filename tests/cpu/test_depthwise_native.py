@@ -38,6 +38,33 @@ ACTIVATIONS: dict[str, list[onnx.NodeProto]] = {
 }
 
 
+def conv_model(
+    x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, activation: str, **attrs: Any
+) -> bytes:
+    """A Conv of ``x`` (``x_shape``, the weights' dtype) with the constant ``w`` and ``b``, then ``activation``
+    (of ``ACTIVATIONS``), its output ``z``."""
+    dtype = w.dtype
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0.0, dtype), "lo")]
+    inits.append(numpy_helper.from_array(np.array(6.0, dtype), "hi"))
+    inputs = ["x", "w"]
+    if b is not None:
+        inits.append(numpy_helper.from_array(b, "b"))
+        inputs.append("b")
+    tail = ACTIVATIONS[activation]
+    nodes = [helper.make_node("Conv", inputs, ["y" if tail else "z"], **attrs), *tail]
+    elem = onnx.helper.np_dtype_to_tensor_dtype(dtype)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", elem, list(x_shape))],
+        [helper.make_tensor_value_info("z", elem, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def _model(
     x_shape: tuple[int, ...],
     kernel: tuple[int, int],
@@ -49,25 +76,8 @@ def _model(
 ) -> bytes:
     c = x_shape[1]
     w = (RNG.standard_normal((c, 1, *kernel)) * 0.5).astype(dtype)
-    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0.0, dtype), "lo")]
-    inits.append(numpy_helper.from_array(np.array(6.0, dtype), "hi"))
-    inputs = ["x", "w"]
-    if bias:
-        inits.append(numpy_helper.from_array(RNG.standard_normal(c).astype(dtype), "b"))
-        inputs.append("b")
-    tail = ACTIVATIONS[activation]
-    nodes = [helper.make_node("Conv", inputs, ["y" if tail else "z"], group=c, **attrs), *tail]
-    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", elem, list(x_shape))],
-        [helper.make_tensor_value_info("z", elem, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
+    b = RNG.standard_normal(c).astype(dtype) if bias else None
+    return conv_model(x_shape, w, b, activation, group=c, **attrs)
 
 
 def _cases(count: int) -> list[tuple[Any, ...]]:

@@ -39,6 +39,7 @@ __all__ = [
     "epilogue_for",
     "join",
     "native_form",
+    "native_split",
     "prescaled",
     "register_native",
 ]
@@ -100,7 +101,7 @@ class Epilogue:
         return self._active
 
 
-# An activation as the native kernels apply it (``csrc/activation.h``, ``activate``): (code, a, b, hi); code 1
+# An activation as the native kernels apply it (``csrc/common.h``, ``activate``): (code, a, b, hi); code 1
 # min(max(v, a), hi), 2 v * min(max(v * a + b, 0), hi), 3 min(max(v * a + b, 0), hi), 4 t * sigmoid(t), t = v * a.
 NativeForm = tuple[int, float, float, float]
 _NATIVE_FORMS: weakref.WeakKeyDictionary[Activation, NativeForm] = weakref.WeakKeyDictionary()
@@ -109,6 +110,12 @@ _NATIVE_FORMS: weakref.WeakKeyDictionary[Activation, NativeForm] = weakref.WeakK
 def native_form(activation: Activation) -> NativeForm | None:
     """How the native kernels apply ``activation``, or None (they leave it to numpy)."""
     return _NATIVE_FORMS.get(activation)
+
+
+def native_split(activation: Activation | None) -> tuple[NativeForm | None, Activation | None]:
+    """(the form a native kernel applies ``activation`` in, or None; what numpy applies after it, or None)."""
+    form = None if activation is None else native_form(activation)
+    return form, (None if form is not None else activation)
 
 
 def register_native(activation: Activation, form: NativeForm) -> Activation:

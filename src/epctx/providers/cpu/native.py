@@ -25,7 +25,7 @@ _P, _I, _S = ctypes.c_void_p, ctypes.c_int, ctypes.c_ssize_t
 
 
 class Activation(ctypes.Structure):
-    """``activation`` of ``csrc/activation.h``: a ``fusion.NativeForm`` (code, a, b, hi)."""
+    """``activation`` of ``csrc/common.h``: a ``fusion.NativeForm`` (code, a, b, hi)."""
 
     _fields_ = [("code", _I), ("a", ctypes.c_float), ("b", ctypes.c_float), ("hi", ctypes.c_float)]
 

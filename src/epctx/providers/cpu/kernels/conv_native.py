@@ -106,8 +106,7 @@ class DirectConv:
         if bias is not None:
             padded = np.zeros(packed.shape[-1], dtype=np.float32)
             padded[:m] = bias.reshape(-1)
-        form = None if activation is None else fusion.native_form(activation)
-        after = None if form is not None else activation
+        form, after = fusion.native_split(activation)
         n, (oh, ow) = self.x_shape[0], self.geo.out
         shape = (n, oh, ow, m) if handing else self.out_shape
         layouts: dict[tuple[int, ...], tuple[ConvGeometry, np.ndarray]] = {}  # input strides -> geometry

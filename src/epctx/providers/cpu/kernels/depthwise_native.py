@@ -66,8 +66,7 @@ class DepthwiseNative:
         the kernel has no form of): its result channels-last as an NCHW view when ``handing`` it over
         (``layout.py``), else copied to NCHW."""
         add = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
-        form = None if activation is None else fusion.native_form(activation)
-        after = None if form is not None else activation
+        form, after = fusion.native_split(activation)
         geometry = self.geometry
         if form is not None:
             geometry = DwGeometry.from_buffer_copy(geometry)

@@ -1,7 +1,8 @@
-/* What the CPU EP's C kernels share: the vector type, unaligned loads and stores, the CPU-feature clones, and the
-   activation applied to results (providers/cpu/fusion.py, NativeForm, gives its code and parameters). */
-#ifndef EPCTX_ACTIVATION_H
-#define EPCTX_ACTIVATION_H
+/* What the CPU EP's C kernels share: the vector type, unaligned loads and stores, the CPU-feature clones, the
+   activation applied to results (providers/cpu/fusion.py, NativeForm, gives its code and parameters), and the
+   taps of a window that land inside the input. */
+#ifndef EPCTX_COMMON_H
+#define EPCTX_COMMON_H
 
 #include <stddef.h>
 #include <string.h>
@@ -116,6 +117,15 @@ INLINE void taps_inside(int at, int dil, int size, int k, int *first, int *end) 
     int e = at >= size ? 0 : (size - 1 - at) / dil + 1;
     *first = f;
     *end = e < k ? e : k;
+}
+
+/* [first, end) of the output columns whose kernel columns all land inside an input of `width` columns. */
+INLINE void inner_columns(int out_w, int stride, int left, int kw, int dil, int width, int *first, int *end) {
+    int f = 0, e = out_w;
+    while (f < out_w && f * stride - left < 0) f++;
+    while (e > f && (e - 1) * stride - left + (kw - 1) * dil >= width) e--;
+    *first = f;
+    *end = e;
 }
 
 #endif
