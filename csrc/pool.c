@@ -18,7 +18,7 @@ void epctx_conv_rows_f32(const float *x, const void *g, const float *w, const fl
 
 static const rows_fn KERNELS[] = {epctx_dw_rows_f32, epctx_conv_rows_f32};
 
-#define MAX_WORKERS 63
+#define MAX_WORKERS 255
 #define SPIN_NS 100000L
 
 typedef struct {
@@ -30,12 +30,16 @@ typedef struct {
     int rows, blocks, total; /* rows per image; blocks of the job; rows of all images */
 } job;
 
-/* The ticket: the job's generation (32 bits), its block count (16) and the next block (16), one atomic word, so a
-   worker claims a block of the job it saw or of none: a late worker of a finished job finds the generation moved
-   on or every block taken. The caller rewrites `current` only once all blocks of the job before are done. */
+/* The ticket: the job's generation (32 bits), how many workers may join it (8), its block count (12) and the
+   next block (12), one atomic word, so a worker claims a block of the job it saw or of none: a late worker of a
+   finished job finds the generation moved on or every block taken. The caller rewrites `current` only once all
+   blocks of the job before are done. Workers numbered from the job's count on sit it out (a pool started for
+   more threads serves a session of fewer: intra_op_num_threads holds). */
 #define GEN(t) ((t) >> 32)
-#define BLOCKS(t) (((t) >> 16) & 0xffff)
-#define NEXT(t) ((t)&0xffff)
+#define JOINERS(t) (((t) >> 24) & 0xff)
+#define BLOCKS(t) (((t) >> 12) & 0xfff)
+#define NEXT(t) ((t)&0xfff)
+#define MAX_BLOCKS 0xfff
 
 static struct {
     pthread_mutex_t submit; /* held by the caller whose job runs */
@@ -81,8 +85,8 @@ static void take_blocks(unsigned long long gen) {
     }
 }
 
-static void *worker(void *unused) {
-    (void)unused;
+static void *worker(void *arg) {
+    const unsigned long long id = (unsigned long long)(size_t)arg; /* 0, 1, ... in the order started */
     unsigned long long seen = GEN(atomic_load(&pool.ticket));
     for (;;) {
         const long spin_end = now_ns() + SPIN_NS;
@@ -96,8 +100,9 @@ static void *worker(void *unused) {
                 pthread_mutex_unlock(&pool.mu);
             }
         }
-        seen = GEN(atomic_load(&pool.ticket));
-        take_blocks(seen);
+        const unsigned long long t = atomic_load(&pool.ticket);
+        seen = GEN(t);
+        if (id < JOINERS(t)) take_blocks(seen);
     }
     return NULL;
 }
@@ -110,7 +115,7 @@ static void ensure_workers(int count) {
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&attr, 256 * 1024);
-        if (pthread_create(&t, &attr, worker, NULL) != 0) {
+        if (pthread_create(&t, &attr, worker, (void *)(size_t)pool.started) != 0) {
             pthread_attr_destroy(&attr);
             break;
         }
@@ -136,7 +141,8 @@ void epctx_parallel_rows(int kernel, const float *const *xs, float *const *ys, i
                          const float *w, const float *b, int threads, int blocks) {
     job j = {KERNELS[kernel], xs, ys, g, w, b, rows, blocks, images * rows};
     if (j.blocks > j.total) j.blocks = j.total;
-    if (j.blocks > 0xffff) j.blocks = 0xffff;
+    if (j.blocks > MAX_BLOCKS) j.blocks = MAX_BLOCKS;
+    if (threads > MAX_WORKERS + 1) threads = MAX_WORKERS + 1;
     if (threads <= 1 || j.blocks <= 1 || pthread_mutex_trylock(&pool.submit) != 0) {
         j.blocks = 1;
         run_block(&j, 0);
@@ -147,7 +153,8 @@ void epctx_parallel_rows(int kernel, const float *const *xs, float *const *ys, i
     pool.current = j;
     atomic_store(&pool.done, 0);
     const unsigned long long gen = GEN(atomic_load(&pool.ticket)) + 1;
-    atomic_store(&pool.ticket, (gen << 32) | ((unsigned long long)j.blocks << 16)); /* publishes current */
+    const unsigned long long joiners = (unsigned long long)(threads - 1) << 24;
+    atomic_store(&pool.ticket, (gen << 32) | joiners | ((unsigned long long)j.blocks << 12)); /* publishes current */
     pthread_mutex_lock(&pool.mu);
     if (pool.sleepers) pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.mu);
