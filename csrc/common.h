@@ -7,8 +7,9 @@
 #include <stddef.h>
 #include <string.h>
 
-/* AVX-512, AVX2 + FMA and baseline code of each kernel, the one for this CPU chosen at load (GCC, x86-64 ELF). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
+/* AVX-512, AVX2 + FMA and baseline code of each kernel, the one for this CPU chosen at load (GCC, x86-64 ELF);
+   EPCTX_ONE_ISA: only the code of the compiler's -march (tests build each instruction set this way). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__) && !defined(EPCTX_ONE_ISA)
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CLONES

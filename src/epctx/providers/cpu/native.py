@@ -16,7 +16,18 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CONV", "DEPTHWISE", "Activation", "ConvGeometry", "DwGeometry", "Native", "kernels", "reset"]
+__all__ = [
+    "CONV",
+    "DEPTHWISE",
+    "Activation",
+    "ConvGeometry",
+    "DwGeometry",
+    "Native",
+    "bind",
+    "kernels",
+    "reset",
+    "use",
+]
 
 _log = logging.getLogger("epctx")
 _lock = threading.Lock()
@@ -141,17 +152,28 @@ def _load() -> Native | None:
         _log.debug("native kernels: not built (no C compiler at install?): numpy kernels")
         return None
     try:
-        lib = ctypes.CDLL(spec.origin)
-        bound = []
-        for name in ("epctx_dw_rows_f32", "epctx_conv_rows_f32"):
-            fn = getattr(lib, name)
-            fn.argtypes = [_P, _P, _P, _P, _P, _I, _I]
-            fn.restype = None
-            bound.append(fn)
-        parallel = lib.epctx_parallel_rows
-        parallel.argtypes = [_I, _P, _P, _I, _I, _P, _P, _P, _I, _I]
-        parallel.restype = None
-        return Native(spec.origin, bound[0], bound[1], parallel)
+        return bind(spec.origin)
     except (OSError, AttributeError) as exc:
         _log.warning("native kernels at %s failed to load (%s): numpy kernels", spec.origin, exc)
         return None
+
+
+def bind(path: str) -> Native:
+    """The library at ``path`` loaded and its functions bound (OSError, AttributeError where it cannot be)."""
+    lib = ctypes.CDLL(path)
+    bound = []
+    for name in ("epctx_dw_rows_f32", "epctx_conv_rows_f32"):
+        fn = getattr(lib, name)
+        fn.argtypes = [_P, _P, _P, _P, _P, _I, _I]
+        fn.restype = None
+        bound.append(fn)
+    parallel = lib.epctx_parallel_rows
+    parallel.argtypes = [_I, _P, _P, _I, _I, _P, _P, _P, _I, _I]
+    parallel.restype = None
+    return Native(path, bound[0], bound[1], parallel)
+
+
+def use(found: Native | None) -> None:
+    """Serve ``found`` from ``kernels`` from now on (tests of a library built for another instruction set)."""
+    with _lock:
+        _found[:] = [found]
