@@ -3,7 +3,9 @@
    Python's helper threads (src/epctx/providers/cpu/parallel.py) sleep between jobs, and waking a sleeping thread
    on an idle virtual CPU costs tens to a hundred microseconds here, as much as a whole depthwise conv takes in C.
    These workers spin for SPIN_NS after their last block (onnxruntime's pool spins the same way), so the next
-   conv of a network finds them awake; then they sleep on a condition variable. The caller takes blocks too and
+   conv of a network finds them awake; then they sleep on a condition variable, or at once when told that other
+   threads need the cores (epctx_pool_rest: before a GEMM on OpenBLAS's own threads or a job of Python's helpers;
+   yielding the core while spinning instead measured slower). The caller takes blocks too and
    waits only for blocks a worker has started, so a late worker costs nothing but its share. One job at a time:
    a second caller meanwhile (another Python thread: ctypes releases the GIL) runs its rows alone. Rebuilt empty
    in a forked child. */
@@ -20,6 +22,11 @@ static const rows_fn KERNELS[] = {epctx_dw_rows_f32, epctx_conv_rows_f32};
 
 #define MAX_WORKERS 255
 #define SPIN_NS 100000L
+
+static atomic_int resting; /* set by epctx_pool_rest, cleared by the next job */
+
+/* Spinning workers sleep now: other threads are about to need the cores (OpenBLAS's own, for a GEMM it splits). */
+void epctx_pool_rest(void) { atomic_store(&resting, 1); }
 
 typedef struct {
     rows_fn fn;
@@ -92,7 +99,7 @@ static void *worker(void *arg) {
         const long spin_end = now_ns() + SPIN_NS;
         for (int i = 0; GEN(atomic_load(&pool.ticket)) == seen; i++) {
             relax();
-            if ((i & 255) == 255 && now_ns() > spin_end) {
+            if ((i & 255) == 255 && (atomic_load(&resting) || now_ns() > spin_end)) {
                 pthread_mutex_lock(&pool.mu);
                 pool.sleepers++;
                 while (GEN(atomic_load(&pool.ticket)) == seen) pthread_cond_wait(&pool.wake, &pool.mu);
@@ -152,6 +159,7 @@ void epctx_parallel_rows(int kernel, const float *const *xs, float *const *ys, i
     ensure_workers(threads - 1);
     pool.current = j;
     atomic_store(&pool.done, 0);
+    atomic_store(&resting, 0);
     const unsigned long long gen = GEN(atomic_load(&pool.ticket)) + 1;
     const unsigned long long joiners = (unsigned long long)(threads - 1) << 24;
     atomic_store(&pool.ticket, (gen << 32) | joiners | ((unsigned long long)j.blocks << 12)); /* publishes current */

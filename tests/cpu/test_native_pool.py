@@ -107,3 +107,29 @@ def test_many_jobs_and_more_blocks_than_rows() -> None:
         np.testing.assert_array_equal(conv.run_channels_last(x, prep), alone)
     finally:
         blas_serial.serial().threads = real  # type: ignore[method-assign]
+
+
+@needs_native
+def test_rest_between_jobs() -> None:
+    """native.rest (before OpenBLAS's own threads or Python's helpers get work) sends spinning workers to sleep;
+    the next job wakes them: runs interleaved with rests, from two threads, give the same numbers."""
+    session = _session()
+    x = RNG.standard_normal((1, 32, 64, 64)).astype(np.float32)
+    expected = session.run(None, {"x": x})[0]
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            for k in range(300):
+                if k % 3 == 0:
+                    native.rest()
+                np.testing.assert_array_equal(session.run(None, {"x": x})[0], expected)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)

@@ -26,6 +26,7 @@ __all__ = [
     "bind",
     "kernels",
     "reset",
+    "rest",
     "use",
 ]
 
@@ -96,6 +97,8 @@ class Native:
     # (kernel: 0 dw_rows, 1 conv_rows; x per image, y per image (address arrays), images, rows per image,
     # geometry, filter, bias or None, threads, blocks): every row of every image, shared by csrc/pool.c's workers
     parallel_rows: Any
+    # (): the pool's spinning workers sleep now (before a GEMM on OpenBLAS's own threads)
+    rest: Any
 
     def rows(
         self,
@@ -134,6 +137,14 @@ def kernels() -> Native | None:
     return _found[0]
 
 
+def rest() -> None:
+    """The pool's spinning workers sleep now, where the library is loaded (before work that other threads share:
+    OpenBLAS's own threads, Python's helper threads). Never loads it."""
+    found = _found[0] if _found else None
+    if found is not None:
+        found.rest()
+
+
 def reset() -> None:
     """Forget what ``kernels`` found (tests turning ``EPCTX_NATIVE`` on and off)."""
     with _lock:
@@ -170,7 +181,9 @@ def bind(path: str) -> Native:
     parallel = lib.epctx_parallel_rows
     parallel.argtypes = [_I, _P, _P, _I, _I, _P, _P, _P, _I, _I]
     parallel.restype = None
-    return Native(path, bound[0], bound[1], parallel)
+    rest = lib.epctx_pool_rest
+    rest.argtypes, rest.restype = [], None
+    return Native(path, bound[0], bound[1], parallel, rest)
 
 
 def use(found: Native | None) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from epctx.providers.cpu import blas_serial as blas
+from epctx.providers.cpu import native
 
 __all__ = [
     "MIN_BLOCK_COLUMNS",
@@ -106,6 +107,7 @@ os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def _run(job: _Job, helpers: int) -> None:
+    native.rest()  # the C pool's spinning workers leave the cores to the helpers
     _HELPERS.ensure(helpers)
     for _ in range(helpers):
         _HELPERS.jobs.put(job)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from epctx.providers.cpu import fusion
+from epctx.providers.cpu import blas_serial as blas
+from epctx.providers.cpu import fusion, native
 from epctx.providers.cpu.cblas import gemm_for
 from epctx.providers.cpu.kernels.channel_rows import PixelRows
 from epctx.providers.cpu.kernels.conv_direct import bias_rows, channels_last_bias
@@ -41,11 +42,15 @@ def pointwise_last(
     add = None if bias is None else channels_last_bias(bias, rows)
     weights = w2t.ctypes.data  # its address, taken once (0.8 us an access): w2t lives as long as this closure
     beta = 0.0 if bias is None else 1.0
+    # a GEMM OpenBLAS splits over its threads: the native pool's spinning workers leave it the cores
+    rest = native.rest if rows * m * c >= blas.SERIAL_MACS else None
 
     def run(x: np.ndarray) -> np.ndarray:
         dtype = w2t.dtype if x.dtype == w2t.dtype else np.result_type(w2t.dtype, x.dtype)
         y = np.empty(shape, dtype=dtype)
         a = pixels(x)
+        if rest is not None:
+            rest()
         if gemm is not None and a.dtype == dtype and a.flags.c_contiguous:
             if row is not None:
                 np.copyto(y.reshape(tiled), row)
