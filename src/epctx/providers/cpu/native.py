@@ -1,6 +1,6 @@
 """The CPU EP's native kernels (``csrc/``): a plain C library built with the package when a C compiler is at hand
-(``setup.py``, an optional extension) and loaded here with ctypes, which releases the GIL for each call (helper
-threads run other rows meanwhile, ``parallel.py``).
+(``setup.py``, an optional extension) and loaded here with ctypes, which releases the GIL for each call. Its
+kernels compute output rows; ``Native.rows`` shares them among ``csrc/pool.c``'s worker threads.
 
 ``kernels()`` is None where the library is not built, cannot be loaded, or ``EPCTX_NATIVE=0`` is set; the kernels
 that use it then compute the same with numpy. Loaded at the first kernel that asks, never at ``import epctx``.

@@ -1,10 +1,12 @@
 """CPU kernels: Conv (ConvTranspose is in ``conv_transpose.py``).
 
-A Conv runs as im2col + one matmul per group, or without the im2col copy where that costs less
-(``conv_flat.py``: dense stride-1 convs with M <= C), depthwise convs channels-last (``depthwise.py``), or as
-Winograd F(2x2, 3x3) when BLAS is single-threaded. Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and
-cached; the activation after a Conv may run inside it (``fusion.py``). The window geometry and scratch arrays
-shared with the pooling kernels are in ``windows.py``.
+A Conv runs in C where the native kernels are built (``native.py``): depthwise convs (``depthwise_native.py``)
+and dense convs of few input values or output channels (``conv_native.py``); otherwise as im2col + one matmul
+per group, or without the im2col copy where that costs less (``conv_flat.py``: dense stride-1 convs with M <= C),
+depthwise convs channels-last (``depthwise.py``), or as Winograd F(2x2, 3x3) when BLAS is single-threaded.
+Shape-dependent work (output size, pads, slicing plans) is computed once per input shape and cached; the
+activation after a Conv may run inside it (``fusion.py``). The window geometry and scratch arrays shared with the
+pooling kernels are in ``windows.py``.
 """
 
 from __future__ import annotations

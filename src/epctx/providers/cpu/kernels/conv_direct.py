@@ -88,9 +88,8 @@ def route_for(
     """The call of ``plan``: ``prep`` the prepared weights, ``bias`` the bias as a column (M, 1) or None (an
     im2col conv adds it in its GEMM when it is ``constant_bias``, the same array at every call), ``activation``
     the epilogue's, ``handing`` whether the conv hands its result over channels-last (``layout.py``)."""
-    direct = (
-        plan.direct
-    )  # a dense conv in C, float32: channels-last out whenever its readers take it (no cost)
+    # a dense conv in C, float32: its result channels-last whenever its readers take it (that costs it nothing)
+    direct = plan.direct
     if direct is not None and prep["w2"].dtype == np.float32:
         fallback = _general(plan, prep, bias, activation)  # an input of another dtype
         return direct.route(prep, bias, activation, handing, fallback)  # type: ignore[no-any-return]
