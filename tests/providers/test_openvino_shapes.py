@@ -4,12 +4,16 @@ twice, a session OpenVINO compiled for those shapes; the results equal onnxrunti
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("openvino")
+pytest.importorskip("onnxruntime")
 
 import epctx
 from epctx import options as opt
@@ -47,3 +51,30 @@ def test_a_signature_seen_twice_runs_on_a_model_openvino_compiled_for_it(tmp_pat
     other = {"x": RNG.standard_normal((5, 8)).astype(np.float32)}  # another batch: the session's own plan
     np.testing.assert_allclose(session.run(None, other)[0], run_ort(_model(), other)[0], rtol=1e-5, atol=1e-5)
     assert list(session.get_shape_specializations()) == ["x[3,8]"]
+
+
+def test_the_process_exits_cleanly_while_a_specialization_compiles(tmp_path: Path) -> None:
+    """A process that ends right after a shape's second run, its OpenVINO compile in flight in the background:
+    the compile is waited for at exit (specialize._drain_at_exit). Before, the daemon thread was frozen inside
+    OpenVINO's compile as the process tore down, which aborted it (exit status 134, "terminate called without an
+    active exception") where onnxruntime was loaded too, as in `epctx demo`."""
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        import epctx
+        from epctx.cli.demo import build_demo_model
+        path = {str(tmp_path / "m.onnx")!r}
+        build_demo_model(path)
+        session = epctx.InferenceSession(path, providers=["OpenVINOExecutionProvider"])
+        x = np.ones((2, 3, 64, 64), np.float32)
+        for _ in range(3):
+            session.run(None, {{"x": x}})
+        import onnxruntime  # as epctx demo's cross-check does: the abort needed both runtimes in the process
+        onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {{"x": x}})
+        print(sorted(s.state for s in session.get_shape_specializations().values()))
+        """
+    )
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and "terminate" not in done.stderr, done.stderr[-2000:]
+        assert done.stdout.strip() in ("['pending']", "['ready']")

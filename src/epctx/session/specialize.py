@@ -31,6 +31,7 @@ session's own plan runs.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import logging
@@ -67,6 +68,23 @@ _FAILED: dict[
     tuple[Any, ...], str
 ] = {}  # (model, providers, signature) -> why: not tried again in the process
 _FAILED_LOCK = threading.Lock()
+# The worker threads making specializations; at interpreter exit, none starts another and each in-flight compile
+# is waited for (``_drain_at_exit``): a daemon thread frozen inside a backend's C++ compile while the process
+# tears down its statics aborts it ("terminate called without an active exception": OpenVINO, seen in
+# ``epctx demo``, exit status 134).
+_WORKERS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_EXITING = threading.Event()
+_EXIT_WAIT_S = 120.0  # at most this long in all for compiles in flight at exit
+
+
+def _drain_at_exit() -> None:
+    _EXITING.set()
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    for worker in list(_WORKERS):
+        worker.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_drain_at_exit)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -158,8 +176,9 @@ class ShapeSpecializer:
             self._seen.pop(signature, None)
             if not self._sync:
                 self._queue.append(signature)
-                if self._worker is None:
+                if self._worker is None and not _EXITING.is_set():
                     self._worker = threading.Thread(target=self._work, name="epctx-specialize", daemon=True)
+                    _WORKERS.add(self._worker)
                     self._worker.start()
                 return None
         self._build(signature)
@@ -169,7 +188,7 @@ class ShapeSpecializer:
     def _work(self) -> None:
         while True:
             with self._lock:
-                if not self._queue or not self._alive():
+                if not self._queue or not self._alive() or _EXITING.is_set():
                     self._queue.clear()
                     self._worker = None
                     return
