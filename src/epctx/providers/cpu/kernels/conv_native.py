@@ -109,35 +109,34 @@ class DirectConv:
         form, after = fusion.native_split(activation)
         n, (oh, ow) = self.x_shape[0], self.geo.out
         shape = (n, oh, ow, m) if handing else self.out_shape
-        layouts: dict[tuple[int, ...], tuple[ConvGeometry, np.ndarray]] = {}  # input strides -> geometry
+        # input strides -> (geometry, its offsets: kept alive, the C loop's geometry, filter and bias addresses)
+        layouts: dict[tuple[int, ...], tuple[ConvGeometry, np.ndarray, tuple[int, int, int | None]]] = {}
+        weights = (packed.ctypes.data, None if padded is None else padded.ctypes.data)
+        kept = (packed, padded)  # what ``weights`` points to, alive as long as this call
 
         def route(x: np.ndarray) -> tuple[np.ndarray]:
             if x.dtype != np.float32:
                 return fallback(x)
             found = layouts.get(x.strides)
             if found is None:
-                found = layouts[x.strides] = self.geometry(x, handing, form)
+                geometry, offsets = self.geometry(x, handing, form)
+                found = layouts[x.strides] = (geometry, offsets, (ctypes.addressof(geometry), *weights))
             y = np.empty(shape, dtype=np.float32)
-            self._compute(x, found[0], packed, padded, y)
+            self._compute(x, found[2], y, kept)
             if after is not None:
                 after(y)
             return (y.transpose(0, 3, 1, 2) if handing else y,)
 
         return route
 
-    def _compute(
-        self,
-        x: np.ndarray,
-        geometry: ConvGeometry,
-        packed: np.ndarray,
-        bias: np.ndarray | None,
-        y: np.ndarray,
-    ) -> None:
+    def _compute(self, x: np.ndarray, args: tuple[int, int, int | None], y: np.ndarray, kept: object) -> None:
+        """The C loop over every row of ``x``'s images into ``y``; ``args`` its geometry, filter and bias
+        addresses, ``kept`` the filter and bias they point to (alive through the call)."""
         threads = blas.serial().threads() if self.shares else 1
-        args = (ctypes.addressof(geometry), packed.ctypes.data, None if bias is None else bias.ctypes.data)
         xs = [x.ctypes.data + i * x.strides[0] for i in range(x.shape[0])]
         ys = [y.ctypes.data + i * y.strides[0] for i in range(y.shape[0])]
         self.native.rows(CONV, xs, ys, self.geo.out[0], args, threads, _BLOCKS * threads)
+        del kept  # only its lifetime mattered
 
 
 def _row_length(m: int) -> int:

@@ -67,13 +67,19 @@ class DepthwiseNative:
         (``layout.py``), else copied to NCHW."""
         add = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
         form, after = fusion.native_split(activation)
+        fused = None if form is None else activation
         geometry = self.geometry
         if form is not None:
             geometry = DwGeometry.from_buffer_copy(geometry)
             geometry.act = Activation(*form)
+        # the C loop's addresses, taken once (None: numpy's form); the closure keeps what they point to alive
+        args, kept = self._args(prep, add, geometry), (geometry, add)
 
         def route(x: np.ndarray) -> tuple[np.ndarray]:
-            y = self._run(x, prep, add, geometry, None if form is None else activation)
+            if args is None or x.dtype != np.float32:
+                y = self._numpy(x, prep, add, fused)
+            else:
+                y = self._native(x, args, kept)
             if after is not None:
                 after(y)
             if handing:
@@ -91,26 +97,39 @@ class DepthwiseNative:
 
     def run_channels_last(self, x: np.ndarray, prep: dict[str, np.ndarray]) -> np.ndarray:
         """The conv alone, its result a contiguous (N, H, W, C) array."""
-        return self._run(x, prep, None, self.geometry, None)
+        args = self._args(prep, None, self.geometry)
+        if args is None or x.dtype != np.float32:
+            return self._numpy(x, prep, None, None)
+        return self._native(x, args, self.geometry)
 
-    def _run(
+    def _args(
+        self, prep: dict[str, np.ndarray], bias: np.ndarray | None, geometry: DwGeometry
+    ) -> tuple[int, int, int | None] | None:
+        """The C loop's geometry, filter ((KH, KW, C, 1)) and bias addresses; None where the filter or the bias
+        is not float32 (numpy's form then). The caller keeps the three alive."""
+        wl = prep["wl"]
+        if wl.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
+            return None
+        return ctypes.addressof(geometry), wl.ctypes.data, None if bias is None else bias.ctypes.data
+
+    def _numpy(
         self,
         x: np.ndarray,
         prep: dict[str, np.ndarray],
         bias: np.ndarray | None,
-        geometry: DwGeometry,
         activation: fusion.Activation | None,
     ) -> np.ndarray:
-        """The result (N, H, W, C), contiguous: ``bias`` added and ``geometry``'s activation applied (it is
-        ``activation``, or none); for dtypes other than float32, numpy's form, then the bias and ``activation``."""
-        wl = prep["wl"]  # (KH, KW, C, 1)
-        if x.dtype != np.float32 or wl.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
-            y = self.fallback().run_channels_last(x, prep)
-            if bias is not None:
-                y += bias
-            if activation is not None:
-                activation(y)
-            return y
+        """Numpy's form (``DepthwiseChannelsLast``), then ``bias`` and ``activation``: dtypes other than float32."""
+        y = self.fallback().run_channels_last(x, prep)
+        if bias is not None:
+            y += bias
+        if activation is not None:
+            activation(y)
+        return y
+
+    def _native(self, x: np.ndarray, args: tuple[int, int, int | None], kept: object) -> np.ndarray:
+        """The C loop's result (N, H, W, C), contiguous, its bias and activation those of ``args``; ``kept`` holds
+        the geometry (and bias) ``args`` points to, alive through the call."""
         nhwc = x.transpose(0, 2, 3, 1)
         copied = None
         if not nhwc.flags.c_contiguous:  # NCHW memory: one transposed copy
@@ -120,10 +139,10 @@ class DepthwiseNative:
         n, (h, w), c = x.shape[0], self.geo.out, x.shape[1]
         y = np.empty((n, h, w, c), dtype=np.float32)
         threads = blas.serial().threads() if self.shares else 1
-        args = (ctypes.addressof(geometry), wl.ctypes.data, None if bias is None else bias.ctypes.data)
         xs = [nhwc.ctypes.data + i * nhwc.strides[0] for i in range(n)]
         ys = [y.ctypes.data + i * y.strides[0] for i in range(n)]
         self.native.rows(DEPTHWISE, xs, ys, h, args, threads, _BLOCKS * threads)
+        del kept  # only its lifetime mattered
         if copied is not None:
             SCRATCH.give(copied)
         return y
