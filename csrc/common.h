@@ -11,13 +11,28 @@
    EPCTX_ONE_ISA: only the code of the compiler's -march (tests build each instruction set this way). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__) && !defined(EPCTX_ONE_ISA)
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define CLONED 1
 #else
 #define CLONES
 #endif
 
+
 /* Every helper of a kernel is inlined into it, so that it is compiled for each clone's instruction set (a helper
    left out of line is compiled once, for the baseline). */
 #define INLINE static inline __attribute__((always_inline))
+
+/* Whether this CPU's code has AVX-512's 32 vector registers: register tiles of more than 8 vectors of sums fit
+   there, and spill to memory in AVX2's 16 (each 16-float vector two of them). Clones share one body, so it is
+   asked of the CPU (a flag read); code built for one instruction set knows it. */
+INLINE int wide_registers(void) {
+#ifdef CLONED
+    return __builtin_cpu_supports("x86-64-v4") != 0; /* the clone picked is the v4 one */
+#elif defined(__AVX512F__)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 #define VL 16
 typedef float vf __attribute__((vector_size(VL * sizeof(float)), aligned(sizeof(float))));

@@ -1,12 +1,14 @@
-/* epctx's CPU EP: dense 2-D convolutions of few input values per output (a network's stem: 3 channels, 3x3),
-   float32, computed directly (no im2col columns), in C.
+/* epctx's CPU EP: dense 2-D convolutions (a network's stem, its 3x3 convs of up to 128 input channels, 1x1 convs
+   of up to 384: providers/cpu/kernels/conv_native.py says which), float32, computed directly (no im2col columns),
+   in C.
 
    Built and loaded as csrc/depthwise.c is (see there). The input is read where it lies, any strides (NCHW or
    channels-last memory); taps in the padding are skipped. Output columns whose taps all land inside are computed
-   4 at a time, 2 * VL output channels each (8 at a time where M <= VL), in vector registers: for each tap and
-   input channel (one flat loop over the filter's rows), the filter's vectors are loaded once for all those
-   pixels and each input value once for all channels. The filter is packed as (KH * KW * C, m_pad), zeros past M. The result goes out channels-last (H, W, M) or as
-   NCHW (M, H, W), after the bias (its start) and the activation (csrc/common.h). */
+   12 or 8 at a time with AVX-512's 32 vector registers (4 with AVX2's 16), 2 * VL output channels each (8 at a
+   time where M <= VL), in vector registers: for each tap and input channel (one flat loop over the filter's rows),
+   the filter's vectors are loaded once for all those pixels and each input value once for all channels. The
+   filter is packed as (KH * KW * C, m_pad), zeros past M, 64-byte aligned (conv_native.py). The result goes out
+   channels-last (H, W, M) or as NCHW (M, H, W), after the bias (its start) and the activation (csrc/common.h). */
 #include <stddef.h>
 #include <string.h>
 
@@ -77,6 +79,35 @@ INLINE void four_by_two(const float *x, const conv_geometry *g, const float *wp,
     store(tile + 7 * VL, b3);
 }
 
+/* P pixels side by side x 2 * VL output channels from mc, as four_by_two: 2 * P sums in registers (12 and 8 here;
+   AVX-512 has 32 vector registers). */
+#define PIXELS_BY_TWO(P)                                                                                        \
+    INLINE void pixels##P##_by_two(const float *x, const conv_geometry *g, const float *wp, const float *bias,  \
+                                   int t0, int t1, int mc, float *tile) {                                       \
+        const ptrdiff_t step = (ptrdiff_t)g->sw * g->x_col;                                                     \
+        vf a[P], b[P];                                                                                          \
+        for (int i = 0; i < P; i++) {                                                                           \
+            a[i] = bias ? load(bias + mc) : (vf){0};                                                            \
+            b[i] = bias ? load(bias + mc + VL) : (vf){0};                                                       \
+        }                                                                                                       \
+        const float *wt = wp + (ptrdiff_t)t0 * g->m_pad + mc;                                                   \
+        for (int t = t0; t < t1; t++, wt += g->m_pad) {                                                         \
+            const vf w0 = load(wt), w1 = load(wt + VL);                                                         \
+            const float *xt = x + g->offsets[t];                                                                \
+            for (int i = 0; i < P; i++) {                                                                       \
+                const float s = xt[i * step];                                                                   \
+                a[i] += w0 * s;                                                                                 \
+                b[i] += w1 * s;                                                                                 \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int i = 0; i < P; i++) {                                                                           \
+            store(tile + 2 * i * VL, a[i]);                                                                     \
+            store(tile + (2 * i + 1) * VL, b[i]);                                                               \
+        }                                                                                                       \
+    }
+PIXELS_BY_TWO(12)
+PIXELS_BY_TWO(8)
+
 /* 8 pixels side by side x VL output channels (M <= VL), as four_by_two. */
 INLINE void eight_by_one(const float *x, const conv_geometry *g, const float *wp, const float *bias, int t0,
                                 int t1, float *tile) {
@@ -95,23 +126,31 @@ INLINE void eight_by_one(const float *x, const conv_geometry *g, const float *wp
 /* One pixel, the filter rows of taps inside: kernel rows [p0, p1), columns [q0, q1); x at its origin. */
 INLINE void pixel(const float *x, const conv_geometry *g, const float *wp, const float *bias, int p0, int p1,
                          int q0, int q1, int mc, int width, float *tile) {
-    vf a = {0}, b = {0};
+    vf ca[4] = {{0}}, cb[4] = {{0}};
     if (bias) {
-        a = load(bias + mc);
-        if (width > VL) b = load(bias + mc + VL);
+        ca[0] = load(bias + mc);
+        if (width > VL) cb[0] = load(bias + mc + VL);
     }
     for (int p = p0; p < p1; p++)
         for (int q = q0; q < q1; q++) {
             const int t0 = (p * g->kw + q) * g->c;
             const float *wt = wp + (ptrdiff_t)t0 * g->m_pad + mc;
-            for (int k = 0; k < g->c; k++, wt += g->m_pad) {
+            int k = 0;
+            for (; k + 4 <= g->c; k += 4, wt += 4 * g->m_pad) { /* four chains of sums: not latency-bound */
+                for (int u = 0; u < 4; u++) {
+                    const float s = x[g->offsets[t0 + k + u]];
+                    ca[u] += load(wt + u * g->m_pad) * s;
+                    if (width > VL) cb[u] += load(wt + u * g->m_pad + VL) * s;
+                }
+            }
+            for (; k < g->c; k++, wt += g->m_pad) {
                 const float s = x[g->offsets[t0 + k]];
-                a += load(wt) * s;
-                if (width > VL) b += load(wt + VL) * s;
+                ca[0] += load(wt) * s;
+                if (width > VL) cb[0] += load(wt + VL) * s;
             }
         }
-    store(tile, a);
-    if (width > VL) store(tile + VL, b);
+    store(tile, (ca[0] + ca[1]) + (ca[2] + ca[3]));
+    if (width > VL) store(tile + VL, (cb[0] + cb[1]) + (cb[2] + cb[3]));
 }
 
 /* Output rows [r0, r1) of one image; y the whole image's result (its layout per g->nhwc), wp the packed filter
@@ -119,8 +158,8 @@ INLINE void pixel(const float *x, const conv_geometry *g, const float *wp, const
    values or NULL. */
 CLONES void epctx_conv_rows_f32(const float *x, const conv_geometry *g, const float *wp, const float *bias, float *y,
                                 int r0, int r1) {
-    float tile[8 * VL];
-    const int width = g->m_pad == VL ? VL : 2 * VL, cols = width == VL ? 8 : 4;
+    float tile[24 * VL];
+    const int width = g->m_pad == VL ? VL : 2 * VL, cols = width == VL ? 8 : 4, wide = wide_registers();
     int inner0, inner1;
     inner_columns(g->out_w, g->sw, g->left, g->kw, g->dw, g->w, &inner0, &inner1);
     for (int r = r0; r < r1; r++) {
@@ -134,6 +173,16 @@ CLONES void epctx_conv_rows_f32(const float *x, const conv_geometry *g, const fl
             int j = 0;
             while (j < g->out_w) {
                 const float *origin = xr + (ptrdiff_t)(j * g->sw - g->left) * g->x_col;
+                if (wide && width > VL && j >= inner0 && j + 8 <= inner1) { /* 12 pixels, or 8 */
+                    const int count = j + 12 <= inner1 ? 12 : 8;
+                    if (count == 12)
+                        pixels12_by_two(origin, g, wp, bias, t0, t1, mc, tile);
+                    else
+                        pixels8_by_two(origin, g, wp, bias, t0, t1, mc, tile);
+                    put(g, tile, width, count, n, y, r, j, mc);
+                    j += count;
+                    continue;
+                }
                 if (j >= inner0 && j + cols <= inner1) {
                     if (width == VL)
                         eight_by_one(origin, g, wp, bias, t0, t1, tile);

@@ -65,6 +65,56 @@ def test_geometries_match_onnxruntime(
     assert_matches_ort(model, {"x": RNG.standard_normal(x_shape).astype(np.float32)}, atol=1e-5, rtol=1e-5)
 
 
+def _deep_cases(count: int) -> list[tuple[Any, ...]]:
+    """Seeded random geometries of a network's inner convs (tens to hundreds of input channels, more than one
+    vector of output channels, rows wide enough for the 12- and 8-pixel tiles): (x shape, w shape, strides,
+    dilations, pads)."""
+    rng = np.random.default_rng(31)
+    cases = []
+    while len(cases) < count:
+        c, m = int(rng.choice([8, 24, 64, 128])), int(rng.choice([17, 32, 33, 64, 96, 130]))
+        k = int(rng.choice([1, 3, 3, 5]))
+        strides = tuple(int(s) for s in rng.choice([1, 1, 2], size=2))
+        dilations = (1, 1) if k == 1 else tuple(int(d) for d in rng.choice([1, 1, 2], size=2))
+        pads = [0] * 4 if k == 1 else [int(rng.integers(0, k)) for _ in range(4)]
+        size = (int(rng.integers(6, 30)), int(rng.integers(9, 42)))
+        reach = [d * (k - 1) + 1 for d in dilations]
+        geo = conv_kernels.spatial_geometry(size, (k, k), strides, dilations, pads, "NOTSET")
+        if any(s + pads[i] + pads[i + 2] < r for i, (s, r) in enumerate(zip(size, reach))):
+            continue
+        if not conv_native.direct_fits((1, c, *size), (m, c, k, k), geo, 1):
+            continue
+        cases.append(((1, c, *size), (m, c, k, k), strides, dilations, pads))
+    return cases
+
+
+@needs_native
+@pytest.mark.parametrize(("x_shape", "w_shape", "strides", "dilations", "pads"), _deep_cases(16))
+def test_deep_geometries_match_onnxruntime(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides: Any, dilations: Any, pads: list[int]
+) -> None:
+    activation = list(ACTIVATIONS)[sum(x_shape + w_shape) % len(ACTIVATIONS)]
+    model = _model(x_shape, w_shape, activation, strides=strides, dilations=dilations, pads=pads)
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    assert_matches_ort(model, {"x": x}, atol=3e-5, rtol=1e-5)
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(
+        0, 3, 1, 2
+    )  # read through strides
+    assert_matches_ort(model, {"x": channels_last}, atol=3e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (64, 9, 32), (0, 4)])
+def test_filters_are_aligned_for_the_vectors(shape: tuple[int, ...]) -> None:
+    """A filter or bias handed to the kernels starts on a 64-byte boundary (every vector load in one cache line),
+    whatever numpy's allocation gave, with the values and dtype it had."""
+    for offset in range(4):
+        source = np.arange(math.prod(shape) + offset, dtype=np.float32)[offset:].reshape(shape)
+        out = native.aligned(source)
+        assert out.ctypes.data % native.ALIGNMENT == 0 or out.size == 0
+        assert out.dtype == source.dtype and out.flags.c_contiguous
+        np.testing.assert_array_equal(out, source)
+
+
 @needs_native
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 def test_network_convs_with_each_activation(activation: str) -> None:
@@ -208,9 +258,14 @@ def test_float64_takes_the_numpy_form() -> None:
     [
         ((1, 3, 224, 224), (16, 3, 3, 3), True),  # a stem
         ((1, 64, 40, 40), (64, 64, 3, 3), True),  # 64 output channels
-        ((1, 64, 40, 40), (128, 64, 3, 3), False),  # deep and wide: BLAS's GEMM
+        ((1, 64, 40, 40), (128, 64, 3, 3), True),  # 576 values per output
+        ((1, 128, 10, 10), (256, 128, 3, 3), True),  # 1152
+        ((1, 256, 14, 14), (256, 256, 3, 3), False),  # deep and wide: BLAS's GEMM
+        ((1, 256, 10, 10), (64, 256, 3, 3), True),  # deep, 64 output channels
+        ((1, 512, 7, 7), (64, 512, 3, 3), False),  # deeper still: BLAS's GEMM
         ((1, 64, 40, 40), (128, 64, 1, 1), True),  # 1x1 of few input channels
-        ((1, 128, 40, 40), (128, 128, 1, 1), False),  # 1x1 of many: BLAS's GEMM
+        ((1, 384, 20, 20), (128, 384, 1, 1), True),
+        ((1, 512, 7, 7), (512, 512, 1, 1), False),  # 1x1 of many: BLAS's GEMM
         ((1, 72, 1, 1), (24, 72, 1, 1), False),  # squeeze-excitation: the lean GEMM
         ((1, 16, 40), (16, 16, 3), False),  # 1-D
     ],

@@ -81,6 +81,9 @@ def test_depthwise(
         ((1, 16, 21, 19), (48, 16, 3, 3), "relu", {"pads": [1, 0, 2, 1]}),  # two channel passes, a tail
         ((2, 5, 12, 12), (7, 5, 2, 3), "hardswish", {"dilations": [2, 1], "strides": [1, 2]}),
         ((1, 40, 20, 20), (33, 40, 1, 1), "none", {}),  # a 1x1 conv
+        ((1, 64, 30, 31), (64, 64, 3, 3), "silu", {"pads": [1] * 4}),  # 12, 8 (AVX-512) and 4 pixels a step
+        ((1, 128, 10, 10), (96, 128, 3, 3), "relu", {"pads": [1, 1, 0, 2]}),  # deep: 8 pixels, then 4 and 1
+        ((1, 96, 20, 20), (40, 96, 1, 1), "none", {"strides": [2, 2]}),  # a strided 1x1 conv, a channel tail
     ],
 )
 def test_dense(

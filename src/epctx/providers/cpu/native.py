@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "CONV",
     "DEPTHWISE",
@@ -23,6 +25,7 @@ __all__ = [
     "ConvGeometry",
     "DwGeometry",
     "Native",
+    "aligned",
     "bind",
     "kernels",
     "reset",
@@ -135,6 +138,23 @@ def kernels() -> Native | None:
         if not _found:
             _found.append(_load())
     return _found[0]
+
+
+# The kernels' vectors are 64 bytes: a filter or bias starting off that boundary has every vector load straddle two
+# cache lines. numpy aligns an array to 16 bytes (a large one: a page plus 16); measured here, the direct conv 64 ->
+# 64 channels, 3x3 at 40x40, one thread: 1009 us with the packed filter at 32 bytes past the boundary, 788 aligned.
+ALIGNMENT = 64
+
+
+def aligned(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``array`` whose data starts on an ``ALIGNMENT``-byte boundary (the kernels' filters
+    and biases)."""
+    nbytes = max(array.nbytes, 1)
+    buffer = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -buffer.ctypes.data % ALIGNMENT
+    out = buffer[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
 
 
 def rest() -> None:

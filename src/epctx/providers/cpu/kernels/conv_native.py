@@ -1,11 +1,12 @@
 """Dense 2-D convolutions in C (``csrc/conv.c``, loaded by ``native.py``), float32, one group, where that beats
-im2col and BLAS: a network's stem (3 channels, 3x3), few input values per output, or few output channels.
+im2col and BLAS: a network's stem (3 channels, 3x3) and its convs of up to 128 input channels (3x3) or 384 (1x1).
 
 im2col builds C * KH * KW rows of columns and hands BLAS a GEMM of that inner dimension (27 for a stem), which it
 runs far from its peak, after a copy of every window; the C loop reads the input where it lies (NCHW or
-channels-last memory, any strides), skips the taps in the padding, and keeps 4 pixels x 32 output channels (8 x
-16 for up to 16) in vector registers over every tap and input channel, the bias their start and the activation
-applied before the store. The result channels-last when it is handed over (``layout.py``), else NCHW. Rows of a
+channels-last memory, any strides), skips the taps in the padding, and keeps 12 or 8 pixels x 32 output channels
+(4 x 32 where the CPU has 16 vector registers; 8 x 16 for up to 16) in vector registers over every tap and input
+channel, the bias their start and the activation applied before the store; the filter packed once, 64-byte
+aligned. The result channels-last when it is handed over (``layout.py``), else NCHW. Rows of a
 large conv are shared by ``csrc/pool.c``'s workers (ctypes releases the GIL for the call).
 """
 
@@ -20,22 +21,24 @@ import numpy as np
 from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu import fusion
 from epctx.providers.cpu.kernels.windows import Geometry
-from epctx.providers.cpu.native import CONV, Activation, ConvGeometry, Native
+from epctx.providers.cpu.native import CONV, Activation, ConvGeometry, Native, aligned
 
 __all__ = ["DirectConv", "direct_fits"]
 
 # The convs the direct loop beats im2col and BLAS (or the flat GEMM) on: at most this many input values per output
-# (C * KH * KW), or at most this many output channels. Two threads, median, measured here (direct / before): a
-# stem 3 -> 16, 3x3, stride 2 at 224x224: 107 / 423 us; 16 -> 32 stride 2 at 160x160: 298 / 1201; 16 -> 16 at
-# 80x80: 349 / 482; 32 -> 64 stride 2 at 80x80: 403 / 669; 64 -> 64 at 40x40: 734 / 823; 128 -> 64 at 20x20:
-# 477 / 512; but 64 -> 128 stride 2 at 40x40: 527 / 505, 128 -> 256 at 20x20: 1424 / 1238 (BLAS's GEMM wins as M
-# grows). One thread, the direct loop won on each of these but the last two (stem 194 / 417, 64 -> 64 922 / 1335).
-_MAX_DEPTH = 160
+# (C * KH * KW), or at most _MAX_OUTPUTS output channels and _MAX_NARROW_DEPTH values. Measured here (stop 31, the
+# filter 64-byte aligned, 8- and 12-pixel tiles; direct / before, us, fastest of 150 session runs, two threads and
+# one): 64 -> 128 3x3 at 40x40 857 / 1180, 1644 / 2115; 128 -> 128 at 10x10 118 / 294, 186 / 298; at 28x28 899 /
+# 1230, 1670 / 1439; 128 -> 256 stride 2 at 20x20 277 / 400, 489 / 569; 64 -> 128 stride 2 at 56x56 551 / 821, 819 /
+# 974; but 256 -> 256 at 14x14 1382 / 1038, 2872 / 1674, and 512 -> 512 at 7x7 4849 / 1313 (a pixel at a border,
+# computed alone, reads the whole filter; past this depth the filter's slice no longer sits in L2 for the tiles).
+_MAX_DEPTH = 1152
 _MAX_OUTPUTS = 64
-# 1x1 convs: BLAS's GEMM wins from 128 input channels on (direct / before, two threads, NCHW input: 16 -> 32 at
-# 112x112: 146 / 269 us; 64 -> 128 at 28x28: 83 / 131; 96 -> 576 at 7x7: 59 / 58; 128 -> 128 at 28x28: 188 /
-# 185; 512 -> 512 at 7x7: 356 / 204), and on tiny ones (squeeze-excitation's 1x1 maps: 6-8 / 3 us, the lean GEMM).
-_MAX_POINTWISE = 96
+_MAX_NARROW_DEPTH = 2304
+# 1x1 convs (two threads, one; direct / before): 192 -> 64 at 40x40 177 / 307, 335 / 426; 384 -> 128 at 20x20 164 /
+# 256, 263 / 325; 256 -> 128 at 20x20 120 / 175, 177 / 205; 384 -> 256 at 10x10 116 / 134, 175 / 156; but 512 -> 512
+# at 7x7 211 / 204, 339 / 242; and BLAS on tiny ones (squeeze-excitation's 1x1 maps: 6-8 / 3 us, the lean GEMM).
+_MAX_POINTWISE = 384
 _MIN_POINTWISE_MACS = 1 << 16
 # Output channels a pass of the C loop over more than 16 (two vectors): the packed filter's rows are a multiple.
 _TILE = 32
@@ -47,15 +50,15 @@ _BLOCKS = 4
 
 def direct_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], geo: Geometry, group: int) -> bool:
     """A 2-D dense conv of one group that the C loop beats im2col and BLAS (or the flat GEMM) on: at most
-    ``_MAX_DEPTH`` input values per output or at most ``_MAX_OUTPUTS`` output channels; a 1x1 conv at most
-    ``_MAX_POINTWISE`` input channels and ``_MIN_POINTWISE_MACS`` multiply-adds."""
+    ``_MAX_DEPTH`` input values per output, or ``_MAX_NARROW_DEPTH`` with at most ``_MAX_OUTPUTS`` output
+    channels; a 1x1 conv at most ``_MAX_POINTWISE`` input channels and ``_MIN_POINTWISE_MACS`` multiply-adds."""
     if len(geo.out) != 2 or group != 1:
         return False
     depth = w_shape[1] * math.prod(geo.kernel)
     if math.prod(geo.kernel) == 1:
         macs = x_shape[0] * w_shape[0] * depth * math.prod(geo.out)
         return depth <= _MAX_POINTWISE and macs >= _MIN_POINTWISE_MACS
-    return depth <= _MAX_DEPTH or w_shape[0] <= _MAX_OUTPUTS
+    return depth <= _MAX_DEPTH or (w_shape[0] <= _MAX_OUTPUTS and depth <= _MAX_NARROW_DEPTH)
 
 
 class DirectConv:
@@ -106,6 +109,7 @@ class DirectConv:
         if bias is not None:
             padded = np.zeros(packed.shape[-1], dtype=np.float32)
             padded[:m] = bias.reshape(-1)
+            padded = aligned(padded)
         form, after = fusion.native_split(activation)
         n, (oh, ow) = self.x_shape[0], self.geo.out
         shape = (n, oh, ow, m) if handing else self.out_shape
@@ -152,5 +156,5 @@ def _packed(prep: dict[str, np.ndarray], w_shape: tuple[int, ...]) -> np.ndarray
         w = prep["w2"].reshape(w_shape).transpose(2, 3, 1, 0)
         packed = np.zeros((*w.shape[:3], _row_length(m)), dtype=np.float32)
         packed[..., :m] = w
-        prep["w_direct"] = packed
+        packed = prep["w_direct"] = aligned(packed)
     return packed

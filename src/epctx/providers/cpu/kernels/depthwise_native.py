@@ -23,7 +23,7 @@ from epctx.providers.cpu import blas_serial as blas
 from epctx.providers.cpu import fusion
 from epctx.providers.cpu.kernels.depthwise import DepthwiseChannelsLast, copy_in_tiles
 from epctx.providers.cpu.kernels.windows import SCRATCH, Geometry
-from epctx.providers.cpu.native import DEPTHWISE, Activation, DwGeometry, Native
+from epctx.providers.cpu.native import DEPTHWISE, Activation, DwGeometry, Native, aligned
 
 __all__ = ["DepthwiseNative", "native_fits"]
 
@@ -65,7 +65,7 @@ class DepthwiseNative:
         """The conv's call with its ``bias`` ((C, 1) or None) and ``activation`` applied in C (numpy applies one
         the kernel has no form of): its result channels-last as an NCHW view when ``handing`` it over
         (``layout.py``), else copied to NCHW."""
-        add = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
+        add = None if bias is None else aligned(bias.reshape(-1))
         form, after = fusion.native_split(activation)
         fused = None if form is None else activation
         geometry = self.geometry
@@ -110,7 +110,10 @@ class DepthwiseNative:
         wl = prep["wl"]
         if wl.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
             return None
-        return ctypes.addressof(geometry), wl.ctypes.data, None if bias is None else bias.ctypes.data
+        filter_ = prep.get("wl_aligned")
+        if filter_ is None:
+            filter_ = prep["wl_aligned"] = aligned(wl)  # kept in ``prep``
+        return ctypes.addressof(geometry), filter_.ctypes.data, None if bias is None else bias.ctypes.data
 
     def _numpy(
         self,
