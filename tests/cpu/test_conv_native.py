@@ -33,6 +33,12 @@ def _model(
     return conv_model(x_shape, w, RNG.standard_normal(w_shape[0]).astype(dtype), activation, **attrs)
 
 
+def _window_fits(size: Any, kernel: Any, dilations: Any, pads: list[int]) -> bool:
+    """Whether the dilated window fits the padded input along each axis."""
+    reach = [d * (k - 1) + 1 for d, k in zip(dilations, kernel)]
+    return all(s + pads[i] + pads[i + 2] >= r for i, (s, r) in enumerate(zip(size, reach)))
+
+
 def _cases(count: int) -> list[tuple[Any, ...]]:
     """Seeded random dense geometries the direct loop takes: (x shape, w shape, strides, dilations, pads)."""
     rng = np.random.default_rng(11)
@@ -46,23 +52,10 @@ def _cases(count: int) -> list[tuple[Any, ...]]:
         dilations = tuple(int(d) for d in rng.choice([1, 1, 2], size=2))
         pads = [int(rng.integers(0, k)) for k in kernel * 2]
         size = tuple(int(s) for s in rng.integers(1, 26, size=2))
-        reach = [d * (k - 1) + 1 for d, k in zip(dilations, kernel)]
-        if any(s + pads[i] + pads[i + 2] < r for i, (s, r) in enumerate(zip(size, reach))):
+        if not _window_fits(size, kernel, dilations, pads):
             continue
         cases.append(((int(rng.choice([1, 2])), c, *size), (m, c, *kernel), strides, dilations, pads))
     return cases
-
-
-@needs_native
-@pytest.mark.parametrize(("x_shape", "w_shape", "strides", "dilations", "pads"), _cases(48))
-def test_geometries_match_onnxruntime(
-    x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides: Any, dilations: Any, pads: list[int]
-) -> None:
-    geo = conv_kernels.spatial_geometry(x_shape[2:], w_shape[2:], strides, dilations, pads, "NOTSET")
-    assert conv_native.direct_fits(x_shape, w_shape, geo, 1)
-    activation = list(ACTIVATIONS)[sum(x_shape + w_shape) % len(ACTIVATIONS)]
-    model = _model(x_shape, w_shape, activation, strides=strides, dilations=dilations, pads=pads)
-    assert_matches_ort(model, {"x": RNG.standard_normal(x_shape).astype(np.float32)}, atol=1e-5, rtol=1e-5)
 
 
 def _deep_cases(count: int) -> list[tuple[Any, ...]]:
@@ -78,10 +71,9 @@ def _deep_cases(count: int) -> list[tuple[Any, ...]]:
         dilations = (1, 1) if k == 1 else tuple(int(d) for d in rng.choice([1, 1, 2], size=2))
         pads = [0] * 4 if k == 1 else [int(rng.integers(0, k)) for _ in range(4)]
         size = (int(rng.integers(6, 30)), int(rng.integers(9, 42)))
-        reach = [d * (k - 1) + 1 for d in dilations]
-        geo = conv_kernels.spatial_geometry(size, (k, k), strides, dilations, pads, "NOTSET")
-        if any(s + pads[i] + pads[i + 2] < r for i, (s, r) in enumerate(zip(size, reach))):
+        if not _window_fits(size, (k, k), dilations, pads):
             continue
+        geo = conv_kernels.spatial_geometry(size, (k, k), strides, dilations, pads, "NOTSET")
         if not conv_native.direct_fits((1, c, *size), (m, c, k, k), geo, 1):
             continue
         cases.append(((1, c, *size), (m, c, k, k), strides, dilations, pads))
@@ -89,17 +81,18 @@ def _deep_cases(count: int) -> list[tuple[Any, ...]]:
 
 
 @needs_native
-@pytest.mark.parametrize(("x_shape", "w_shape", "strides", "dilations", "pads"), _deep_cases(16))
-def test_deep_geometries_match_onnxruntime(
+@pytest.mark.parametrize(("x_shape", "w_shape", "strides", "dilations", "pads"), _cases(48) + _deep_cases(16))
+def test_geometries_match_onnxruntime(
     x_shape: tuple[int, ...], w_shape: tuple[int, ...], strides: Any, dilations: Any, pads: list[int]
 ) -> None:
+    """Each geometry from NCHW memory and from channels-last memory (read through its strides)."""
+    geo = conv_kernels.spatial_geometry(x_shape[2:], w_shape[2:], strides, dilations, pads, "NOTSET")
+    assert conv_native.direct_fits(x_shape, w_shape, geo, 1)
     activation = list(ACTIVATIONS)[sum(x_shape + w_shape) % len(ACTIVATIONS)]
     model = _model(x_shape, w_shape, activation, strides=strides, dilations=dilations, pads=pads)
     x = RNG.standard_normal(x_shape).astype(np.float32)
     assert_matches_ort(model, {"x": x}, atol=3e-5, rtol=1e-5)
-    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(
-        0, 3, 1, 2
-    )  # read through strides
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
     assert_matches_ort(model, {"x": channels_last}, atol=3e-5, rtol=1e-5)
 
 
