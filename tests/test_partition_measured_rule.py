@@ -20,7 +20,7 @@ from epctx.config import SessionConfig
 from epctx.ep._compiling import CompileContext
 from epctx.ep._contract import CompiledPartition, Partition
 from epctx.errors import InvalidArgument
-from epctx.partition.measured import MARGIN, Measurement, measure
+from epctx.partition.measured import MARGIN, STRONG_MARGIN, Measurement, measure
 from epctx.partition.synthetic import (
     LEADING_DIM,
     OTHER_DIM,
@@ -367,6 +367,24 @@ def test_the_verdict_needs_the_median_and_the_best_run() -> None:
     assert preempted.slower and "CPU time 12 vs 6 ms" in preempted.reason()
     cpu_only = Measurement("A", 1.0, "B", 1.0, 10, 0.9, 0.9, cpu_ms=3.0, fallback_cpu_ms=1.0)
     assert not cpu_only.slower and cpu_only.ambiguous
+
+
+def test_a_usual_run_far_slower_than_its_best_is_handed_back() -> None:
+    """The median and the CPU time both slower by more than STRONG_MARGIN hand a partition back though its best
+    run matches (IREE's task workers at two threads, measured on ddddocr's CNN); either alone does not, nor do
+    both under it."""
+    erratic = Measurement("A", 7.91, "B", 3.66, 10, 3.49, 3.48, cpu_ms=14.5, fallback_cpu_ms=3.94)
+    assert erratic.slower and erratic.verdict() == "handed back"
+    assert f"or by more than {STRONG_MARGIN:g}x in the median and the CPU time" in erratic.reason()
+    under = STRONG_MARGIN - 0.05
+    mild = Measurement(
+        "A", 3.66 * under, "B", 3.66, 10, 3.49, 3.48, cpu_ms=3.94 * under, fallback_cpu_ms=3.94
+    )
+    assert not mild.slower and mild.ambiguous
+    median_only = Measurement("A", 7.91, "B", 3.66, 10, 3.49, 3.48, cpu_ms=4.0, fallback_cpu_ms=3.94)
+    assert not median_only.slower  # a busy core held up the EP's runs: its CPU time says it is not slower
+    no_cpu = Measurement("A", 7.91, "B", 3.66, 10, 3.49, 3.48)
+    assert not no_cpu.slower
 
 
 def test_preempted_runs_do_not_hand_back_a_faster_partition() -> None:
