@@ -8,6 +8,7 @@ backend (one class for both sessions: the same EP)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -248,3 +249,28 @@ def test_iree_second_session_compiles_nothing(
     assert all(p.declined[0][1].startswith(FROM_CACHE + "measured: IREEExecutionProvider ") for p in placed)
     x = np.random.default_rng(1).standard_normal((4, 4)).astype(np.float32)
     np.testing.assert_allclose(second.run(None, {"x": x})[0], run_ort(model, {"x": x})[0], rtol=1e-5)
+
+
+def test_a_rebuilt_native_library_changes_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An EP's code digest covers the native libraries built into its folder (the CPU EP's kernels): a verdict
+    taken against the old kernels is not read back after they change."""
+    from epctx.partition import verdicts
+
+    package = tmp_path / "epctx_fake_provider"
+    package.mkdir()
+    (package / "provider.py").write_text("class FakeEP:\n    pass\n")
+    library = package / "_native.cpython-311-x86_64-linux-gnu.so"
+    library.write_bytes(b"\x7fELF kernels v1")
+    (package / "notes.txt").write_text("not code")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    module = importlib.import_module("epctx_fake_provider.provider")
+    fake = module.FakeEP
+    fake.__module__ = "epctx.providers.fake.provider"  # treated as one of epctx's EP folders
+    monkeypatch.setitem(sys.modules, fake.__module__, module)
+    before = verdicts._code_digest.__wrapped__(fake)
+    (package / "notes.txt").write_text("still not code")
+    assert verdicts._code_digest.__wrapped__(fake) == before
+    library.write_bytes(b"\x7fELF kernels v2")
+    assert verdicts._code_digest.__wrapped__(fake) != before

@@ -14,7 +14,8 @@ The key (``verdict_key``) is a digest of everything a verdict depends on:
 - the loaded graph (``graph_digest``), after free-dimension and initializer overrides and the graph passes: its
   nodes, attributes, value types and shapes (the sizes measured), initializer bytes, opsets and functions;
 - each EP in order: its name, provider options, and for a compiling EP its SDK version, hardware and
-  compatibility string; the sources of the EP's code (its folder under ``epctx/providers``, else its module);
+  compatibility string; the EP's code (its folder under ``epctx/providers``: its modules and the native libraries
+  built there, as the CPU EP's kernels; else its module);
 - the kernel EP the partitions are timed against, ``intra_op_num_threads``, the optimization level, the session
   config entries that can change a partition (those about writing contexts, caches, trust and the rule's own
   switch are left out: ``epctx.session.measured_rule``);
@@ -237,15 +238,25 @@ def _provider_part(ep: ExecutionProvider) -> dict[str, Any]:
     return part
 
 
+# An EP's code: its modules and the native libraries built into its folder (the CPU EP's kernels,
+# ``providers/cpu/_native*.so``: a rebuilt library changes the kernel EP's speed, which a verdict was taken against).
+_CODE_SUFFIXES = frozenset({".py", ".so", ".pyd", ".dylib"})
+
+
 @functools.cache
 def _code_digest(cls: type) -> str:
-    """The sources of an EP's code: its folder (recursively) when it is one of ``epctx.providers``, else its
-    module's file ("" when it has none)."""
+    """The code of an EP: its folder's modules and native libraries (recursively) when it is one of
+    ``epctx.providers``, else its module's file ("" when it has none)."""
     try:
         path = Path(inspect.getfile(cls)).resolve()
     except (TypeError, OSError):
         return ""
-    files = sorted(path.parent.rglob("*.py")) if cls.__module__.startswith("epctx.providers.") else [path]
+    if cls.__module__.startswith(
+        "epctx.providers."
+    ):  # its folder: the Python and the native code built there
+        files = sorted(p for p in path.parent.rglob("*") if p.suffix in _CODE_SUFFIXES and p.is_file())
+    else:
+        files = [path]
     digest = xxhash.xxh3_128()
     for file in files:
         digest.update(str(file.relative_to(path.parent)).encode() + b"\0")
