@@ -385,6 +385,9 @@ def test_a_usual_run_far_slower_than_its_best_is_handed_back() -> None:
     assert not median_only.slower  # a busy core held up the EP's runs: its CPU time says it is not slower
     no_cpu = Measurement("A", 7.91, "B", 3.66, 10, 3.49, 3.48)
     assert not no_cpu.slower
+    # a side that waits (a sleep, a device): its CPU time is noise, not its work
+    waiting = Measurement("A", 40.1, "B", 20.1, 10, 1.09, 20.1, cpu_ms=0.065, fallback_cpu_ms=0.042)
+    assert not waiting.slower and waiting.ambiguous
 
 
 def test_preempted_runs_do_not_hand_back_a_faster_partition() -> None:

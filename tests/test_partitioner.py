@@ -371,6 +371,10 @@ def _two_partition_model() -> tuple[bytes, type[FusingEP]]:
     return _model(nodes, ["x"], ["y"]), make_fusing_ep(_by_name({"a", "b", "d", "e"}), "TestNamingEP")
 
 
+# The measured rule times each partition against the CPU EP and may hand a toy EP's partition back (compiling
+# again): what is compiled would then depend on timing, which this naming test is not about.
+_NO_TIMING = {"epctx.partition.measured_rule": "0"}
+
 _NAMES_SCRIPT = """
 import json, sys
 sys.path.insert(0, {repo!r})
@@ -378,8 +382,10 @@ from tests.test_partitioner import _two_partition_model
 from tests.fusing_ep import registered
 import epctx
 model, ep = _two_partition_model()
+so = epctx.SessionOptions()
+so.add_session_config_entry("epctx.partition.measured_rule", "0")  # timing must not change what is compiled
 with registered(ep):
-    epctx.InferenceSession(model, providers=[ep.name])
+    epctx.InferenceSession(model, so, providers=[ep.name])
 print(json.dumps([p.name for p in ep.compiled]))
 """
 
@@ -388,14 +394,14 @@ print(json.dumps([p.name for p in ep.compiled]))
 def test_partition_names_are_deterministic_and_not_from_a_counter() -> None:
     model, ep = _two_partition_model()
     with registered(ep):
-        _session(model, [ep.name])
+        _session(model, [ep.name], **_NO_TIMING)
         first = [p.name for p in ep.compiled]
         ep.compiled.clear()
         # Another model in between must not shift the names (no process-global counter).
         other = make_fusing_ep(lambda node: True, "TestNamingEP")
         with registered(other):
-            _session(_chain_model(), [other.name])
-        _session(model, [ep.name])
+            _session(_chain_model(), [other.name], **_NO_TIMING)
+        _session(model, [ep.name], **_NO_TIMING)
         second = [p.name for p in ep.compiled]
     assert len(first) == 2 and len(set(first)) == 2
     assert first == second

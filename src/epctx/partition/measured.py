@@ -77,7 +77,7 @@ MARGIN = 1.1  # handed back when slower than the kernel EP by more than 10 % (me
 # is far slower than its best. Seen: IREE's task workers at two threads on ddddocr's CNN (83 nodes), median 7.91 ms
 # best 3.49 ms CPU time 14.5 ms against the CPU EP's 3.66 / 3.48 / 3.94: kept on its best run, the model then ran
 # 19.5 ms against 16.6 on the CPU EP alone. The load cannot make this verdict either: it does not raise the CPU time
-# a side spends.
+# a side spends. Only where that CPU time measures the EP's work (``Measurement._computes``).
 STRONG_MARGIN = 1.5
 BUDGET_S = 1.0  # timing per partition, both sides together (after one warm-up run each)
 _MIN_RUNS = 3  # alternating runs per side at least, even past the budget
@@ -110,7 +110,9 @@ class Measurement:
         """Slower by more than ``MARGIN`` in the best run, and in the median or in the CPU time; or by more than
         ``STRONG_MARGIN`` in the median and the CPU time both: verdicts the load cannot make (a busy core inflates
         the median of the side it preempts, not its best run nor the CPU time it spent)."""
-        strongly = self.ms > self.fallback_ms * STRONG_MARGIN and self._cpu_beyond(STRONG_MARGIN)
+        strongly = (
+            self.ms > self.fallback_ms * STRONG_MARGIN and self._cpu_beyond(STRONG_MARGIN) and self._computes
+        )
         return strongly or (self._best_slower and (self._median_slower or self._cpu_slower))
 
     @property
@@ -129,6 +131,12 @@ class Measurement:
     @property
     def _cpu_slower(self) -> bool:
         return self._cpu_beyond(MARGIN)
+
+    @property
+    def _computes(self) -> bool:
+        """The EP's side spent at least half its best run's time on this process's CPU: its CPU time measures its
+        work (not so for a side that waits: on a device, or held up by a sleep or a lock)."""
+        return self.cpu_ms >= 0.5 * (self.best_ms or self.ms)
 
     def _cpu_beyond(self, margin: float) -> bool:
         return bool(self.cpu_ms and self.fallback_cpu_ms) and self.cpu_ms > self.fallback_cpu_ms * margin
