@@ -16,7 +16,6 @@
 #define CLONES
 #endif
 
-
 /* Every helper of a kernel is inlined into it, so that it is compiled for each clone's instruction set (a helper
    left out of line is compiled once, for the baseline). */
 #define INLINE static inline __attribute__((always_inline))

@@ -251,9 +251,8 @@ def _code_digest(cls: type) -> str:
         path = Path(inspect.getfile(cls)).resolve()
     except (TypeError, OSError):
         return ""
-    if cls.__module__.startswith(
-        "epctx.providers."
-    ):  # its folder: the Python and the native code built there
+    if cls.__module__.startswith("epctx.providers."):
+        # its folder: the Python and the native code built there
         files = sorted(p for p in path.parent.rglob("*") if p.suffix in _CODE_SUFFIXES and p.is_file())
     else:
         files = [path]
