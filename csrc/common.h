@@ -25,7 +25,10 @@
    asked of the CPU (a flag read); code built for one instruction set knows it. */
 INLINE int wide_registers(void) {
 #ifdef CLONED
-    return __builtin_cpu_supports("x86-64-v4") != 0; /* the clone picked is the v4 one */
+    /* the features that make the v4 clone the one picked (named one by one: GCC before 12 knows no "x86-64-v4") */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512cd");
 #elif defined(__AVX512F__)
     return 1;
 #else

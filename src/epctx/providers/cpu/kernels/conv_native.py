@@ -28,16 +28,18 @@ __all__ = ["DirectConv", "direct_fits"]
 # The convs the direct loop beats im2col and BLAS (or the flat GEMM) on: at most this many input values per output
 # (C * KH * KW), or at most _MAX_OUTPUTS output channels and _MAX_NARROW_DEPTH values. Measured here (stop 31, the
 # filter 64-byte aligned, 8- and 12-pixel tiles; direct / before, us, fastest of 150 session runs, two threads and
-# one): 64 -> 128 3x3 at 40x40 857 / 1180, 1644 / 2115; 128 -> 128 at 10x10 118 / 294, 186 / 298; at 28x28 899 /
-# 1230, 1670 / 1439; 128 -> 256 stride 2 at 20x20 277 / 400, 489 / 569; 64 -> 128 stride 2 at 56x56 551 / 821, 819 /
-# 974; but 256 -> 256 at 14x14 1382 / 1038, 2872 / 1674, and 512 -> 512 at 7x7 4849 / 1313 (a pixel at a border,
-# computed alone, reads the whole filter; past this depth the filter's slice no longer sits in L2 for the tiles).
+# one): 64 -> 128 3x3 at 40x40 915 / 1119, 1735 / 2071; 128 -> 128 at 10x10 118 / 294, 186 / 298; at 28x28 899 /
+# 1230, 1670 / 1439 (one thread BLAS wins by 16 %; kept for the default two); 128 -> 256 stride 2 at 20x20 277 / 400,
+# 489 / 569; 64 -> 128 stride 2 at 56x56 551 / 821, 819 / 974; but 256 -> 256 at 14x14 1382 / 1038, 2872 / 1674,
+# and 512 -> 512 at 7x7 4849 / 1313 (a pixel at a border, computed alone, reads the whole filter; past this depth
+# the filter's slice no longer sits in L2 for the tiles).
 _MAX_DEPTH = 1152
 _MAX_OUTPUTS = 64
 _MAX_NARROW_DEPTH = 2304
 # 1x1 convs (two threads, one; direct / before): 192 -> 64 at 40x40 177 / 307, 335 / 426; 384 -> 128 at 20x20 164 /
-# 256, 263 / 325; 256 -> 128 at 20x20 120 / 175, 177 / 205; 384 -> 256 at 10x10 116 / 134, 175 / 156; but 512 -> 512
-# at 7x7 211 / 204, 339 / 242; and BLAS on tiny ones (squeeze-excitation's 1x1 maps: 6-8 / 3 us, the lean GEMM).
+# 256, 263 / 325; 256 -> 128 at 20x20 120 / 175, 177 / 205; 384 -> 256 at 10x10 116 / 134, 175 / 156 (one thread
+# BLAS by 12 %); but 512 -> 512 at 7x7 211 / 204, 339 / 242; and BLAS on tiny ones (squeeze-excitation's 1x1 maps:
+# 6-8 / 3 us, the lean GEMM).
 _MAX_POINTWISE = 384
 _MIN_POINTWISE_MACS = 1 << 16
 # Output channels a pass of the C loop over more than 16 (two vectors): the packed filter's rows are a multiple.
